@@ -1,0 +1,12 @@
+// One binding function per area; module.cpp calls them all.
+#pragma once
+#include <pybind11/pybind11.h>
+
+namespace ctpy {
+
+namespace py = pybind11;
+
+void bind_tensor(py::module_& m);
+void bind_functional(py::module_& m);
+
+}  // namespace ctpy

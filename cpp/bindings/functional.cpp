@@ -1,0 +1,103 @@
+// ctransformer._core.functional: NumPy-facing signatures over the core's ops. Argument
+// conversion happens with the GIL held; the maths runs with it released.
+#include <pybind11/stl.h>
+
+#include "bindings.hpp"
+#include "convert.hpp"
+#include "ctransformer/ops.hpp"
+
+namespace ctpy {
+
+using ct::Tensor;
+using release_gil = py::call_guard<py::gil_scoped_release>;
+
+namespace {
+
+const Tensor* optional_tensor(const py::object& obj, Tensor& storage, const char* arg) {
+    if (obj.is_none()) return nullptr;
+    storage = as_tensor(obj, arg);
+    return &storage;
+}
+
+}  // namespace
+
+void bind_functional(py::module_& f) {
+    f.def("matmul", [](const Tensor& a, const Tensor& b) { return ct::matmul(a, b); }, py::arg("input"),
+          py::arg("other"), release_gil(), "input @ other for rank >= 2 operands; batch dimensions broadcast.");
+    f.def("linear", [](const Tensor& x, const Tensor& w, py::object b) {
+        Tensor bias;
+        const Tensor* pb = optional_tensor(b, bias, "bias");
+        py::gil_scoped_release release;
+        return ct::linear(x, w, pb);
+    }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), "input @ weight.T + bias.");
+    f.def("add", [](const Tensor& a, py::object b) { return ct::add(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"));
+    f.def("sub", [](const Tensor& a, py::object b) { return ct::sub(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"));
+    f.def("mul", [](const Tensor& a, py::object b) { return ct::mul(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"));
+    f.def("div", [](const Tensor& a, py::object b) { return ct::div(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"));
+    f.def("scale", &ct::scale, py::arg("input"), py::arg("factor"), release_gil(), "input * factor for a Python number.");
+    f.def("relu", &ct::relu, py::arg("input"), release_gil());
+    f.def("gelu", &ct::gelu, py::arg("input"), release_gil(),
+          "GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).");
+    f.def("dropout", &ct::dropout, py::arg("input"), py::arg("p") = 0.5f, py::arg("training") = true, release_gil());
+    f.def("softmax", &ct::softmax, py::arg("input"), py::arg("dim"), release_gil());
+    f.def("log_softmax", &ct::log_softmax, py::arg("input"), py::arg("dim"), release_gil());
+    f.def("layer_norm", [](const Tensor& x, py::object w, py::object b, float eps) {
+        Tensor weight, bias;
+        const Tensor* pw = optional_tensor(w, weight, "weight");
+        const Tensor* pb = optional_tensor(b, bias, "bias");
+        py::gil_scoped_release release;
+        return ct::layer_norm(x, pw, pb, eps);
+    }, py::arg("input"), py::arg("weight") = py::none(), py::arg("bias") = py::none(), py::arg("eps") = 1e-5f,
+       "Normalise over the last dimension, then scale by weight and shift by bias.");
+    f.def("embedding", [](py::object ids, const Tensor& weight, py::object padding_idx) {
+        ct::IndexArray idx = to_index_array(ids, "input");
+        std::optional<std::int64_t> pad;
+        if (!padding_idx.is_none()) pad = padding_idx.cast<std::int64_t>();
+        py::gil_scoped_release release;
+        return ct::embedding(idx, weight, pad);
+    }, py::arg("input"), py::arg("weight"), py::arg("padding_idx") = py::none(),
+       "Rows of weight for the integer ids in input; no gradient reaches the padding_idx row.");
+    f.def("masked_fill", [](const Tensor& x, py::object mask, float value) {
+        ct::Mask m = to_mask(mask, "mask");
+        py::gil_scoped_release release;
+        return ct::masked_fill(x, m, value);
+    }, py::arg("input"), py::arg("mask"), py::arg("value"), "value where mask is True, input elsewhere.");
+    f.def("scaled_dot_product_attention", [](const Tensor& q, const Tensor& k, const Tensor& v, py::object mask,
+                                             float dropout_p, float fill_value) {
+        ct::Mask m;
+        const bool has_mask = !mask.is_none();
+        if (has_mask) m = to_mask(mask, "mask");
+        py::gil_scoped_release release;
+        return ct::scaled_dot_product_attention(q, k, v, has_mask ? &m : nullptr, dropout_p, fill_value, true);
+    }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none(), py::arg("dropout_p") = 0.0f,
+       py::arg("fill_value") = -1e9f,
+       "Returns (output, attention_weights). mask is True where a query may attend to a key; it broadcasts to "
+       "(..., Lq, Lk), e.g. from (b, 1, Lk) or (b, 1, Lq, Lk).");
+    f.def("reshape", [](const Tensor& x, const std::vector<std::int64_t>& shape) { return ct::reshape(x, shape); },
+          py::arg("input"), py::arg("shape"), release_gil());
+    f.def("transpose", &ct::transpose, py::arg("input"), py::arg("dim0"), py::arg("dim1"), release_gil());
+    f.def("permute", &ct::permute, py::arg("input"), py::arg("dims"), release_gil());
+    f.def("sum", [](const Tensor& x, py::object dim, bool keepdim) {
+        return dim.is_none() ? ct::sum(x) : ct::sum(x, dim.cast<int>(), keepdim);
+    }, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
+    f.def("mean", [](const Tensor& x, py::object dim, bool keepdim) {
+        return dim.is_none() ? ct::mean(x) : ct::mean(x, dim.cast<int>(), keepdim);
+    }, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
+    f.def("cross_entropy", [](const Tensor& logits, py::object target, std::int64_t ignore_index,
+                              const std::string& reduction, float label_smoothing) {
+        ct::IndexArray t = to_index_array(target, "target");
+        const ct::Reduction r = ct::parse_reduction(reduction, "cross_entropy", false);
+        py::gil_scoped_release release;
+        return ct::cross_entropy(logits, t, ignore_index, r, label_smoothing);
+    }, py::arg("input"), py::arg("target"), py::arg("ignore_index") = -100, py::arg("reduction") = "mean",
+       py::arg("label_smoothing") = 0.0f, "Cross-entropy of (N, C) logits against (N,) integer targets.");
+    f.def("kl_div", [](const Tensor& log_probs, py::object target, const std::string& reduction) {
+        Tensor t = as_tensor(target, "target");
+        const ct::Reduction r = ct::parse_reduction(reduction, "kl_div", true);
+        py::gil_scoped_release release;
+        return ct::kl_div(log_probs, t, r);
+    }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean",
+       "KL divergence of log-probabilities `input` from probabilities `target`.");
+}
+
+}  // namespace ctpy

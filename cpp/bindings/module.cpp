@@ -1,0 +1,26 @@
+// ctransformer._core: the pybind11 layer over the C++ core. The maths lives in cpp/src.
+#include "bindings.hpp"
+#include "ctransformer/error.hpp"
+#include "ctransformer/random.hpp"
+#include "ctransformer/threads.hpp"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "ctransformer's C++ core: tensors, autograd and the functional ops.";
+    // ValueError, IndexError and RuntimeError map through their std bases; TypeError needs this.
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const ct::TypeError& e) {
+            PyErr_SetString(PyExc_TypeError, e.what());
+        }
+    });
+    m.def("manual_seed", &ct::manual_seed, py::arg("seed"),
+          "Seed the generator behind parameter initialisation and dropout.");
+    m.def("set_num_threads", &ct::set_num_threads, py::arg("n"), "Threads used by BLAS.");
+    m.def("get_num_threads", &ct::get_num_threads);
+    ctpy::bind_tensor(m);
+    auto functional = m.def_submodule("functional", "Functional ops, each with its backward.");
+    ctpy::bind_functional(functional);
+}

@@ -1,0 +1,158 @@
+// ctransformer.Tensor: the handle, its autograd surface and the Python operators.
+#include <pybind11/stl.h>
+
+#include <sstream>
+
+#include "bindings.hpp"
+#include "convert.hpp"
+#include "ctransformer/autograd.hpp"
+#include "ctransformer/error.hpp"
+#include "ctransformer/ops.hpp"
+
+namespace ctpy {
+
+using ct::Tensor;
+using release_gil = py::call_guard<py::gil_scoped_release>;
+
+namespace {
+
+std::string repr(const Tensor& t) {
+    std::ostringstream os;
+    auto np = py::module_::import("numpy");
+    os << "tensor(" << py::str(np.attr("array2string")(to_numpy(t), py::arg("separator") = ", ",
+                                                       py::arg("prefix") = "tensor("))
+                           .cast<std::string>();
+    if (t.grad_fn()) os << ", grad_fn=<" << t.grad_fn()->name() << ">";
+    else if (t.requires_grad()) os << ", requires_grad=True";
+    os << ")";
+    return os.str();
+}
+
+py::tuple shape_tuple(const Tensor& t) {
+    const ct::Shape s = t.shape();
+    py::tuple out(s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) out[i] = s[i];
+    return out;
+}
+
+}  // namespace
+
+void bind_tensor(py::module_& m) {
+    py::class_<Tensor>(m, "Tensor", R"doc(A float32 tensor that can record the operations made on it for autograd.
+
+Create one with ``ctransformer.tensor(array, requires_grad=False)``.)doc")
+        .def_property_readonly("shape", &shape_tuple, "The shape, as a tuple.")
+        .def_property_readonly("ndim", &Tensor::dim)
+        .def_property_readonly("dtype", [](const Tensor&) { return py::dtype::of<float>(); })
+        .def("dim", &Tensor::dim)
+        .def("numel", &Tensor::numel)
+        .def("__len__", [](const Tensor& t) {
+            if (t.dim() == 0) throw ct::TypeError("len() of a 0-d tensor");
+            return t.size(0);
+        })
+        .def_property("requires_grad", &Tensor::requires_grad, &Tensor::set_requires_grad)
+        .def("requires_grad_", [](Tensor& t, bool r) { t.set_requires_grad(r); return t; }, py::arg("requires_grad") = true)
+        .def_property_readonly("grad", [](const Tensor& t) -> py::object {
+            if (!t.has_grad()) return py::none();
+            return py::cast(t.grad());
+        }, "The accumulated gradient (a Tensor), or None before a backward pass reaches this tensor.")
+        .def_property_readonly("is_leaf", &Tensor::is_leaf)
+        .def_property_readonly("grad_fn", [](const Tensor& t) -> py::object {
+            if (!t.grad_fn()) return py::none();
+            return py::str(t.grad_fn()->name());
+        }, "The name of the op that made this tensor, or None for a leaf.")
+        .def("backward", [](const Tensor& t, py::object grad) {
+            if (grad.is_none()) {
+                py::gil_scoped_release release;
+                t.backward();
+            } else {
+                Tensor g = as_tensor(grad, "grad");
+                py::gil_scoped_release release;
+                t.backward(g);
+            }
+        }, py::arg("grad") = py::none(),
+           "Accumulate d(self)/d(leaf) into every leaf's .grad; `grad` is needed unless self has one element. "
+           "The graph is freed afterwards.")
+        .def("detach", &Tensor::detach, "A tensor sharing this one's data, outside the graph.")
+        .def("zero_grad", &Tensor::zero_grad, "Drop the gradient (it becomes None, as torch's set_to_none).")
+        .def("numpy", &to_numpy, "The data as a NumPy array that shares memory with the tensor.")
+        .def("__array__", [](const Tensor& t, py::object dtype, py::object) {
+            py::array a = to_numpy(t);
+            if (!dtype.is_none()) return a.attr("astype")(dtype).cast<py::array>();
+            return a;
+        }, py::arg("dtype") = py::none(), py::arg("copy") = py::none())
+        .def("item", &Tensor::item)
+        .def("__float__", &Tensor::item)
+        .def("__repr__", &repr)
+        .def("reshape", [](const Tensor& t, py::args shape) {
+            std::vector<std::int64_t> s;
+            if (shape.size() == 1 && !py::isinstance<py::int_>(shape[0])) s = shape[0].cast<std::vector<std::int64_t>>();
+            else s = shape.cast<std::vector<std::int64_t>>();
+            py::gil_scoped_release release;
+            return ct::reshape(t, s);
+        })
+        .def("view", [](const Tensor& t, py::args shape) {
+            std::vector<std::int64_t> s;
+            if (shape.size() == 1 && !py::isinstance<py::int_>(shape[0])) s = shape[0].cast<std::vector<std::int64_t>>();
+            else s = shape.cast<std::vector<std::int64_t>>();
+            py::gil_scoped_release release;
+            return ct::reshape(t, s);
+        }, "As reshape (ctransformer tensors are always contiguous, so the result owns a copy).")
+        .def("transpose", &ct::transpose, py::arg("dim0"), py::arg("dim1"), release_gil())
+        .def("permute", [](const Tensor& t, py::args dims) {
+            std::vector<int> d;
+            if (dims.size() == 1 && !py::isinstance<py::int_>(dims[0])) d = dims[0].cast<std::vector<int>>();
+            else d = dims.cast<std::vector<int>>();
+            py::gil_scoped_release release;
+            return ct::permute(t, d);
+        })
+        .def("sum", [](const Tensor& t, py::object dim, bool keepdim) {
+            if (dim.is_none()) return ct::sum(t);
+            return ct::sum(t, dim.cast<int>(), keepdim);
+        }, py::arg("dim") = py::none(), py::arg("keepdim") = false)
+        .def("mean", [](const Tensor& t, py::object dim, bool keepdim) {
+            if (dim.is_none()) return ct::mean(t);
+            return ct::mean(t, dim.cast<int>(), keepdim);
+        }, py::arg("dim") = py::none(), py::arg("keepdim") = false)
+        .def("softmax", &ct::softmax, py::arg("dim"), release_gil())
+        .def("log_softmax", &ct::log_softmax, py::arg("dim"), release_gil())
+        .def("relu", &ct::relu, release_gil())
+        .def("__add__", [](const Tensor& a, py::object b) { return ct::add(a, as_tensor(b, "other")); })
+        .def("__radd__", [](const Tensor& a, py::object b) { return ct::add(as_tensor(b, "other"), a); })
+        .def("__sub__", [](const Tensor& a, py::object b) { return ct::sub(a, as_tensor(b, "other")); })
+        .def("__rsub__", [](const Tensor& a, py::object b) { return ct::sub(as_tensor(b, "other"), a); })
+        .def("__mul__", [](const Tensor& a, py::object b) {
+            if (py::isinstance<py::float_>(b) || py::isinstance<py::int_>(b)) return ct::scale(a, b.cast<float>());
+            return ct::mul(a, as_tensor(b, "other"));
+        })
+        .def("__rmul__", [](const Tensor& a, py::object b) {
+            if (py::isinstance<py::float_>(b) || py::isinstance<py::int_>(b)) return ct::scale(a, b.cast<float>());
+            return ct::mul(as_tensor(b, "other"), a);
+        })
+        .def("__truediv__", [](const Tensor& a, py::object b) {
+            if (py::isinstance<py::float_>(b) || py::isinstance<py::int_>(b)) return ct::div_scalar(a, b.cast<float>());
+            return ct::div(a, as_tensor(b, "other"));
+        })
+        .def("__rtruediv__", [](const Tensor& a, py::object b) { return ct::div(as_tensor(b, "other"), a); })
+        .def("__neg__", &ct::neg)
+        .def("__matmul__", [](const Tensor& a, const Tensor& b) { py::gil_scoped_release r; return ct::matmul(a, b); })
+        .def("__rmatmul__", [](const Tensor& a, py::object b) { return ct::matmul(as_tensor(b, "other"), a); });
+
+    m.def("tensor", [](py::object data, bool requires_grad) {
+        if (py::isinstance<Tensor>(data)) {  // like torch.tensor(t): a copy outside the graph
+            const Tensor& t = data.cast<const Tensor&>();
+            return Tensor(ct::Array(t.array()), requires_grad);
+        }
+        return Tensor(to_array(data, "data"), requires_grad);
+    }, py::arg("data"), py::arg("requires_grad") = false,
+       "A float32 tensor holding a copy of `data` (a floating-point NumPy array, list or number).");
+    m.def("zeros", [](const std::vector<std::size_t>& shape, bool requires_grad) { return Tensor::zeros(shape, requires_grad); },
+          py::arg("shape"), py::arg("requires_grad") = false);
+    m.def("ones", [](const std::vector<std::size_t>& shape, bool requires_grad) { return Tensor::full(shape, 1.0f, requires_grad); },
+          py::arg("shape"), py::arg("requires_grad") = false);
+    m.def("is_grad_enabled", &ct::grad_enabled);
+    m.def("set_grad_enabled", &ct::set_grad_enabled, py::arg("enabled"),
+          "Turn graph recording on or off for this thread (no_grad uses it).");
+}
+
+}  // namespace ctpy

@@ -1,0 +1,58 @@
+// Reverse-mode autograd: a dynamic graph of Nodes, built as ops run (micrograd / PyTorch style).
+//
+// Each op that produces a tensor needing a gradient attaches a Node to it. The Node keeps the op's
+// inputs (and whatever it saved from the forward pass) and knows how to turn dL/d(output) into
+// dL/d(input) for each input. Tensor::backward() orders the nodes with an iterative depth-first
+// search, runs them from the output back, accumulates leaf gradients into `.grad` (adding to what
+// is there, like PyTorch, until zero_grad) and then releases the graph.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "ctransformer/tensor.hpp"
+
+namespace ct {
+
+struct Node {
+    std::vector<Tensor> inputs;   // the op's tensor inputs, in a fixed order
+    Array pending_grad;           // dL/d(output), summed over every use of the output
+    bool has_pending = false;
+    bool released = false;
+
+    virtual ~Node() = default;
+    virtual const char* name() const = 0;
+    // Add dL/d(inputs[i]) into grad_slot(inputs[i]) for each input that needs a gradient.
+    virtual void backward(const Array& grad_out) = 0;
+    // Drop inputs and saved tensors so their memory goes back as soon as backward is done.
+    virtual void release_saved() {}
+    void release();
+};
+
+// The buffer a node adds an input's gradient into, zero-filled on first use;
+// nullptr when that input needs no gradient (then the node skips computing it).
+Array* grad_slot(const Tensor& input);
+
+// Whether new ops record a graph (false inside a NoGradGuard).
+bool grad_enabled();
+void set_grad_enabled(bool enabled);
+
+class NoGradGuard {
+public:
+    NoGradGuard();
+    ~NoGradGuard();
+    NoGradGuard(const NoGradGuard&) = delete;
+    NoGradGuard& operator=(const NoGradGuard&) = delete;
+private:
+    bool previous_;
+};
+
+// True when grad mode is on and any of the inputs requires a gradient.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+
+// Make `out` the output of `node`, whose inputs are `inputs` (null entries are skipped).
+void attach(Tensor& out, std::shared_ptr<Node> node, std::initializer_list<const Tensor*> inputs);
+
+// The engine behind Tensor::backward.
+void run_backward(const Tensor& root, const Array& seed);
+
+}  // namespace ct

@@ -1,0 +1,16 @@
+// Every functional op of the library.
+#pragma once
+#include "ctransformer/loss/cross_entropy.hpp"
+#include "ctransformer/loss/kl_div.hpp"
+#include "ctransformer/ops/activation.hpp"
+#include "ctransformer/ops/attention.hpp"
+#include "ctransformer/ops/dropout.hpp"
+#include "ctransformer/ops/elementwise.hpp"
+#include "ctransformer/ops/embedding.hpp"
+#include "ctransformer/ops/layer_norm.hpp"
+#include "ctransformer/ops/linear.hpp"
+#include "ctransformer/ops/masked_fill.hpp"
+#include "ctransformer/ops/matmul.hpp"
+#include "ctransformer/ops/reduce.hpp"
+#include "ctransformer/ops/shape.hpp"
+#include "ctransformer/ops/softmax.hpp"

@@ -1,0 +1,12 @@
+// Sums and means over every element (a 0-dim result, like torch) or over one dimension.
+#pragma once
+#include "ctransformer/tensor.hpp"
+
+namespace ct {
+
+Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
+Tensor sum(const Tensor& x, int dim, bool keepdim = false);
+Tensor mean(const Tensor& x, int dim, bool keepdim = false);
+
+}  // namespace ct

@@ -1,0 +1,10 @@
+// Softmax and log-softmax along one dimension, shifted by the maximum for stability.
+#pragma once
+#include "ctransformer/tensor.hpp"
+
+namespace ct {
+
+Tensor softmax(const Tensor& x, int dim);
+Tensor log_softmax(const Tensor& x, int dim);
+
+}  // namespace ct

@@ -1,0 +1,113 @@
+#include "ctransformer/autograd.hpp"
+
+#include <unordered_set>
+
+#include "ctransformer/error.hpp"
+
+namespace ct {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+}
+
+bool grad_enabled() { return g_grad_enabled; }
+void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+
+void Node::release() {
+    release_saved();
+    inputs.clear();
+    pending_grad = Array();
+    has_pending = false;
+    released = true;
+}
+
+Array* grad_slot(const Tensor& input) {
+    if (!input.requires_grad()) return nullptr;
+    const auto& impl = input.impl();
+    if (impl->grad_fn) {  // an intermediate result: its gradient waits in its node
+        Node& node = *impl->grad_fn;
+        if (!node.has_pending) {
+            node.pending_grad = Array::from_shape(input.shape());
+            node.pending_grad.fill(0.0f);
+            node.has_pending = true;
+        }
+        return &node.pending_grad;
+    }
+    if (!impl->grad) {  // a leaf: its gradient accumulates in .grad
+        impl->grad = Tensor::zeros(input.shape()).impl();
+    }
+    return impl->grad->storage.get();
+}
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+    if (!g_grad_enabled) return false;
+    for (const Tensor* t : inputs)
+        if (t && t->requires_grad()) return true;
+    return false;
+}
+
+void attach(Tensor& out, std::shared_ptr<Node> node, std::initializer_list<const Tensor*> inputs) {
+    for (const Tensor* t : inputs)
+        if (t) node->inputs.push_back(*t);
+    out.impl()->requires_grad = true;
+    out.impl()->grad_fn = std::move(node);
+}
+
+namespace {
+
+void check_not_released(const Node& node) {
+    if (node.released)
+        throw RuntimeError(std::string("backward: trying to backward through the graph a second time "
+                                       "(the graph of ") + node.name() +
+                           " was freed by an earlier backward); recompute the forward pass first");
+}
+
+// Nodes reachable from `root`, each after every node that consumes its output. The list owns
+// them: releasing a node drops its inputs, which may be the last other owner of a later node.
+std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>& root) {
+    std::vector<std::shared_ptr<Node>> post_order;
+    std::unordered_set<Node*> seen{root.get()};
+    std::vector<std::pair<std::shared_ptr<Node>, std::size_t>> stack{{root, 0}};
+    while (!stack.empty()) {
+        auto& [node, next_input] = stack.back();
+        check_not_released(*node);
+        if (next_input < node->inputs.size()) {
+            std::shared_ptr<Node> child = node->inputs[next_input++].grad_fn();
+            if (child && seen.insert(child.get()).second) stack.emplace_back(std::move(child), 0);
+        } else {
+            post_order.push_back(node);
+            stack.pop_back();
+        }
+    }
+    return {post_order.rbegin(), post_order.rend()};
+}
+
+}  // namespace
+
+void run_backward(const Tensor& root, const Array& seed) {
+    if (!root.requires_grad())
+        throw RuntimeError("backward: the tensor does not require grad and has no grad_fn "
+                           "(create its inputs with requires_grad=True, outside no_grad)");
+    if (root.is_leaf()) {
+        Array* slot = grad_slot(root);
+        *slot += seed;
+        return;
+    }
+    const std::shared_ptr<Node>& root_node = root.grad_fn();
+    std::vector<std::shared_ptr<Node>> order = topological_order(root_node);
+    root_node->pending_grad = seed;
+    root_node->has_pending = true;
+    try {
+        for (const auto& node : order) {
+            if (node->has_pending) node->backward(node->pending_grad);
+            node->release();
+        }
+    } catch (...) {
+        for (const auto& node : order) node->release();
+        throw;
+    }
+}
+
+}  // namespace ct

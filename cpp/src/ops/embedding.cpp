@@ -1,0 +1,65 @@
+#include "ctransformer/ops/embedding.hpp"
+
+#include <cstring>
+
+#include "ctransformer/autograd.hpp"
+#include "ctransformer/error.hpp"
+
+namespace ct {
+
+namespace {
+
+// dweight[id] += g for every looked-up id except the padding row.
+struct EmbeddingBackward : Node {
+    IndexArray ids;
+    std::int64_t padding = -1;  // -1: none
+    const char* name() const override { return "embedding"; }
+    void backward(const Array& g) override {
+        Array* gw = grad_slot(inputs[0]);
+        if (!gw) return;
+        const std::size_t D = inputs[0].size(1);
+        for (std::size_t i = 0; i < ids.numel(); ++i) {
+            const std::int64_t id = ids.data[i];
+            if (id == padding) continue;
+            float* row = gw->data() + std::size_t(id) * D;
+            const float* gi = g.data() + i * D;
+            for (std::size_t j = 0; j < D; ++j) row[j] += gi[j];
+        }
+    }
+    void release_saved() override { ids = IndexArray(); }
+};
+
+}  // namespace
+
+Tensor embedding(const IndexArray& ids, const Tensor& weight, std::optional<std::int64_t> padding_idx) {
+    if (weight.dim() != 2)
+        throw ValueError("embedding: weight must have rank 2 (num_embeddings, embedding_dim), got shape " +
+                         shape_str(weight.shape()));
+    const std::int64_t V = std::int64_t(weight.size(0));
+    const std::size_t D = weight.size(1);
+    std::int64_t padding = -1;
+    if (padding_idx) {
+        padding = *padding_idx < 0 ? *padding_idx + V : *padding_idx;
+        if (padding < 0 || padding >= V)
+            throw IndexError("embedding: padding_idx must be within num_embeddings = " + std::to_string(V) + ", got " +
+                             std::to_string(*padding_idx));
+    }
+    for (std::size_t i = 0; i < ids.numel(); ++i)
+        if (ids.data[i] < 0 || ids.data[i] >= V)
+            throw IndexError("embedding: token id " + std::to_string(ids.data[i]) + " at flat position " +
+                             std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    Shape out_shape = ids.shape;
+    out_shape.push_back(D);
+    Tensor out(Array::from_shape(out_shape));
+    for (std::size_t i = 0; i < ids.numel(); ++i)
+        std::memcpy(out.data() + i * D, weight.data() + std::size_t(ids.data[i]) * D, D * sizeof(float));
+    if (needs_grad({&weight})) {
+        auto node = std::make_shared<EmbeddingBackward>();
+        node->ids = ids;
+        node->padding = padding;
+        attach(out, node, {&weight});
+    }
+    return out;
+}
+
+}  // namespace ct

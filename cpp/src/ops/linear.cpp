@@ -1,0 +1,65 @@
+#include "ctransformer/ops/linear.hpp"
+
+#include "../blas.hpp"
+#include "ctransformer/autograd.hpp"
+#include "ctransformer/error.hpp"
+
+namespace ct {
+
+namespace {
+
+// x is viewed as (N, in) with N = all leading dimensions; one gemm each way.
+struct LinearBackward : Node {
+    std::size_t rows, in, out;
+    bool has_bias;
+    LinearBackward(std::size_t r, std::size_t i, std::size_t o, bool b) : rows(r), in(i), out(o), has_bias(b) {}
+    const char* name() const override { return "linear"; }
+    void backward(const Array& g) override {
+        const Tensor& x = inputs[0];
+        const Tensor& w = inputs[1];
+        const int N = int(rows), I = int(in), O = int(out);
+        if (Array* gx = grad_slot(x))  // dx (N, in) = g (N, out) @ W (out, in)
+            blas::gemm(false, false, N, I, O, 1.0f, g.data(), O, w.data(), I, 1.0f, gx->data(), I);
+        if (Array* gw = grad_slot(w))  // dW (out, in) = g^T @ x
+            blas::gemm(true, false, O, I, N, 1.0f, g.data(), O, x.data(), I, 1.0f, gw->data(), I);
+        if (has_bias)
+            if (Array* gb = grad_slot(inputs[2])) {  // db = sum over rows of g
+                float* db = gb->data();
+                for (std::size_t r = 0; r < rows; ++r)
+                    for (std::size_t o = 0; o < out; ++o) db[o] += g.data()[r * out + o];
+            }
+    }
+};
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) {
+    if (weight.dim() != 2)
+        throw ValueError("linear: weight must have rank 2 (out_features, in_features), got shape " +
+                         shape_str(weight.shape()));
+    const std::size_t out_f = weight.size(0), in_f = weight.size(1);
+    if (x.dim() < 1 || x.size(-1) != in_f)
+        throw ValueError("linear: input's last dimension must be in_features = " + std::to_string(in_f) +
+                         ", got input shape " + shape_str(x.shape()));
+    if (bias && (bias->dim() != 1 || bias->size(0) != out_f))
+        throw ValueError("linear: bias must have shape (" + std::to_string(out_f) + ",), got " +
+                         shape_str(bias->shape()));
+    Shape out_shape = x.shape();
+    out_shape.back() = out_f;
+    const std::size_t rows = x.numel() / (in_f ? in_f : 1);
+    Tensor out(Array::from_shape(out_shape));
+    float* y = out.data();
+    if (bias) {  // start from the bias and let gemm add x W^T (beta = 1)
+        for (std::size_t r = 0; r < rows; ++r)
+            for (std::size_t o = 0; o < out_f; ++o) y[r * out_f + o] = bias->data()[o];
+    } else {
+        out.array().fill(0.0f);
+    }
+    blas::gemm(false, true, int(rows), int(out_f), int(in_f), 1.0f, x.data(), int(in_f), weight.data(), int(in_f),
+               1.0f, y, int(out_f));
+    if (needs_grad({&x, &weight, bias}))
+        attach(out, std::make_shared<LinearBackward>(rows, in_f, out_f, bias != nullptr), {&x, &weight, bias});
+    return out;
+}
+
+}  // namespace ct

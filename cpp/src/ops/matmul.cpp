@@ -1,0 +1,101 @@
+#include "ctransformer/ops/matmul.hpp"
+
+#include "../blas.hpp"
+#include "broadcast.hpp"
+#include "ctransformer/autograd.hpp"
+
+namespace ct {
+
+namespace {
+
+// The shapes of one product: op(A) is (m, k), op(B) is (k, n); the batch dimensions broadcast.
+struct MatmulPlan {
+    bool trans_a, trans_b;
+    std::size_t m, n, k;
+    Shape batch, out_shape;
+    std::vector<std::size_t> a_offsets, b_offsets;  // per output matrix, offsets of its A and B
+};
+
+MatmulPlan plan(const Shape& sa, const Shape& sb, bool trans_a, bool trans_b) {
+    if (sa.size() < 2 || sb.size() < 2)
+        throw ValueError("matmul: both operands need rank >= 2 (got a " + shape_str(sa) + ", b " + shape_str(sb) +
+                         "); reshape vectors to (1, n) or (n, 1)");
+    MatmulPlan p{trans_a, trans_b, 0, 0, 0, {}, {}, {}, {}};
+    const std::size_t ra = sa.size(), rb = sb.size();
+    p.m = trans_a ? sa[ra - 1] : sa[ra - 2];
+    const std::size_t ka = trans_a ? sa[ra - 2] : sa[ra - 1];
+    const std::size_t kb = trans_b ? sb[rb - 1] : sb[rb - 2];
+    p.n = trans_b ? sb[rb - 2] : sb[rb - 1];
+    if (ka != kb)
+        throw ValueError("matmul: inner dimensions differ: a " + shape_str(sa) + (trans_a ? " (transposed)" : "") +
+                         " has " + std::to_string(ka) + " columns, b " + shape_str(sb) +
+                         (trans_b ? " (transposed)" : "") + " has " + std::to_string(kb) + " rows");
+    p.k = ka;
+    const Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
+    p.batch = detail::broadcast_shapes(ba, bb, "matmul (batch dimensions)");
+    p.out_shape = p.batch;
+    p.out_shape.push_back(p.m);
+    p.out_shape.push_back(p.n);
+    const std::size_t count = numel_of(p.batch);
+    p.a_offsets.resize(count);
+    p.b_offsets.resize(count);
+    const std::size_t a_mat = sa[ra - 2] * sa[ra - 1], b_mat = sb[rb - 2] * sb[rb - 1];
+    detail::for_each_broadcast(p.batch, detail::broadcast_strides(ba, p.batch), detail::broadcast_strides(bb, p.batch),
+                               [&](std::size_t i, std::size_t ia, std::size_t ib) {
+                                   p.a_offsets[i] = ia * a_mat;
+                                   p.b_offsets[i] = ib * b_mat;
+                               });
+    return p;
+}
+
+// Leading dimensions (row strides) of A and B as stored.
+int lda(const MatmulPlan& p) { return int(p.trans_a ? p.m : p.k); }
+int ldb(const MatmulPlan& p) { return int(p.trans_b ? p.k : p.n); }
+
+struct MatmulBackward : Node {
+    MatmulPlan p;
+    explicit MatmulBackward(MatmulPlan plan_) : p(std::move(plan_)) {}
+    const char* name() const override { return "matmul"; }
+    void backward(const Array& g) override {
+        const Tensor& a = inputs[0];
+        const Tensor& b = inputs[1];
+        Array* ga = grad_slot(a);
+        Array* gb = grad_slot(b);
+        const int m = int(p.m), n = int(p.n), k = int(p.k);
+        for (std::size_t i = 0; i < p.a_offsets.size(); ++i) {
+            const float* gi = g.data() + i * p.m * p.n;  // dC, (m, n)
+            const float* ai = a.data() + p.a_offsets[i];
+            const float* bi = b.data() + p.b_offsets[i];
+            // Accumulating (beta = 1) also sums over broadcast batch entries.
+            if (ga) {
+                float* dai = ga->data() + p.a_offsets[i];
+                if (!p.trans_a)  // dA (m, k) = dC @ op(B)^T
+                    blas::gemm(false, !p.trans_b, m, k, n, 1.0f, gi, n, bi, ldb(p), 1.0f, dai, k);
+                else  // A stored (k, m): dA = op(B) @ dC^T
+                    blas::gemm(p.trans_b, true, k, m, n, 1.0f, bi, ldb(p), gi, n, 1.0f, dai, m);
+            }
+            if (gb) {
+                float* dbi = gb->data() + p.b_offsets[i];
+                if (!p.trans_b)  // dB (k, n) = op(A)^T @ dC
+                    blas::gemm(!p.trans_a, false, k, n, m, 1.0f, ai, lda(p), gi, n, 1.0f, dbi, n);
+                else  // B stored (n, k): dB = dC^T @ op(A)
+                    blas::gemm(true, p.trans_a, n, k, m, 1.0f, gi, n, ai, lda(p), 1.0f, dbi, k);
+            }
+        }
+    }
+};
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+    MatmulPlan p = plan(a.shape(), b.shape(), trans_a, trans_b);
+    Tensor out(Array::from_shape(p.out_shape));
+    if (p.k == 0) out.array().fill(0.0f);
+    for (std::size_t i = 0; i < p.a_offsets.size(); ++i)
+        blas::gemm(trans_a, trans_b, int(p.m), int(p.n), int(p.k), 1.0f, a.data() + p.a_offsets[i], lda(p),
+                   b.data() + p.b_offsets[i], ldb(p), 0.0f, out.data() + i * p.m * p.n, int(p.n));
+    if (needs_grad({&a, &b})) attach(out, std::make_shared<MatmulBackward>(std::move(p)), {&a, &b});
+    return out;
+}
+
+}  // namespace ct

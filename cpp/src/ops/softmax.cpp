@@ -1,0 +1,88 @@
+#include "ctransformer/ops/softmax.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "ctransformer/autograd.hpp"
+
+namespace ct {
+
+namespace {
+
+// A dimension seen as (outer, n, inner): element (o, j, i) sits at (o * n + j) * inner + i.
+struct Lanes {
+    std::size_t outer = 1, n = 1, inner = 1;
+};
+
+Lanes lanes_of(const Shape& s, std::size_t dim) {
+    Lanes l;
+    for (std::size_t d = 0; d < dim; ++d) l.outer *= s[d];
+    l.n = s[dim];
+    for (std::size_t d = dim + 1; d < s.size(); ++d) l.inner *= s[d];
+    return l;
+}
+
+// softmax: y_j = exp(x_j - max) / sum exp(x - max); log_softmax: x_j - max - log sum exp(x - max).
+// A lane of all -inf gives NaN, as torch does.
+void softmax_forward(const float* x, float* y, const Lanes& l, bool log) {
+    for (std::size_t o = 0; o < l.outer; ++o)
+        for (std::size_t i = 0; i < l.inner; ++i) {
+            const float* xl = x + o * l.n * l.inner + i;
+            float* yl = y + o * l.n * l.inner + i;
+            float mx = -std::numeric_limits<float>::infinity();
+            for (std::size_t j = 0; j < l.n; ++j) mx = std::max(mx, xl[j * l.inner]);
+            double total = 0.0;
+            for (std::size_t j = 0; j < l.n; ++j) total += std::exp(xl[j * l.inner] - mx);
+            if (log) {
+                const float lse = float(std::log(total));
+                for (std::size_t j = 0; j < l.n; ++j) yl[j * l.inner] = xl[j * l.inner] - mx - lse;
+            } else {
+                const float inv = float(1.0 / total);
+                for (std::size_t j = 0; j < l.n; ++j) yl[j * l.inner] = std::exp(xl[j * l.inner] - mx) * inv;
+            }
+        }
+}
+
+// softmax: dx_j = y_j (g_j - sum_k g_k y_k); log_softmax: dx_j = g_j - exp(y_j) sum_k g_k.
+struct SoftmaxBackward : Node {
+    Tensor out;
+    Lanes l;
+    bool log;
+    SoftmaxBackward(Tensor o, Lanes lanes, bool lg) : out(std::move(o)), l(lanes), log(lg) {}
+    const char* name() const override { return log ? "log_softmax" : "softmax"; }
+    void backward(const Array& g) override {
+        Array* gx = grad_slot(inputs[0]);
+        if (!gx) return;
+        for (std::size_t o = 0; o < l.outer; ++o)
+            for (std::size_t i = 0; i < l.inner; ++i) {
+                const std::size_t base = o * l.n * l.inner + i;
+                const float* y = out.data() + base;
+                const float* gl = g.data() + base;
+                float* d = gx->data() + base;
+                double acc = 0.0;
+                for (std::size_t j = 0; j < l.n; ++j) acc += log ? gl[j * l.inner] : gl[j * l.inner] * y[j * l.inner];
+                const float s = float(acc);
+                for (std::size_t j = 0; j < l.n; ++j) {
+                    const std::size_t at = j * l.inner;
+                    d[at] += log ? gl[at] - std::exp(y[at]) * s : y[at] * (gl[at] - s);
+                }
+            }
+    }
+    void release_saved() override { out = Tensor(); }
+};
+
+Tensor softmax_impl(const Tensor& x, int dim, bool log) {
+    const std::size_t d = wrap_dim(dim, x.dim(), log ? "log_softmax" : "softmax");
+    const Lanes l = lanes_of(x.shape(), d);
+    Tensor out(Array::from_shape(x.shape()));
+    softmax_forward(x.data(), out.data(), l, log);
+    if (needs_grad({&x})) attach(out, std::make_shared<SoftmaxBackward>(out.detach(), l, log), {&x});
+    return out;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int dim) { return softmax_impl(x, dim, false); }
+Tensor log_softmax(const Tensor& x, int dim) { return softmax_impl(x, dim, true); }
+
+}  // namespace ct

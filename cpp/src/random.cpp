@@ -1,0 +1,35 @@
+#include "ctransformer/random.hpp"
+
+#include <cmath>
+
+#include "ctransformer/error.hpp"
+
+namespace ct {
+
+Generator& default_generator() {
+    static Generator generator(0);
+    return generator;
+}
+
+void manual_seed(std::uint64_t seed) { default_generator().seed(seed); }
+
+void uniform_(Tensor& t, float low, float high) {
+    float* p = t.data();
+    for (std::size_t i = 0; i < t.numel(); ++i) p[i] = default_generator().uniform(low, high);
+}
+
+void normal_(Tensor& t, float mean, float std) {
+    float* p = t.data();
+    for (std::size_t i = 0; i < t.numel(); ++i) p[i] = default_generator().normal(mean, std);
+}
+
+void xavier_uniform_(Tensor& t) {
+    if (t.dim() < 2) throw ValueError("xavier_uniform_: needs a tensor of rank >= 2, got shape " + shape_str(t.shape()));
+    // As torch: fan_in = size(1) * receptive field, fan_out = size(0) * receptive field.
+    const std::size_t receptive = t.numel() / (t.size(0) * t.size(1));
+    const double fan_in = double(t.size(1) * receptive), fan_out = double(t.size(0) * receptive);
+    const float a = float(std::sqrt(6.0 / (fan_in + fan_out)));
+    uniform_(t, -a, a);
+}
+
+}  // namespace ct

@@ -1,0 +1,24 @@
+"""ctransformer: the Transformer of "Attention Is All You Need" on a C++ core.
+
+Tensors are float32 and record the operations made on them, so ``loss.backward()`` fills every
+leaf's ``.grad``, as in PyTorch. Token ids are NumPy integer arrays.
+"""
+from ._core import (
+    Tensor,
+    get_num_threads,
+    is_grad_enabled,
+    manual_seed,
+    ones,
+    set_grad_enabled,
+    set_num_threads,
+    tensor,
+    zeros,
+)
+from . import functional
+from .grad_mode import no_grad
+
+__all__ = [
+    "Tensor", "tensor", "zeros", "ones", "no_grad", "is_grad_enabled", "set_grad_enabled",
+    "manual_seed", "set_num_threads", "get_num_threads", "functional",
+]
+__version__ = "0.1.0"
