@@ -23,4 +23,6 @@ PYBIND11_MODULE(_core, m) {
     ctpy::bind_tensor(m);
     auto functional = m.def_submodule("functional", "Functional ops, each with its backward.");
     ctpy::bind_functional(functional);
+    auto nn = m.def_submodule("nn", "Modules: layers and models with named parameters.");
+    ctpy::bind_nn_module(nn);
 }

@@ -1,0 +1,123 @@
+// ctransformer.nn: the Module base (parameters, state_dict, train/eval) and the basic layers.
+#include <pybind11/stl.h>
+
+#include "bindings.hpp"
+#include "convert.hpp"
+#include "ctransformer/nn/dropout.hpp"
+#include "ctransformer/nn/embedding.hpp"
+#include "ctransformer/nn/layer_norm.hpp"
+#include "ctransformer/nn/linear.hpp"
+
+namespace ctpy {
+
+using ct::Tensor;
+using namespace ct::nn;
+
+namespace {
+
+py::list named_list(const NamedTensors& entries) {
+    py::list out;
+    for (const auto& [name, t] : entries) out.append(py::make_tuple(name, t));
+    return out;
+}
+
+std::string module_repr(const Module& m, const std::string& indent = "") {
+    std::string s = m.type_name() + "(";
+    auto children = m.named_children();
+    if (children.empty()) return s + ")";
+    for (const auto& [name, child] : children) s += "\n" + indent + "  (" + name + "): " + module_repr(*child, indent + "  ");
+    return s + "\n" + indent + ")";
+}
+
+}  // namespace
+
+void bind_nn_module(py::module_& nn) {
+    auto load_result = py::module_::import("collections").attr("namedtuple")(
+        "IncompatibleKeys", py::make_tuple("missing_keys", "unexpected_keys"));
+    nn.attr("IncompatibleKeys") = load_result;
+
+    py::class_<Module, std::shared_ptr<Module>>(nn, "Module", "Base of every layer: a tree of named parameters.")
+        .def("parameters", &Module::parameters, "Every parameter once (a tied weight appears once).")
+        .def("named_parameters", [](const Module& m) { return named_list(m.named_parameters()); },
+             "(name, Tensor) pairs; a tied weight appears once, under its first name.")
+        .def("buffers", [](const Module& m) {
+            std::vector<Tensor> out;
+            for (auto& [name, t] : m.named_buffers()) out.push_back(t);
+            return out;
+        })
+        .def("named_buffers", [](const Module& m) { return named_list(m.named_buffers()); })
+        .def("named_children", [](const Module& m) { return m.named_children(); })
+        .def("children", [](const Module& m) {
+            std::vector<std::shared_ptr<Module>> out;
+            for (auto& [name, c] : m.named_children()) out.push_back(c);
+            return out;
+        })
+        .def("state_dict", [](const Module& m) {
+            py::dict out;  // insertion-ordered: torch's order
+            for (const auto& [name, t] : m.state_dict()) out[py::str(name)] = to_numpy(t).attr("copy")();
+            return out;
+        }, "name -> float32 NumPy array (a copy), parameters and persistent buffers, tied names included.")
+        .def("load_state_dict", [load_result](Module& m, const py::dict& state, bool strict) {
+            std::map<std::string, ct::Array> arrays;
+            for (auto item : state) {
+                const std::string key = py::str(item.first);
+                arrays.emplace(key, to_array(item.second, ("state_dict['" + key + "']").c_str()));
+            }
+            Module::LoadResult r;
+            {
+                py::gil_scoped_release release;
+                r = m.load_state_dict(arrays, strict);
+            }
+            return load_result(r.missing_keys, r.unexpected_keys);
+        }, py::arg("state_dict"), py::arg("strict") = true,
+           "Copy arrays (NumPy, torch CPU tensors, ctransformer tensors) into the parameters in place.")
+        .def("train", [](std::shared_ptr<Module> m, bool mode) { m->train(mode); return m; }, py::arg("mode") = true)
+        .def("eval", [](std::shared_ptr<Module> m) { m->eval(); return m; })
+        .def_property_readonly("training", &Module::is_training)
+        .def("zero_grad", &Module::zero_grad, "Set every parameter's gradient to None.")
+        .def("num_parameters", &Module::num_parameters, "Number of parameter elements, tied weights once.")
+        .def("__repr__", [](const Module& m) { return module_repr(m); });
+
+    py::class_<Linear, Module, std::shared_ptr<Linear>>(nn, "Linear")
+        .def(py::init<std::size_t, std::size_t, bool>(), py::arg("in_features"), py::arg("out_features"),
+             py::arg("bias") = true)
+        .def("forward", &Linear::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
+        .def("__call__", &Linear::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
+        .def_readwrite("weight", &Linear::weight)
+        .def_property_readonly("bias", [](const Linear& l) -> py::object {
+            return l.has_bias ? py::cast(l.bias) : py::none();
+        })
+        .def_readonly("in_features", &Linear::in_features)
+        .def_readonly("out_features", &Linear::out_features);
+
+    auto embed = [](const Embedding& e, py::object ids) {
+        ct::IndexArray idx = to_index_array(ids, "input");
+        py::gil_scoped_release release;
+        return e.forward(idx);
+    };
+    py::class_<Embedding, Module, std::shared_ptr<Embedding>>(nn, "Embedding")
+        .def(py::init<std::size_t, std::size_t, std::optional<std::int64_t>>(), py::arg("num_embeddings"),
+             py::arg("embedding_dim"), py::arg("padding_idx") = py::none())
+        .def("forward", embed, py::arg("input"))
+        .def("__call__", embed, py::arg("input"))
+        .def_readwrite("weight", &Embedding::weight)
+        .def_readonly("num_embeddings", &Embedding::num_embeddings)
+        .def_readonly("embedding_dim", &Embedding::embedding_dim)
+        .def_readonly("padding_idx", &Embedding::padding_idx);
+
+    py::class_<LayerNorm, Module, std::shared_ptr<LayerNorm>>(nn, "LayerNorm")
+        .def(py::init<std::size_t, float>(), py::arg("normalized_shape"), py::arg("eps") = 1e-5f)
+        .def("forward", &LayerNorm::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
+        .def("__call__", &LayerNorm::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
+        .def_readwrite("weight", &LayerNorm::weight)
+        .def_readwrite("bias", &LayerNorm::bias)
+        .def_readonly("eps", &LayerNorm::eps);
+
+    py::class_<Dropout, Module, std::shared_ptr<Dropout>>(nn, "Dropout")
+        .def(py::init<float>(), py::arg("p") = 0.5f)
+        .def("forward", &Dropout::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
+        .def("__call__", &Dropout::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
+        .def_readonly("p", &Dropout::p);
+}
+
+}  // namespace ctpy

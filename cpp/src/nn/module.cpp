@@ -1,0 +1,109 @@
+#include "ctransformer/nn/module.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "ctransformer/error.hpp"
+
+namespace ct::nn {
+
+void Module::register_parameter(const std::string& name, Tensor* t, bool requires_grad) {
+    t->set_requires_grad(requires_grad);
+    params_.emplace_back(name, t);
+}
+
+void Module::register_buffer(const std::string& name, Tensor* t, bool persistent) {
+    buffers_.emplace_back(name, t);
+    if (!persistent) non_persistent_.push_back(name);
+}
+
+void Module::collect(const std::string& prefix, NamedTensors& out, bool params, bool buffers, bool all_buffers) const {
+    if (params)
+        for (const auto& [name, t] : params_) out.emplace_back(prefix + name, *t);
+    if (buffers)
+        for (const auto& [name, t] : buffers_) {
+            const bool persistent = std::find(non_persistent_.begin(), non_persistent_.end(), name) == non_persistent_.end();
+            if (persistent || all_buffers) out.emplace_back(prefix + name, *t);
+        }
+    for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, params, buffers, all_buffers);
+}
+
+NamedTensors Module::named_parameters() const {
+    NamedTensors all, unique;
+    collect("", all, true, false, false);
+    std::set<const TensorImpl*> seen;
+    for (auto& entry : all)
+        if (seen.insert(entry.second.impl().get()).second) unique.push_back(std::move(entry));
+    return unique;
+}
+
+std::vector<Tensor> Module::parameters() const {
+    std::vector<Tensor> out;
+    for (auto& [name, t] : named_parameters()) out.push_back(t);
+    return out;
+}
+
+NamedTensors Module::named_buffers() const {
+    NamedTensors out;
+    collect("", out, false, true, true);
+    return out;
+}
+
+NamedTensors Module::state_dict() const {
+    NamedTensors out;
+    collect("", out, true, true, false);
+    return out;
+}
+
+Module::LoadResult Module::load_state_dict(const std::map<std::string, Array>& state, bool strict) {
+    LoadResult result;
+    std::vector<std::string> mismatched;
+    std::set<std::string> known;
+    const NamedTensors own = state_dict();
+    for (const auto& [name, t] : own) {
+        known.insert(name);
+        auto it = state.find(name);
+        if (it == state.end()) {
+            result.missing_keys.push_back(name);
+            continue;
+        }
+        const Shape want = t.shape(), got(it->second.shape().begin(), it->second.shape().end());
+        if (want != got) mismatched.push_back(name + ": expected shape " + shape_str(want) + ", got " + shape_str(got));
+    }
+    for (const auto& [name, array] : state)
+        if (!known.count(name)) result.unexpected_keys.push_back(name);
+
+    auto join = [](const std::vector<std::string>& v) {
+        std::string s;
+        for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+        return s;
+    };
+    std::string errors;
+    if (!mismatched.empty()) errors += "\n  size mismatch: " + join(mismatched);
+    if (strict && !result.missing_keys.empty()) errors += "\n  missing keys: " + join(result.missing_keys);
+    if (strict && !result.unexpected_keys.empty()) errors += "\n  unexpected keys: " + join(result.unexpected_keys);
+    if (!errors.empty()) throw RuntimeError("load_state_dict: error(s) loading state_dict for " + type_name() + ":" + errors);
+
+    for (const auto& [name, t] : own) {  // nothing is written unless everything matched
+        auto it = state.find(name);
+        if (it != state.end()) std::copy(it->second.data(), it->second.data() + it->second.size(), t.data());
+    }
+    return result;
+}
+
+void Module::train(bool on) {
+    training_ = on;
+    for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::zero_grad() {
+    for (auto& t : parameters()) t.zero_grad();
+}
+
+std::size_t Module::num_parameters() const {
+    std::size_t n = 0;
+    for (const auto& t : parameters()) n += t.numel();
+    return n;
+}
+
+}  // namespace ct::nn

@@ -1,0 +1,11 @@
+"""Modules with named parameters, ``state_dict`` and ``train()``/``eval()`` as ``torch.nn``."""
+from .._core.nn import (
+    Dropout,
+    Embedding,
+    IncompatibleKeys,
+    LayerNorm,
+    Linear,
+    Module,
+)
+
+__all__ = ["Module", "Linear", "Embedding", "LayerNorm", "Dropout", "IncompatibleKeys"]
