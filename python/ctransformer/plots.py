@@ -1,0 +1,128 @@
+"""Altair charts of ctransformer results: the blog's plots (seed 002) and the walk-throughs' views.
+
+Each function takes plain arrays (NumPy, or ctransformer tensors via ``.numpy()``) that ctransformer
+computed, and returns an ``altair.Chart``; ``save_png`` renders one with vl-convert. Keeping the
+charts here keeps the notebooks short and lets the tests check each chart's data.
+"""
+import numpy as np
+
+try:
+    import altair as alt
+    import pandas as pd
+except ImportError as error:  # pragma: no cover - the message is the point
+    raise ImportError("ctransformer.plots needs altair and pandas: pip install 'ctransformer[notebooks]'") from error
+
+alt.data_transformers.disable_max_rows()
+
+
+def _grid_frame(grid, value, x_name, y_name):
+    """A long table of a 2-D grid: one row per cell, x = column index, y = row index."""
+    grid = np.asarray(grid, dtype=np.float64)
+    rows, cols = np.indices(grid.shape)
+    return pd.DataFrame({value: grid.ravel(), x_name: cols.ravel(), y_name: rows.ravel()})
+
+
+def heatmap(grid, value, x_name, y_name, size=250, scheme="viridis", interactive=False):
+    """A rect heat map of a 2-D array with a viridis colour scale, as the blog draws them."""
+    chart = (
+        alt.Chart(_grid_frame(grid, value, x_name, y_name))
+        .mark_rect()
+        .properties(height=size, width=size)
+        .encode(alt.X(f"{x_name}:O"), alt.Y(f"{y_name}:O"), alt.Color(f"{value}:Q", scale=alt.Scale(scheme=scheme)))
+    )
+    return chart.interactive() if interactive else chart
+
+
+def learning_rate_chart(learning_rates):
+    """Plot 1 of seed 002: lr against step, one line per "model_size - warmup" label.
+
+    learning_rates: {label: sequence of lr values, one per step}.
+    """
+    frame = pd.concat(
+        [pd.DataFrame({"Learning Rate": np.asarray(values, dtype=np.float64), "model_size - warmup": label,
+                       "step": np.arange(len(values))})
+         for label, values in learning_rates.items()]
+    )
+    return (
+        alt.Chart(frame).mark_line().properties(width=600)
+        .encode(x="step", y="Learning Rate", color="model_size - warmup:N").interactive()
+    )
+
+
+def label_smoothing_chart(true_dist):
+    """Plot 2 of seed 002: the smoothed target distribution, rows x columns."""
+    return heatmap(true_dist, "target distribution", "columns", "rows", size=200)
+
+
+def subsequent_mask_chart(mask):
+    """Plot 3 of seed 002: a (size, size) subsequent mask, "Window" x "Masking"."""
+    return heatmap(np.asarray(mask, dtype=np.float64), "Subsequent Mask", "Window", "Masking", interactive=True)
+
+
+def penalization_chart(losses):
+    """Plot 4 of seed 002: the label-smoothing loss as the prediction grows more confident."""
+    frame = pd.DataFrame({"Loss": np.asarray(losses, dtype=np.float64), "Steps": np.arange(len(losses))})
+    return alt.Chart(frame).mark_line().properties(width=350).encode(x="Steps", y="Loss").interactive()
+
+
+def mask_chart(mask, title, x_name="key position", y_name="query position"):
+    """A boolean attention mask (True = may attend) as a heat map."""
+    return heatmap(np.asarray(mask, dtype=np.float64), "may attend", x_name, y_name).properties(title=title)
+
+
+def positional_encoding_chart(table, title="positional encoding"):
+    """The (n_position, d) sinusoid table as a heat map of dimension against position."""
+    return heatmap(np.asarray(table), "value", "dimension", "position", size=300).properties(title=title)
+
+
+def positional_encoding_lines(table, dims=(4, 5, 6, 7), title="positional encoding, dimensions 4-7"):
+    """Chosen dimensions of the table over position, as the Annotated Transformer shows them."""
+    table = np.asarray(table, dtype=np.float64)
+    frame = pd.concat(
+        [pd.DataFrame({"embedding": table[:, d], "dimension": d, "position": np.arange(table.shape[0])}) for d in dims]
+    )
+    return (
+        alt.Chart(frame).mark_line().properties(width=600, title=title)
+        .encode(x="position", y="embedding", color="dimension:N").interactive()
+    )
+
+
+def attention_chart(weights, row_labels=None, col_labels=None, title="", size=180):
+    """Attention weights of one layer, (heads, Lq, Lk): one heat map per head, side by side."""
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.ndim == 2:
+        weights = weights[None]
+    frames = []
+    for h, grid in enumerate(weights):
+        frame = _grid_frame(grid, "weight", "key", "query")
+        frame["head"] = h
+        if col_labels is not None:
+            frame["key"] = [f"{i:02d} {col_labels[i]}" for i in frame["key"]]
+        if row_labels is not None:
+            frame["query"] = [f"{i:02d} {row_labels[i]}" for i in frame["query"]]
+        frames.append(frame)
+    return (
+        alt.Chart(pd.concat(frames)).mark_rect().properties(height=size, width=size)
+        .encode(alt.X("key:O"), alt.Y("query:O"), alt.Color("weight:Q", scale=alt.Scale(scheme="viridis")))
+        .facet(column="head:O", title=title)
+    )
+
+
+def training_curves_chart(history, x="step", metrics=("loss",)):
+    """Training curves from a list of dicts (one per logged step): one line per metric."""
+    frame = pd.DataFrame(history)
+    long = frame.melt(id_vars=[x], value_vars=[m for m in metrics if m in frame], var_name="metric")
+    return (
+        alt.Chart(long).mark_line().properties(width=500)
+        .encode(x=f"{x}:Q", y="value:Q", color="metric:N").interactive()
+    )
+
+
+def save_png(chart, path, scale=2.0):
+    """Render a chart to a PNG file with vl-convert (no browser needed)."""
+    import vl_convert as vlc
+
+    png = vlc.vegalite_to_png(chart.to_json(), scale=scale)
+    with open(path, "wb") as f:
+        f.write(png)
+    return path
