@@ -7,5 +7,7 @@ from .._core.nn import (
     Linear,
     Module,
 )
+from . import gpt
+from .gpt import GPT
 
-__all__ = ["Module", "Linear", "Embedding", "LayerNorm", "Dropout", "IncompatibleKeys"]
+__all__ = ["Module", "Linear", "Embedding", "LayerNorm", "Dropout", "IncompatibleKeys", "gpt", "GPT"]

@@ -1,0 +1,163 @@
+// ctransformer.nn.gpt: seed 004's decoder-only GPT and its parts (SelfAttention, FFN,
+// TransformerLayer), named as the seed so they sit apart from the encoder-decoder's modules.
+#include <pybind11/stl.h>
+
+#include "bindings.hpp"
+#include "convert.hpp"
+#include "ctransformer/error.hpp"
+#include "ctransformer/nn/gpt/gpt.hpp"
+
+namespace ctpy {
+
+using ct::Tensor;
+using namespace ct::nn;
+using namespace ct::nn::gpt;
+using release_gil = py::call_guard<py::gil_scoped_release>;
+
+namespace {
+
+py::array_t<std::int64_t> ids_to_numpy(const ct::IndexArray& ids) {
+    py::array_t<std::int64_t> out(std::vector<py::ssize_t>(ids.shape.begin(), ids.shape.end()));
+    std::copy(ids.data.begin(), ids.data.end(), out.mutable_data());
+    return out;
+}
+
+py::tuple gpt_forward(const GPT& model, py::object word_idx, py::object targets) {
+    const ct::IndexArray idx = to_index_array(word_idx, "word_idx");
+    std::optional<ct::IndexArray> tgt;
+    if (!targets.is_none()) tgt = to_index_array(targets, "targets");
+    GPT::Output out;
+    {
+        py::gil_scoped_release release;
+        out = model.forward(idx, tgt ? &*tgt : nullptr);
+    }
+    // As the seed: (logits, loss) with targets, else (logits, [attention weights of each layer]).
+    if (out.loss) return py::make_tuple(out.logits, *out.loss);
+    py::list weights;
+    for (const auto& w : out.attention_weights) weights.append(w);
+    return py::make_tuple(out.logits, weights);
+}
+
+}  // namespace
+
+void bind_nn_gpt(py::module_& nn) {
+    auto gpt = nn.def_submodule("gpt", "Seed 004's decoder-only GPT and its parts.");
+
+    py::class_<SelfAttention, Module, std::shared_ptr<SelfAttention>>(gpt, "SelfAttention",
+        "Causal multi-head self-attention (seed 004): q_layer, k_layer, v_layer, proj_layer, attn_drop, proj_drop.")
+        .def(py::init<std::size_t, std::size_t, float>(), py::arg("embed_dim"), py::arg("num_head"), py::arg("dropout"))
+        .def("forward", &SelfAttention::forward, py::arg("x"), release_gil(),
+             "x (batch, seq_len, embed_dim) -> (out, attn (batch, num_head, seq_len, seq_len)).")
+        .def("__call__", &SelfAttention::forward, py::arg("x"), release_gil())
+        .def_readonly("q_layer", &SelfAttention::q_layer)
+        .def_readonly("k_layer", &SelfAttention::k_layer)
+        .def_readonly("v_layer", &SelfAttention::v_layer)
+        .def_readonly("proj_layer", &SelfAttention::proj_layer)
+        .def_readonly("attn_drop", &SelfAttention::attn_drop)
+        .def_readonly("proj_drop", &SelfAttention::proj_drop)
+        .def_readonly("num_head", &SelfAttention::num_head)
+        .def_readonly("head_dim", &SelfAttention::head_dim);
+
+    py::class_<FFN, Module, std::shared_ptr<FFN>>(gpt, "FFN", "drop(fc2(gelu_tanh(fc1(x)))) (seed 004).")
+        .def(py::init<std::size_t, std::size_t, float>(), py::arg("embed_dim"), py::arg("feedforward_dim"),
+             py::arg("dropout"))
+        .def("forward", &FFN::forward, py::arg("x"), release_gil())
+        .def("__call__", &FFN::forward, py::arg("x"), release_gil())
+        .def_readonly("fc1", &FFN::fc1)
+        .def_readonly("fc2", &FFN::fc2)
+        .def_readonly("drop", &FFN::drop);
+
+    py::class_<TransformerLayer, Module, std::shared_ptr<TransformerLayer>>(gpt, "TransformerLayer",
+        "Pre-norm block (seed 004): x + attn(norm1(x)), then + ffn(norm2(.)); no residuals when no_res.")
+        .def(py::init<std::size_t, std::size_t, std::size_t, float, bool>(), py::arg("embed_dim"), py::arg("num_head"),
+             py::arg("feedforward_dim"), py::arg("dropout"), py::arg("no_res") = false)
+        .def("forward", &TransformerLayer::forward, py::arg("x"), release_gil(), "x -> (out, attn).")
+        .def("__call__", &TransformerLayer::forward, py::arg("x"), release_gil())
+        .def_readonly("norm1", &TransformerLayer::norm1)
+        .def_readonly("attn", &TransformerLayer::attn)
+        .def_readonly("norm2", &TransformerLayer::norm2)
+        .def_readonly("ffn", &TransformerLayer::ffn)
+        .def_readonly("no_res", &TransformerLayer::no_res);
+
+    using LayerList = ModuleList<TransformerLayer>;
+    py::class_<LayerList, Module, std::shared_ptr<LayerList>>(gpt, "TransformerLayerList",
+        "GPT.transformer: a ModuleList of TransformerLayer.")
+        .def("__len__", &LayerList::size)
+        .def("__getitem__", [](const LayerList& l, std::int64_t i) {
+            const auto n = std::int64_t(l.size());
+            if (i < -n || i >= n) throw ct::IndexError("transformer: index " + std::to_string(i) + " out of range for " +
+                                                       std::to_string(n) + " layers");
+            return l.items()[std::size_t(i < 0 ? i + n : i)];
+        }, py::arg("index"))
+        .def("__iter__", [](const LayerList& l) { return py::iter(py::cast(l.items())); });
+
+    py::class_<GPT, Module, std::shared_ptr<GPT>>(gpt, "GPT", R"doc(Seed 004's decoder-only GPT.
+
+GPT(vocab_size, max_seq_len, num_layer, embed_dim, num_head, feedforward_dim, dropout,
+    no_res=False, no_pos=False)
+
+Token + learned position embeddings, dropout, ``num_layer`` pre-norm TransformerLayers, a final
+LayerNorm and a bias-free ``language_model_head`` whose weight is the token embedding's weight.
+Weights ~ N(0, 0.02), biases 0, attention output projections ~ N(0, 0.02 / sqrt(2 num_layer)),
+drawn from the generator seeded by ``ctransformer.manual_seed``.)doc")
+        .def(py::init<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, float, bool, bool>(),
+             py::arg("vocab_size"), py::arg("max_seq_len"), py::arg("num_layer"), py::arg("embed_dim"),
+             py::arg("num_head"), py::arg("feedforward_dim"), py::arg("dropout"), py::arg("no_res") = false,
+             py::arg("no_pos") = false)
+        .def("forward", &gpt_forward, py::arg("word_idx"), py::arg("targets") = py::none(),
+             R"doc(word_idx: integer array (batch, seq_len), seq_len <= max_seq_len.
+
+Returns (logits (batch, seq_len, vocab_size), loss) when targets (same shape) are given, the loss
+being cross-entropy with ignore_index=0; otherwise (logits, [attention weights of each layer]).)doc")
+        .def("__call__", &gpt_forward, py::arg("word_idx"), py::arg("targets") = py::none())
+        .def("init_weights", &GPT::init_weights, release_gil(), "Redraw every weight as the constructor does.")
+        .def("configure_optimizers", [](const GPT& m, double weight_decay) {
+            py::list groups;
+            const auto built = m.configure_optimizers(float(weight_decay));
+            for (std::size_t i = 0; i < built.size(); ++i) {
+                py::dict d;
+                d["params"] = py::cast(built[i].params);
+                // The caller's number itself (a double), not its float32 rounding.
+                d["weight_decay"] = i == 0 ? weight_decay : double(built[i].weight_decay);
+                groups.append(d);
+            }
+            return groups;
+        }, py::arg("weight_decay"),
+           R"doc([{"params": Linear weights, "weight_decay": weight_decay},
+ {"params": biases, LayerNorm and Embedding weights, "weight_decay": 0.0}], each sorted by
+parameter name; the tied head weight appears once (as word_token_embedding.weight, no decay).)doc")
+        .def("generate", [](const GPT& m, py::object idx, std::int64_t max_new_tokens, float temperature,
+                            std::optional<std::int64_t> top_k) {
+            if (max_new_tokens < 0)
+                throw ct::ValueError("GPT.generate: max_new_tokens must be >= 0, got " + std::to_string(max_new_tokens));
+            const ct::IndexArray ids = to_index_array(idx, "idx");
+            ct::IndexArray out;
+            {
+                py::gil_scoped_release release;
+                out = m.generate(ids, std::size_t(max_new_tokens), temperature, top_k);
+            }
+            // As the seed: idx.squeeze().cpu().numpy().
+            return ids_to_numpy(out).attr("squeeze")();
+        }, py::arg("idx"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0f, py::arg("top_k") = py::none(),
+           R"doc(Append max_new_tokens ids to idx (batch, t), each drawn from softmax(logits[:, -1] / temperature)
+restricted to the top_k largest logits; the context is cropped to its last max_seq_len ids. No graph is
+recorded; draws come from the manual_seed generator. Returns the int64 ids squeezed, as the seed
+(shape (t + max_new_tokens,) for one sequence).)doc")
+        .def_readonly("word_token_embedding", &GPT::word_token_embedding)
+        .def_readonly("word_pos_embedding", &GPT::word_pos_embedding)
+        .def_readonly("drop", &GPT::drop)
+        .def_readonly("transformer", &GPT::transformer)
+        .def_readonly("norm", &GPT::norm)
+        .def_readonly("language_model_head", &GPT::language_model_head)
+        .def_readonly("vocab_size", &GPT::vocab_size)
+        .def_readonly("max_seq_len", &GPT::max_seq_len)
+        .def_readonly("num_layer", &GPT::num_layer)
+        .def_readonly("embed_dim", &GPT::embed_dim)
+        .def_readonly("num_head", &GPT::num_head)
+        .def_readonly("feedforward_dim", &GPT::feedforward_dim)
+        .def_readonly("no_res", &GPT::no_res)
+        .def_readonly("no_pos", &GPT::no_pos)
+        .def_readonly_static("ignore_index", &GPT::ignore_index);
+}
+
+}  // namespace ctpy

@@ -1,0 +1,83 @@
+// GPT(vocab_size, max_seq_len, num_layer, embed_dim, num_head, feedforward_dim, dropout, no_res,
+// no_pos): seed 004's decoder-only language model.
+//
+//   x = drop(word_token_embedding(idx) + word_pos_embedding(0..t-1))   (no position term when no_pos)
+//   x, attn_l = transformer[l](x)                                       for each layer l
+//   logits = language_model_head(norm(x))                               (b, t, vocab_size)
+//   loss = cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index = 0)
+//
+// language_model_head has no bias and its weight IS word_token_embedding's weight (one Tensor).
+// init_weights() follows the seed: every Linear and Embedding weight ~ N(0, 0.02), biases 0, then
+// every parameter whose name ends in "proj_layer.weight" (each attention's output projection)
+// ~ N(0, 0.02 / sqrt(2 num_layer)); draws come from the library generator (manual_seed).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctransformer/nn/dropout.hpp"
+#include "ctransformer/nn/embedding.hpp"
+#include "ctransformer/nn/gpt/transformer_layer.hpp"
+#include "ctransformer/nn/layer_norm.hpp"
+#include "ctransformer/nn/linear.hpp"
+
+namespace ct::nn::gpt {
+
+class GPT : public Module {
+public:
+    static constexpr std::int64_t ignore_index = 0;  // seed 004's cross_entropy(..., ignore_index=0)
+
+    GPT(std::size_t vocab_size, std::size_t max_seq_len, std::size_t num_layer, std::size_t embed_dim,
+        std::size_t num_head, std::size_t feedforward_dim, float dropout, bool no_res = false, bool no_pos = false);
+
+    void init_weights();
+
+    struct Output {
+        Tensor logits;                          // (b, t, vocab_size)
+        std::optional<Tensor> loss;             // a 0-dim tensor when targets were given
+        std::vector<Tensor> attention_weights;  // one (b, num_head, t, t) per layer
+    };
+    // idx (b, t) token ids ("word_idx" in the seed), 1 <= t <= max_seq_len; targets, when given,
+    // the same shape, 0 for positions that do not count.
+    Output forward(const IndexArray& idx, const IndexArray* targets = nullptr) const;
+
+    // The input of the first layer for idx placed at positions start_pos .. start_pos + t - 1.
+    Tensor embed(const IndexArray& idx, std::size_t start_pos = 0) const;
+
+    struct ParamGroup {
+        std::vector<std::string> names;
+        std::vector<Tensor> params;
+        float weight_decay;
+    };
+    // The seed's two groups: Linear weights decay; biases, LayerNorm and Embedding weights do not;
+    // the tied head weight is counted once, as word_token_embedding.weight (no decay). Each group
+    // is sorted by name.
+    std::vector<ParamGroup> configure_optimizers(float weight_decay) const;
+
+    // Appends max_new_tokens ids to idx (b, t), each sampled from
+    // softmax(top_k filtered logits[:, -1] / temperature), the context cropped to its last
+    // max_seq_len ids. Runs without recording a graph; draws from the library generator.
+    // Returns (b, t + max_new_tokens).
+    IndexArray generate(const IndexArray& idx, std::size_t max_new_tokens, float temperature = 1.0f,
+                        std::optional<std::int64_t> top_k = std::nullopt) const;
+
+    std::string type_name() const override { return "GPT"; }
+
+    std::shared_ptr<Embedding> word_token_embedding, word_pos_embedding;
+    std::shared_ptr<Dropout> drop;
+    std::shared_ptr<ModuleList<TransformerLayer>> transformer;
+    std::shared_ptr<LayerNorm> norm;
+    std::shared_ptr<Linear> language_model_head;
+
+    const std::size_t vocab_size, max_seq_len, num_layer, embed_dim, num_head, feedforward_dim;
+    const float dropout;
+    const bool no_res, no_pos;
+
+private:
+    void check_ids(const IndexArray& ids, const char* fn, const char* arg) const;
+    void check_idx(const IndexArray& idx, const char* fn, const char* arg, std::size_t start_pos, bool limit_len) const;
+};
+
+}  // namespace ct::nn::gpt

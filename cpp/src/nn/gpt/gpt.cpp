@@ -1,0 +1,247 @@
+#include "ctransformer/nn/gpt/gpt.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "ctransformer/autograd.hpp"
+#include "ctransformer/error.hpp"
+#include "ctransformer/loss/cross_entropy.hpp"
+#include "ctransformer/ops/elementwise.hpp"
+#include "ctransformer/ops/shape.hpp"
+#include "ctransformer/random.hpp"
+
+namespace ct::nn::gpt {
+
+namespace {
+
+// torch's named_modules(): the module itself ("") first, then each child depth-first.
+void walk(const std::string& prefix, const std::shared_ptr<Module>& m,
+          const std::function<void(const std::string&, Module&)>& fn) {
+    fn(prefix, *m);
+    for (const auto& [name, child] : m->named_children()) walk(prefix.empty() ? name : prefix + "." + name, child, fn);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string position_str(std::size_t flat, const Shape& shape) {
+    std::vector<std::size_t> index(shape.size());
+    for (std::size_t d = shape.size(); d-- > 0;) {
+        index[d] = flat % shape[d];
+        flat /= shape[d];
+    }
+    std::string s = "(";
+    for (std::size_t d = 0; d < index.size(); ++d) s += (d ? ", " : "") + std::to_string(index[d]);
+    return s + ")";
+}
+
+}  // namespace
+
+GPT::GPT(std::size_t vocab, std::size_t max_len, std::size_t layers, std::size_t embed, std::size_t heads,
+         std::size_t ff, float p, bool without_res, bool without_pos)
+    : vocab_size(vocab), max_seq_len(max_len), num_layer(layers), embed_dim(embed), num_head(heads),
+      feedforward_dim(ff), dropout(p), no_res(without_res), no_pos(without_pos) {
+    if (vocab == 0 || max_len == 0 || embed == 0 || ff == 0)
+        throw ValueError("GPT: vocab_size, max_seq_len, embed_dim and feedforward_dim must be positive, got " +
+                         std::to_string(vocab) + ", " + std::to_string(max_len) + ", " + std::to_string(embed) +
+                         ", " + std::to_string(ff));
+    word_token_embedding = register_module("word_token_embedding", std::make_shared<Embedding>(vocab, embed));
+    word_pos_embedding = register_module("word_pos_embedding", std::make_shared<Embedding>(max_len, embed));
+    drop = register_module("drop", std::make_shared<Dropout>(p));
+    transformer = register_module("transformer", std::make_shared<ModuleList<TransformerLayer>>());
+    for (std::size_t l = 0; l < layers; ++l)
+        transformer->append(std::make_shared<TransformerLayer>(embed, heads, ff, p, without_res));
+    norm = register_module("norm", std::make_shared<LayerNorm>(embed));
+    language_model_head = register_module("language_model_head", std::make_shared<Linear>(embed, vocab, false));
+    // Weight tying, as the seed: the embedding's weight becomes the head's weight (one tensor).
+    word_token_embedding->weight = language_model_head->weight;
+    init_weights();
+}
+
+void GPT::init_weights() {
+    // A non-owning handle on this module, to walk the tree like torch's self.modules().
+    std::shared_ptr<Module> self(std::shared_ptr<Module>(), this);
+    walk("", self, [](const std::string&, Module& m) {
+        if (auto* linear = dynamic_cast<Linear*>(&m)) {
+            normal_(linear->weight, 0.0f, 0.02f);
+            if (linear->has_bias) std::fill_n(linear->bias.data(), linear->bias.numel(), 0.0f);
+        } else if (auto* emb = dynamic_cast<Embedding*>(&m)) {
+            normal_(emb->weight, 0.0f, 0.02f);
+        }
+    });
+    // The GPT-2 scaled init of the residual projections, selected by name as the seed does.
+    const float proj_std = 0.02f / std::sqrt(2.0f * float(num_layer));
+    for (auto& [name, p] : named_parameters())
+        if (ends_with(name, "proj_layer.weight")) normal_(p, 0.0f, proj_std);
+}
+
+void GPT::check_ids(const IndexArray& ids, const char* fn, const char* arg) const {
+    for (std::size_t i = 0; i < ids.numel(); ++i)
+        if (ids.data[i] < 0 || ids.data[i] >= std::int64_t(vocab_size))
+            throw IndexError(std::string(fn) + ": " + arg + " holds token id " + std::to_string(ids.data[i]) + " at " +
+                             position_str(i, ids.shape) + ", outside the vocabulary [0, " +
+                             std::to_string(vocab_size) + ")");
+}
+
+void GPT::check_idx(const IndexArray& idx, const char* fn, const char* arg, std::size_t start_pos,
+                    bool limit_len) const {
+    if (idx.shape.size() != 2 || idx.shape[0] == 0 || idx.shape[1] == 0)
+        throw ValueError(std::string(fn) + ": " + arg + " must have shape (batch, seq_len) with both at least 1, got " +
+                         shape_str(idx.shape));
+    const std::size_t t = idx.shape[1];
+    if (limit_len && start_pos + t > max_seq_len)
+        throw ValueError(std::string(fn) + ": " + arg + " has seq_len " + std::to_string(t) +
+                         (start_pos ? " after " + std::to_string(start_pos) + " earlier positions" : std::string()) +
+                         ", more than max_seq_len = " + std::to_string(max_seq_len));
+    check_ids(idx, fn, arg);
+}
+
+Tensor GPT::embed(const IndexArray& idx, std::size_t start_pos) const {
+    check_idx(idx, "GPT.embed", "idx", start_pos, true);
+    const std::size_t t = idx.shape[1];
+    Tensor x = word_token_embedding->forward(idx);  // (b, t, E)
+    if (!no_pos) {
+        IndexArray pos{std::vector<std::int64_t>(t), {t}};
+        for (std::size_t i = 0; i < t; ++i) pos.data[i] = std::int64_t(start_pos + i);
+        x = add(x, word_pos_embedding->forward(pos));  // (t, E) broadcast over the batch
+    }
+    return drop->forward(x);
+}
+
+GPT::Output GPT::forward(const IndexArray& idx, const IndexArray* targets) const {
+    check_idx(idx, "GPT.forward", "word_idx", 0, true);
+    if (targets) {
+        if (targets->shape != idx.shape)
+            throw ValueError("GPT.forward: targets must have the shape of word_idx " + shape_str(idx.shape) + ", got " +
+                             shape_str(targets->shape));
+        check_ids(*targets, "GPT.forward", "targets");
+    }
+    Output out;
+    Tensor x = embed(idx);
+    for (const auto& layer : transformer->items()) {
+        auto [y, attn] = layer->forward(x);
+        x = y;
+        out.attention_weights.push_back(attn);
+    }
+    out.logits = language_model_head->forward(norm->forward(x));
+    if (targets) {
+        IndexArray flat{targets->data, {targets->numel()}};
+        out.loss = cross_entropy(reshape(out.logits, {-1, std::int64_t(vocab_size)}), flat, ignore_index);
+    }
+    return out;
+}
+
+std::vector<GPT::ParamGroup> GPT::configure_optimizers(float weight_decay) const {
+    // The seed's walk: every (module, its recursive parameters) pair, classified by the suffix of
+    // the parameter's name and the type of the module that owns it.
+    std::set<std::string> decay, no_decay;
+    std::shared_ptr<Module> self(std::shared_ptr<Module>(), const_cast<GPT*>(this));
+    walk("", self, [&](const std::string& mn, Module& m) {
+        for (const auto& [pn, p] : m.named_parameters()) {
+            const std::string fpn = mn.empty() ? pn : mn + "." + pn;
+            if (ends_with(pn, "bias"))
+                no_decay.insert(fpn);
+            else if (ends_with(pn, "weight") && dynamic_cast<Linear*>(&m))
+                decay.insert(fpn);
+            else if (ends_with(pn, "weight") && (dynamic_cast<LayerNorm*>(&m) || dynamic_cast<Embedding*>(&m)))
+                no_decay.insert(fpn);
+        }
+    });
+    // The tied head weight appears in decay through the head and in no_decay through the
+    // embedding; named_parameters() knows it by its first name, the embedding's, so it stays
+    // there only (not decayed).
+    decay.erase("language_model_head.weight");
+
+    std::map<std::string, Tensor> param_dict;
+    for (const auto& [name, p] : named_parameters()) param_dict.emplace(name, p);
+    for (const auto& name : decay)
+        if (no_decay.count(name)) throw RuntimeError("GPT.configure_optimizers: " + name + " is in both groups");
+    for (const auto& [name, p] : param_dict)
+        if (!decay.count(name) && !no_decay.count(name))
+            throw RuntimeError("GPT.configure_optimizers: " + name + " is in neither group");
+
+    auto group = [&](const std::set<std::string>& names, float wd) {
+        ParamGroup g{{}, {}, wd};
+        for (const auto& name : names) {  // std::set iterates in sorted order, as sorted(list(...))
+            g.names.push_back(name);
+            g.params.push_back(param_dict.at(name));
+        }
+        return g;
+    };
+    return {group(decay, weight_decay), group(no_decay, 0.0f)};
+}
+
+IndexArray GPT::generate(const IndexArray& idx, std::size_t max_new_tokens, float temperature,
+                         std::optional<std::int64_t> top_k) const {
+    check_idx(idx, "GPT.generate", "idx", 0, false);  // longer than max_seq_len is fine: the context is cropped
+    if (!(temperature > 0.0f) || !std::isfinite(temperature))
+        throw ValueError("GPT.generate: temperature must be a positive finite number, got " +
+                         std::to_string(temperature));
+    if (top_k && *top_k < 1) throw ValueError("GPT.generate: top_k must be at least 1, got " + std::to_string(*top_k));
+
+    NoGradGuard no_grad;
+    const std::size_t b = idx.shape[0], V = vocab_size, E = embed_dim;
+    std::vector<std::vector<std::int64_t>> rows(b);
+    for (std::size_t r = 0; r < b; ++r)
+        rows[r].assign(idx.data.begin() + std::ptrdiff_t(r * idx.shape[1]),
+                       idx.data.begin() + std::ptrdiff_t((r + 1) * idx.shape[1]));
+    const std::size_t k = top_k ? std::min<std::size_t>(std::size_t(*top_k), V) : V;
+    std::vector<float> logits_row(V), sorted(V);
+    std::vector<double> probs(V);
+
+    for (std::size_t step = 0; step < max_new_tokens; ++step) {
+        // Crop the context to its last max_seq_len ids (the seed's comment; its code forgot to).
+        const std::size_t T = rows[0].size(), tc = std::min(T, max_seq_len);
+        IndexArray cond{std::vector<std::int64_t>(b * tc), {b, tc}};
+        for (std::size_t r = 0; r < b; ++r) std::copy(rows[r].end() - std::ptrdiff_t(tc), rows[r].end(), cond.data.begin() + std::ptrdiff_t(r * tc));
+
+        Tensor x = embed(cond);
+        for (const auto& layer : transformer->items()) x = layer->forward(x).first;
+        // Only the last position's logits are needed: norm and head on (b, E).
+        Tensor last = Tensor::zeros({b, E});
+        for (std::size_t r = 0; r < b; ++r)
+            std::copy_n(x.data() + (r * tc + tc - 1) * E, E, last.data() + r * E);
+        Tensor logits = language_model_head->forward(norm->forward(last));  // (b, V)
+
+        for (std::size_t r = 0; r < b; ++r) {
+            const float* src = logits.data() + r * V;
+            for (std::size_t c = 0; c < V; ++c) logits_row[c] = src[c] / temperature;
+            // Top-k as the seed: keep the logits >= the k-th largest (ties at the k-th all stay).
+            float threshold = -std::numeric_limits<float>::infinity();
+            if (k < V) {
+                sorted = logits_row;
+                std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(k - 1), sorted.end(), std::greater<float>());
+                threshold = sorted[k - 1];
+            }
+            const float peak = *std::max_element(logits_row.begin(), logits_row.end());
+            double total = 0.0;
+            for (std::size_t c = 0; c < V; ++c) {
+                probs[c] = logits_row[c] < threshold ? 0.0 : std::exp(double(logits_row[c]) - double(peak));
+                total += probs[c];
+            }
+            // Multinomial draw of one id from the library generator.
+            const double u = std::uniform_real_distribution<double>(0.0, total)(default_generator().engine());
+            std::size_t chosen = V;
+            double cumulative = 0.0;
+            for (std::size_t c = 0; c < V; ++c) {
+                if (probs[c] == 0.0) continue;
+                cumulative += probs[c];
+                chosen = c;
+                if (u < cumulative) break;
+            }
+            rows[r].push_back(std::int64_t(chosen));
+        }
+    }
+
+    const std::size_t T = rows[0].size();
+    IndexArray out{std::vector<std::int64_t>(b * T), {b, T}};
+    for (std::size_t r = 0; r < b; ++r) std::copy(rows[r].begin(), rows[r].end(), out.data.begin() + std::ptrdiff_t(r * T));
+    return out;
+}
+
+}  // namespace ct::nn::gpt

@@ -1,0 +1,16 @@
+"""Seed 004's decoder-only GPT and its parts, named as in the seed.
+
+``GPT(vocab_size, max_seq_len, num_layer, embed_dim, num_head, feedforward_dim, dropout,
+no_res=False, no_pos=False)`` with ``forward(word_idx, targets=None)``,
+``configure_optimizers(weight_decay)`` and ``generate(idx, max_new_tokens, temperature=1.0,
+top_k=None)``; its blocks are ``TransformerLayer`` (``SelfAttention`` and ``FFN``).
+"""
+from .._core.nn import gpt as _gpt
+
+GPT = _gpt.GPT
+TransformerLayer = _gpt.TransformerLayer
+TransformerLayerList = _gpt.TransformerLayerList
+SelfAttention = _gpt.SelfAttention
+FFN = _gpt.FFN
+
+__all__ = ["GPT", "TransformerLayer", "TransformerLayerList", "SelfAttention", "FFN"]
