@@ -108,11 +108,11 @@ Create one with ``ctransformer.tensor(array, requires_grad=False)``.)doc")
         })
         .def("sum", [](const Tensor& t, py::object dim, bool keepdim) {
             if (dim.is_none()) return ct::sum(t);
-            return ct::sum(t, dim.cast<int>(), keepdim);
+            return ct::sum(t, int(to_int(dim, "sum: dim")), keepdim);
         }, py::arg("dim") = py::none(), py::arg("keepdim") = false)
         .def("mean", [](const Tensor& t, py::object dim, bool keepdim) {
             if (dim.is_none()) return ct::mean(t);
-            return ct::mean(t, dim.cast<int>(), keepdim);
+            return ct::mean(t, int(to_int(dim, "mean: dim")), keepdim);
         }, py::arg("dim") = py::none(), py::arg("keepdim") = false)
         .def("softmax", &ct::softmax, py::arg("dim"), release_gil())
         .def("log_softmax", &ct::log_softmax, py::arg("dim"), release_gil())

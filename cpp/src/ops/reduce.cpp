@@ -43,7 +43,7 @@ Tensor reduce(const Tensor& x, std::size_t outer, std::size_t n, std::size_t inn
 
 Tensor reduce_dim(const Tensor& x, int dim, bool keepdim, bool mean) {
     const Shape s = x.shape();
-    const std::size_t d = wrap_dim(dim, s.size(), mean ? "mean" : "sum");
+    const std::size_t d = wrap_dim(dim, s.size(), mean ? "mean (dim)" : "sum (dim)");
     std::size_t outer = 1, inner = 1;
     for (std::size_t i = 0; i < d; ++i) outer *= s[i];
     for (std::size_t i = d + 1; i < s.size(); ++i) inner *= s[i];
