@@ -136,7 +136,10 @@ Create one with ``ctransformer.tensor(array, requires_grad=False)``.)doc")
         .def("__rtruediv__", [](const Tensor& a, py::object b) { return ct::div(as_tensor(b, "other"), a); })
         .def("__neg__", &ct::neg)
         .def("__matmul__", [](const Tensor& a, const Tensor& b) { py::gil_scoped_release r; return ct::matmul(a, b); })
-        .def("__rmatmul__", [](const Tensor& a, py::object b) { return ct::matmul(as_tensor(b, "other"), a); });
+        .def("__rmatmul__", [](const Tensor& a, py::object b) { return ct::matmul(as_tensor(b, "other"), a); })
+        // As torch: NumPy arrays and scalars on the left defer to the reflected operator above,
+        // instead of turning the tensor into an array and silently dropping it from the graph.
+        .def_property_readonly_static("__array_priority__", [](py::object) { return 1000; });
 
     m.def("tensor", [](py::object data, bool requires_grad) {
         if (py::isinstance<Tensor>(data)) {  // like torch.tensor(t): a copy outside the graph
