@@ -255,3 +255,12 @@ def test_numpy_array_of_a_tensor():
     x = ct.tensor(rand((2, 2), seed=24))
     np.testing.assert_array_equal(np.asarray(x), x.numpy())
     assert np.asarray(x, dtype=np.float64).dtype == np.float64
+
+
+def test_grad_fn_names():
+    x = ct.tensor(rand((2, 1), seed=25), requires_grad=True)
+    assert F.mean(x, 1).grad_fn == "mean"  # a mean over one element is still a mean
+    assert F.sum(x, 1).grad_fn == "sum" and x.mean().grad_fn == "mean"
+    assert F.matmul(x, x.transpose(0, 1)).grad_fn == "matmul"
+    assert F.softmax(x, 0).grad_fn == "softmax" and F.log_softmax(x, 0).grad_fn == "log_softmax"
+    assert F.layer_norm(x).grad_fn == "layer_norm" and F.gelu(x).grad_fn == "gelu"
