@@ -81,11 +81,20 @@ py::array to_numpy(const ct::Tensor& t) {
                      owner);
 }
 
+std::int64_t to_int(const py::handle& obj, const char* arg) {
+    if (py::isinstance<py::bool_>(obj) || !PyIndex_Check(obj.ptr()))
+        throw ct::TypeError(std::string(arg) + ": expected an int, got " + py::str(py::type::of(obj)).cast<std::string>());
+    return py::int_(py::reinterpret_borrow<py::object>(obj)).cast<std::int64_t>();
+}
+
 ct::Tensor as_tensor(const py::handle& obj, const char* arg) {
     if (py::isinstance<ct::Tensor>(obj)) return obj.cast<ct::Tensor>();
-    if (py::isinstance<py::float_>(obj) || py::isinstance<py::int_>(obj)) {
+    auto np = py::module_::import("numpy");
+    // Python numbers and NumPy scalars (np.float32(2) is not a Python float) are constants.
+    if (py::isinstance<py::float_>(obj) || py::isinstance<py::int_>(obj) || py::isinstance(obj, np.attr("floating")) ||
+        py::isinstance(obj, np.attr("integer"))) {
         ct::Array a = ct::Array::from_shape({});
-        a.data()[0] = obj.cast<float>();
+        a.data()[0] = py::float_(py::reinterpret_borrow<py::object>(obj)).cast<float>();
         return ct::Tensor(std::move(a));
     }
     if (py::isinstance<py::array>(obj)) return ct::Tensor(to_array(obj, arg));

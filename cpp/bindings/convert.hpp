@@ -18,6 +18,8 @@ ct::IndexArray to_index_array(const py::handle& obj, const char* arg);
 ct::Mask to_mask(const py::handle& obj, const char* arg);
 // A tensor's data as a NumPy view that keeps the storage alive.
 py::array to_numpy(const ct::Tensor& t);
+// An integer argument (a Python int or a NumPy integer); anything else is a TypeError naming `arg`.
+std::int64_t to_int(const py::handle& obj, const char* arg);
 // A Tensor argument, or a NumPy array / Python number turned into a constant tensor.
 ct::Tensor as_tensor(const py::handle& obj, const char* arg);
 

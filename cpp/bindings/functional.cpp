@@ -52,7 +52,7 @@ void bind_functional(py::module_& f) {
     f.def("embedding", [](py::object ids, const Tensor& weight, py::object padding_idx) {
         ct::IndexArray idx = to_index_array(ids, "input");
         std::optional<std::int64_t> pad;
-        if (!padding_idx.is_none()) pad = padding_idx.cast<std::int64_t>();
+        if (!padding_idx.is_none()) pad = to_int(padding_idx, "padding_idx");
         py::gil_scoped_release release;
         return ct::embedding(idx, weight, pad);
     }, py::arg("input"), py::arg("weight"), py::arg("padding_idx") = py::none(),
@@ -78,10 +78,10 @@ void bind_functional(py::module_& f) {
     f.def("transpose", &ct::transpose, py::arg("input"), py::arg("dim0"), py::arg("dim1"), release_gil());
     f.def("permute", &ct::permute, py::arg("input"), py::arg("dims"), release_gil());
     f.def("sum", [](const Tensor& x, py::object dim, bool keepdim) {
-        return dim.is_none() ? ct::sum(x) : ct::sum(x, dim.cast<int>(), keepdim);
+        return dim.is_none() ? ct::sum(x) : ct::sum(x, int(to_int(dim, "sum: dim")), keepdim);
     }, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
     f.def("mean", [](const Tensor& x, py::object dim, bool keepdim) {
-        return dim.is_none() ? ct::mean(x) : ct::mean(x, dim.cast<int>(), keepdim);
+        return dim.is_none() ? ct::mean(x) : ct::mean(x, int(to_int(dim, "mean: dim")), keepdim);
     }, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
     f.def("cross_entropy", [](const Tensor& logits, py::object target, std::int64_t ignore_index,
                               const std::string& reduction, float label_smoothing) {

@@ -108,11 +108,11 @@ Create one with ``ctransformer.tensor(array, requires_grad=False)``.)doc")
         })
         .def("sum", [](const Tensor& t, py::object dim, bool keepdim) {
             if (dim.is_none()) return ct::sum(t);
-            return ct::sum(t, dim.cast<int>(), keepdim);
+            return ct::sum(t, int(to_int(dim, "sum: dim")), keepdim);
         }, py::arg("dim") = py::none(), py::arg("keepdim") = false)
         .def("mean", [](const Tensor& t, py::object dim, bool keepdim) {
             if (dim.is_none()) return ct::mean(t);
-            return ct::mean(t, dim.cast<int>(), keepdim);
+            return ct::mean(t, int(to_int(dim, "mean: dim")), keepdim);
         }, py::arg("dim") = py::none(), py::arg("keepdim") = false)
         .def("softmax", &ct::softmax, py::arg("dim"), release_gil())
         .def("log_softmax", &ct::log_softmax, py::arg("dim"), release_gil())
@@ -136,7 +136,10 @@ Create one with ``ctransformer.tensor(array, requires_grad=False)``.)doc")
         .def("__rtruediv__", [](const Tensor& a, py::object b) { return ct::div(as_tensor(b, "other"), a); })
         .def("__neg__", &ct::neg)
         .def("__matmul__", [](const Tensor& a, const Tensor& b) { py::gil_scoped_release r; return ct::matmul(a, b); })
-        .def("__rmatmul__", [](const Tensor& a, py::object b) { return ct::matmul(as_tensor(b, "other"), a); });
+        .def("__rmatmul__", [](const Tensor& a, py::object b) { return ct::matmul(as_tensor(b, "other"), a); })
+        // As torch: NumPy arrays and scalars on the left defer to the reflected operator above,
+        // instead of turning the tensor into an array and silently dropping it from the graph.
+        .def_property_readonly_static("__array_priority__", [](py::object) { return 1000; });
 
     m.def("tensor", [](py::object data, bool requires_grad) {
         if (py::isinstance<Tensor>(data)) {  // like torch.tensor(t): a copy outside the graph

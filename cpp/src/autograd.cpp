@@ -15,6 +15,33 @@ void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
 
+namespace {
+
+// Move out of `node` the grad_fn of every input whose tensor and node nobody else holds,
+// and drop the inputs: what was a recursive chain of destructors becomes a flat list.
+void steal_unique_inputs(Node& node, std::vector<std::shared_ptr<Node>>& out) {
+    // One input at a time, so a tensor used twice (x * x) is unique by the time its last use goes.
+    while (!node.inputs.empty()) {
+        Tensor t = std::move(node.inputs.back());
+        node.inputs.pop_back();
+        const std::shared_ptr<TensorImpl>& impl = t.impl();
+        if (impl && impl.use_count() == 1 && impl->grad_fn && impl->grad_fn.use_count() == 1)
+            out.push_back(std::move(impl->grad_fn));
+    }
+}
+
+}  // namespace
+
+Node::~Node() {
+    std::vector<std::shared_ptr<Node>> pending;
+    steal_unique_inputs(*this, pending);
+    while (!pending.empty()) {
+        std::shared_ptr<Node> node = std::move(pending.back());
+        pending.pop_back();
+        steal_unique_inputs(*node, pending);  // `node` dies here with no inputs left: no recursion
+    }
+}
+
 void Node::release() {
     release_saved();
     inputs.clear();

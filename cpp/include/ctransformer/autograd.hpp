@@ -19,7 +19,9 @@ struct Node {
     bool has_pending = false;
     bool released = false;
 
-    virtual ~Node() = default;
+    // Frees the chain of nodes only this one keeps alive without recursion, so dropping a long
+    // graph (thousands of ops never backwarded) cannot overflow the stack.
+    virtual ~Node();
     virtual const char* name() const = 0;
     // Add dL/d(inputs[i]) into grad_slot(inputs[i]) for each input that needs a gradient.
     virtual void backward(const Array& grad_out) = 0;

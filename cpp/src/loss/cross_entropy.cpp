@@ -51,12 +51,12 @@ struct CrossEntropyBackward : Node {
 Tensor cross_entropy(const Tensor& logits, const IndexArray& target, std::int64_t ignore_index, Reduction reduction,
                      float label_smoothing) {
     if (logits.dim() != 2)
-        throw ValueError("cross_entropy: logits must have rank 2 (N, C), got shape " + shape_str(logits.shape()) +
+        throw ValueError("cross_entropy: input (logits) must have rank 2 (N, C), got shape " + shape_str(logits.shape()) +
                          "; flatten the leading dimensions first");
     const std::size_t N = logits.size(0), C = logits.size(1);
     if (target.shape.size() != 1 || target.shape[0] != N)
         throw ValueError("cross_entropy: target must have shape (" + std::to_string(N) +
-                         ",) to match logits (N, C), got " + shape_str(target.shape));
+                         ",) to match input (N, C), got " + shape_str(target.shape));
     if (reduction == Reduction::BatchMean) throw ValueError("cross_entropy: reduction 'batchmean' is for kl_div only");
     if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f))
         throw ValueError("cross_entropy: label_smoothing must be in [0, 1], got " + std::to_string(label_smoothing));

@@ -27,6 +27,17 @@ std::pair<Tensor, Tensor> scaled_dot_product_attention(const Tensor& q, const Te
     const float temperature = std::sqrt(float(q.size(-1)));
     Tensor scores = matmul(div_scalar(q, temperature), k, false, true);  // (..., Lq, Lk)
     if (mask) {
+        // The mask must broadcast to the scores (..., Lq, Lk) on its own, as in the seeds.
+        const Shape s = scores.shape(),& m = mask->shape;
+        bool fits = m.size() <= s.size();
+        for (std::size_t i = 0; fits && i < m.size(); ++i) {
+            const std::size_t md = m[m.size() - 1 - i], sd = s[s.size() - 1 - i];
+            fits = md == 1 || md == sd;
+        }
+        if (!fits)
+            throw ValueError("scaled_dot_product_attention: mask of shape " + shape_str(m) +
+                             " must broadcast to the scores' shape (..., Lq, Lk) = " + shape_str(s) +
+                             ", e.g. (b, 1, Lk) or (b, 1, Lq, Lk)");
         Mask masked_out{std::vector<std::uint8_t>(mask->data.size()), mask->shape};
         for (std::size_t i = 0; i < mask->data.size(); ++i) masked_out.data[i] = mask->data[i] == 0;
         scores = masked_fill(scores, masked_out, fill_value);

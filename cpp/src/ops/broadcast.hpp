@@ -9,15 +9,17 @@
 
 namespace ct::detail {
 
-inline Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& what) {
+// `what` names the op, a_name and b_name its two arguments, for the error message.
+inline Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& what,
+                              const std::string& a_name = "input", const std::string& b_name = "other") {
     const std::size_t rank = std::max(a.size(), b.size());
     Shape out(rank);
     for (std::size_t i = 0; i < rank; ++i) {
         const std::size_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
         const std::size_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
         if (da != db && da != 1 && db != 1)
-            throw ValueError(what + ": shapes " + shape_str(a) + " and " + shape_str(b) +
-                             " cannot be broadcast together (dimension " + std::to_string(i) + ": " +
+            throw ValueError(what + ": " + a_name + " of shape " + shape_str(a) + " and " + b_name + " of shape " +
+                             shape_str(b) + " cannot be broadcast together (dimension " + std::to_string(i) + ": " +
                              std::to_string(da) + " vs " + std::to_string(db) + ")");
         out[i] = da == 1 ? db : da;
     }

@@ -8,7 +8,7 @@ namespace ct {
 namespace {
 
 std::vector<std::size_t> mask_strides(const Mask& mask, const Shape& x_shape) {
-    const Shape joint = detail::broadcast_shapes(x_shape, mask.shape, "masked_fill (mask against input)");
+    const Shape joint = detail::broadcast_shapes(x_shape, mask.shape, "masked_fill", "input", "mask");
     if (joint != x_shape)
         throw ValueError("masked_fill: mask of shape " + shape_str(mask.shape) +
                          " must broadcast to the input's shape " + shape_str(x_shape));

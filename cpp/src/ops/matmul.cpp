@@ -18,7 +18,7 @@ struct MatmulPlan {
 
 MatmulPlan plan(const Shape& sa, const Shape& sb, bool trans_a, bool trans_b) {
     if (sa.size() < 2 || sb.size() < 2)
-        throw ValueError("matmul: both operands need rank >= 2 (got a " + shape_str(sa) + ", b " + shape_str(sb) +
+        throw ValueError("matmul: input and other need rank >= 2 (got input " + shape_str(sa) + ", other " + shape_str(sb) +
                          "); reshape vectors to (1, n) or (n, 1)");
     MatmulPlan p{trans_a, trans_b, 0, 0, 0, {}, {}, {}, {}};
     const std::size_t ra = sa.size(), rb = sb.size();
@@ -27,12 +27,12 @@ MatmulPlan plan(const Shape& sa, const Shape& sb, bool trans_a, bool trans_b) {
     const std::size_t kb = trans_b ? sb[rb - 1] : sb[rb - 2];
     p.n = trans_b ? sb[rb - 2] : sb[rb - 1];
     if (ka != kb)
-        throw ValueError("matmul: inner dimensions differ: a " + shape_str(sa) + (trans_a ? " (transposed)" : "") +
-                         " has " + std::to_string(ka) + " columns, b " + shape_str(sb) +
+        throw ValueError("matmul: inner dimensions differ: input " + shape_str(sa) + (trans_a ? " (transposed)" : "") +
+                         " has " + std::to_string(ka) + " columns, other " + shape_str(sb) +
                          (trans_b ? " (transposed)" : "") + " has " + std::to_string(kb) + " rows");
     p.k = ka;
     const Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
-    p.batch = detail::broadcast_shapes(ba, bb, "matmul (batch dimensions)");
+    p.batch = detail::broadcast_shapes(ba, bb, "matmul (batch dimensions)", "input", "other");
     p.out_shape = p.batch;
     p.out_shape.push_back(p.m);
     p.out_shape.push_back(p.n);

@@ -10,8 +10,9 @@ namespace {
 // Backward spreads g (times 1/n for a mean) back over the reduced dimension.
 struct ReduceBackward : Node {
     std::size_t outer, n, inner;
-    float factor;
-    const char* name() const override { return factor == 1.0f ? "sum" : "mean"; }
+    float factor;   // 1 for a sum, 1/n for a mean
+    bool is_mean;   // not factor != 1: a mean over one element has factor 1 too
+    const char* name() const override { return is_mean ? "mean" : "sum"; }
     void backward(const Array& g) override {
         Array* gx = grad_slot(inputs[0]);
         if (!gx) return;
@@ -36,6 +37,7 @@ Tensor reduce(const Tensor& x, std::size_t outer, std::size_t n, std::size_t inn
         node->n = n;
         node->inner = inner;
         node->factor = mean ? 1.0f / float(n) : 1.0f;
+        node->is_mean = mean;
         attach(out, node, {&x});
     }
     return out;
@@ -43,7 +45,7 @@ Tensor reduce(const Tensor& x, std::size_t outer, std::size_t n, std::size_t inn
 
 Tensor reduce_dim(const Tensor& x, int dim, bool keepdim, bool mean) {
     const Shape s = x.shape();
-    const std::size_t d = wrap_dim(dim, s.size(), mean ? "mean" : "sum");
+    const std::size_t d = wrap_dim(dim, s.size(), mean ? "mean (dim)" : "sum (dim)");
     std::size_t outer = 1, inner = 1;
     for (std::size_t i = 0; i < d; ++i) outer *= s[i];
     for (std::size_t i = d + 1; i < s.size(); ++i) inner *= s[i];

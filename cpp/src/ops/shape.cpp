@@ -96,7 +96,7 @@ Tensor permute(const Tensor& x, const std::vector<int>& dims) {
     std::vector<std::size_t> d(rank);
     std::vector<bool> used(rank, false);
     for (std::size_t i = 0; i < rank; ++i) {
-        d[i] = wrap_dim(dims[i], rank, "permute");
+        d[i] = wrap_dim(dims[i], rank, "permute (dims)");
         if (used[d[i]]) throw ValueError("permute: dimension " + std::to_string(dims[i]) + " repeats in dims");
         used[d[i]] = true;
     }

@@ -72,7 +72,7 @@ struct SoftmaxBackward : Node {
 };
 
 Tensor softmax_impl(const Tensor& x, int dim, bool log) {
-    const std::size_t d = wrap_dim(dim, x.dim(), log ? "log_softmax" : "softmax");
+    const std::size_t d = wrap_dim(dim, x.dim(), log ? "log_softmax (dim)" : "softmax (dim)");
     const Lanes l = lanes_of(x.shape(), d);
     Tensor out(Array::from_shape(x.shape()));
     softmax_forward(x.data(), out.data(), l, log);

@@ -1,0 +1,218 @@
+"""Bad input raises ValueError / TypeError / IndexError / RuntimeError (never a crash), and the
+message names the argument at fault (each test matches a substring of it)."""
+import numpy as np
+import pytest
+
+import ctransformer as ct
+from helpers import rand
+
+F = ct.functional
+
+
+def t(shape, seed=0, requires_grad=False):
+    return ct.tensor(rand(shape, seed=seed), requires_grad=requires_grad)
+
+
+# ---- ct.tensor and dtypes ------------------------------------------------------------------
+
+@pytest.mark.parametrize("data", [np.arange(4), np.array([True, False]), np.array(["a", "b"]), [1, 2], 3])
+def test_tensor_rejects_non_float_data(data):
+    with pytest.raises(TypeError, match="data: expected a floating-point array"):
+        ct.tensor(data)
+
+
+def test_tensor_rejects_nan():
+    with pytest.raises(ValueError, match=r"data: contains NaN at flat position 2"):
+        ct.tensor(np.array([1.0, 2.0, np.nan], np.float32))
+    ct.tensor(np.array([np.inf, -np.inf], np.float32))  # infinities are allowed
+
+
+def test_operator_with_an_unsupported_operand():
+    with pytest.raises(TypeError, match="other: expected a ctransformer.Tensor"):
+        t((2,)) + "a"
+    with pytest.raises(TypeError, match="other: expected a floating-point array"):
+        F.add(t((2,)), np.array([1, 2]))
+
+
+def test_float_token_ids():
+    with pytest.raises(TypeError, match="input: expected an integer array of token ids"):
+        F.embedding(np.array([0.0, 1.0]), t((3, 2)))
+
+
+def test_float_targets():
+    with pytest.raises(TypeError, match="target: expected an integer array"):
+        F.cross_entropy(t((2, 3)), np.array([0.0, 1.0]))
+
+
+def test_float_mask():
+    with pytest.raises(TypeError, match="mask: expected a boolean"):
+        F.masked_fill(t((2, 2)), np.ones((2, 2), np.float32), 0.0)
+    with pytest.raises(TypeError, match="mask: expected a boolean"):
+        F.scaled_dot_product_attention(t((1, 2, 4)), t((1, 2, 4)), t((1, 2, 4)), mask=np.ones((1, 1, 2)))
+
+
+def test_padding_idx_and_dim_of_the_wrong_type():
+    with pytest.raises(TypeError, match="padding_idx: expected an int"):
+        F.embedding(np.array([0]), t((3, 2)), padding_idx=1.5)
+    with pytest.raises(TypeError, match="dim: expected an int"):
+        F.sum(t((2, 2)), (0, 1))
+    with pytest.raises(TypeError, match="dim: expected an int"):
+        t((2, 2)).mean(dim=0.5)
+
+
+# ---- wrong rank / mismatched shapes ------------------------------------------------------
+
+def test_matmul_rank_and_inner_dimensions():
+    with pytest.raises(ValueError, match=r"matmul: input and other need rank >= 2 \(got input \(3,\)"):
+        F.matmul(t((3,)), t((3, 2)))
+    with pytest.raises(ValueError, match=r"inner dimensions differ: input \(2, 3\) has 3 columns, other \(4, 5\)"):
+        t((2, 3)) @ t((4, 5))
+    with pytest.raises(ValueError, match=r"batch dimensions.*input of shape \(2,\) and other of shape \(3,\)"):
+        F.matmul(t((2, 1, 2)), t((3, 2, 1)))
+
+
+@pytest.mark.parametrize("fn", [F.add, F.sub, F.mul, F.div])
+def test_broadcast_mismatch(fn):
+    with pytest.raises(ValueError, match=r"input of shape \(2, 3\) and other of shape \(4,\) cannot be broadcast"):
+        fn(t((2, 3)), t((4,)))
+
+
+def test_linear_shapes():
+    with pytest.raises(ValueError, match="linear: weight must have rank 2"):
+        F.linear(t((2, 3)), t((3,)))
+    with pytest.raises(ValueError, match="input's last dimension must be in_features = 4"):
+        F.linear(t((2, 3)), t((5, 4)))
+    with pytest.raises(ValueError, match=r"bias must have shape \(5,\)"):
+        F.linear(t((2, 4)), t((5, 4)), t((4,)))
+
+
+def test_layer_norm_shapes():
+    with pytest.raises(ValueError, match=r"layer_norm: weight must have shape \(4,\)"):
+        F.layer_norm(t((2, 4)), t((3,)))
+    with pytest.raises(ValueError, match=r"layer_norm: bias must have shape \(4,\)"):
+        F.layer_norm(t((2, 4)), None, t((2, 4)))
+    with pytest.raises(ValueError, match="layer_norm: eps must be >= 0"):
+        F.layer_norm(t((2, 4)), eps=-1.0)
+
+
+def test_embedding_weight_rank_and_padding_idx():
+    with pytest.raises(ValueError, match="embedding: weight must have rank 2"):
+        F.embedding(np.array([0]), t((3,)))
+    with pytest.raises(IndexError, match="padding_idx must be within num_embeddings = 3, got 3"):
+        F.embedding(np.array([0]), t((3, 2)), padding_idx=3)
+    with pytest.raises(IndexError, match="padding_idx must be within num_embeddings = 3, got -4"):
+        F.embedding(np.array([0]), t((3, 2)), padding_idx=-4)
+
+
+@pytest.mark.parametrize("bad", [5, -1])
+def test_token_id_outside_the_embedding(bad):
+    with pytest.raises(IndexError, match=rf"token id {bad} at flat position 2 is outside the vocabulary \[0, 5\)"):
+        F.embedding(np.array([[0, 1], [bad, 2]]), t((5, 3)))
+
+
+def test_masked_fill_mask_shape():
+    with pytest.raises(ValueError, match=r"masked_fill: input of shape \(2, 3\) and mask of shape \(2,\)"):
+        F.masked_fill(t((2, 3)), np.ones(2, bool), 0.0)
+    with pytest.raises(ValueError, match=r"masked_fill: mask of shape \(2, 2, 3\) must broadcast to the input"):
+        F.masked_fill(t((2, 3)), np.ones((2, 2, 3), bool), 0.0)
+
+
+def test_attention_shapes():
+    with pytest.raises(ValueError, match="q, k and v need rank >= 2"):
+        F.scaled_dot_product_attention(t((4,)), t((2, 4)), t((2, 4)))
+    with pytest.raises(ValueError, match="q and k must share their last dimension d_k"):
+        F.scaled_dot_product_attention(t((1, 2, 4)), t((1, 2, 3)), t((1, 2, 4)))
+    with pytest.raises(ValueError, match=r"k and v must have the same length"):
+        F.scaled_dot_product_attention(t((1, 2, 4)), t((1, 3, 4)), t((1, 2, 4)))
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 4\) must broadcast to the scores' shape"):
+        F.scaled_dot_product_attention(t((2, 3, 4)), t((2, 5, 4)), t((2, 5, 4)), mask=np.ones((2, 1, 4), bool))
+
+
+def test_cross_entropy_shapes():
+    with pytest.raises(ValueError, match="cross_entropy: input \\(logits\\) must have rank 2"):
+        F.cross_entropy(t((2, 3, 4)), np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match=r"target must have shape \(2,\)"):
+        F.cross_entropy(t((2, 3)), np.zeros((2, 1), np.int64))
+    with pytest.raises(ValueError, match="label_smoothing must be in \\[0, 1\\]"):
+        F.cross_entropy(t((2, 3)), np.zeros(2, np.int64), label_smoothing=1.5)
+
+
+@pytest.mark.parametrize("bad", [3, -1, 7])
+def test_cross_entropy_target_out_of_range(bad):
+    with pytest.raises(IndexError, match=rf"cross_entropy: target {bad} at position 1 is outside the classes \[0, 3\)"):
+        F.cross_entropy(t((2, 3)), np.array([0, bad]))
+
+
+def test_kl_div_shapes():
+    with pytest.raises(ValueError, match=r"kl_div: target must have the input's shape \(2, 3\)"):
+        F.kl_div(t((2, 3)), t((3, 2)))
+
+
+def test_reshape_and_permute():
+    with pytest.raises(ValueError, match=r"reshape: shape \(4, 4\) is invalid for input of shape \(2, 3\)"):
+        F.reshape(t((2, 3)), [4, 4])
+    with pytest.raises(ValueError, match="reshape: only one dimension can be -1"):
+        t((2, 3)).reshape(-1, -1)
+    with pytest.raises(ValueError, match="permute: dims must list all 3 dimensions"):
+        F.permute(t((2, 3, 4)), [0, 1])
+    with pytest.raises(ValueError, match="permute: dimension 0 repeats in dims"):
+        F.permute(t((2, 3)), [0, 0])
+
+
+def test_backward_grad_shape_and_item():
+    x = t((2, 3), requires_grad=True)
+    with pytest.raises(ValueError, match=r"backward: grad must have the output's shape \(2, 3\)"):
+        (x * 1.0).backward(ct.ones((3,)))
+    with pytest.raises(ValueError, match="item: only a one-element tensor"):
+        x.item()
+    with pytest.raises(TypeError, match="len\\(\\) of a 0-d tensor"):
+        len(x.sum())
+
+
+# ---- dims out of range ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("call,what", [
+    (lambda x: F.softmax(x, 2), r"softmax \(dim\)"),
+    (lambda x: F.log_softmax(x, -3), r"log_softmax \(dim\)"),
+    (lambda x: F.sum(x, -3), r"sum \(dim\)"),
+    (lambda x: x.mean(dim=2), r"mean \(dim\)"),
+    (lambda x: F.transpose(x, -3, 0), r"transpose \(dim0\)"),
+    (lambda x: x.transpose(0, 5), r"transpose \(dim1\)"),
+    (lambda x: F.permute(x, [0, -3]), r"permute \(dims\)"),
+])
+def test_dim_out_of_range(call, what):
+    with pytest.raises(IndexError, match=what + r": dimension out of range \(expected to be in range of \[-2, 1\]"):
+        call(t((2, 3)))
+
+
+# ---- value ranges and strings ----------------------------------------------------------------
+
+@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan")])
+def test_dropout_p_outside_unit_interval(p):
+    with pytest.raises(ValueError, match="dropout: p must be a probability in \\[0, 1\\]"):
+        F.dropout(t((3,)), p=p)
+    with pytest.raises(ValueError, match="dropout: p must be a probability"):
+        F.scaled_dot_product_attention(t((1, 2, 4)), t((1, 2, 4)), t((1, 2, 4)), dropout_p=p)
+
+
+def test_bad_reduction_strings():
+    with pytest.raises(ValueError, match="cross_entropy: reduction must be 'mean', 'sum' or 'none', got 'avg'"):
+        F.cross_entropy(t((2, 3)), np.zeros(2, np.int64), reduction="avg")
+    with pytest.raises(ValueError, match="cross_entropy: reduction must be .* got 'batchmean'"):
+        F.cross_entropy(t((2, 3)), np.zeros(2, np.int64), reduction="batchmean")
+    with pytest.raises(ValueError, match="kl_div: reduction must be 'mean', 'sum', 'batchmean' or 'none', got 'Sum'"):
+        F.kl_div(t((2, 3)), t((2, 3)), reduction="Sum")
+
+
+def test_set_num_threads():
+    with pytest.raises(ValueError, match="set_num_threads: n must be >= 1"):
+        ct.set_num_threads(0)
+
+
+def test_errors_leave_no_half_built_graph():
+    """A failing op must not leave the inputs in a broken state: the next backward works."""
+    x = t((2, 3), requires_grad=True)
+    with pytest.raises(ValueError):
+        F.matmul(x, x)
+    (x * 2.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 3), 2.0, np.float32))
