@@ -8,5 +8,7 @@ namespace py = pybind11;
 
 void bind_tensor(py::module_& m);
 void bind_functional(py::module_& m);
+void bind_optim(py::module_& m);
+void bind_loss(py::module_& m);
 
 }  // namespace ctpy

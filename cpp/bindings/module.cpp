@@ -23,4 +23,8 @@ PYBIND11_MODULE(_core, m) {
     ctpy::bind_tensor(m);
     auto functional = m.def_submodule("functional", "Functional ops, each with its backward.");
     ctpy::bind_functional(functional);
+    auto optim = m.def_submodule("optim", "Optimizers, learning-rate schedules and gradient clipping.");
+    ctpy::bind_optim(optim);
+    auto loss = m.def_submodule("loss", "Loss modules with state (seed 002's LabelSmoothing).");
+    ctpy::bind_loss(loss);
 }
