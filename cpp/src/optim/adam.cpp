@@ -1,5 +1,12 @@
 #include "ctransformer/optim/adam.hpp"
 
+// Rounding must follow torch's kernels op by op (see adam_update): no implicit fused multiply-add.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include <cmath>
 
 #include "ctransformer/error.hpp"
@@ -20,7 +27,10 @@ ParamGroup single_group(std::vector<Tensor> params, double lr, std::pair<double,
     return g;
 }
 
-// One parameter's update, float32 arithmetic in the order of torch's _single_tensor_adam.
+// One parameter's update, float32 arithmetic rounded as torch's CPU kernels round it: add with
+// alpha, lerp and addcmul are fused multiply-adds there (Vectorized::fmadd), the rest is one
+// rounding per op. std::fma spells out the fused ones; contraction is off for this file so the
+// compiler fuses nothing else (e.g. AdamW's p * (1 - lr wd) must be rounded before the update).
 void adam_update(float* p, const float* grad, float* m, float* v, std::size_t n, const ParamGroup& g,
                  std::int64_t step, bool decoupled) {
     const double bias_correction1 = 1.0 - std::pow(g.beta1, double(step));
@@ -29,23 +39,27 @@ void adam_update(float* p, const float* grad, float* m, float* v, std::size_t n,
     const double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
 
     const bool l2 = g.weight_decay != 0.0 && !decoupled;
-    const float decay = float(1.0 - g.lr * g.weight_decay);  // AdamW's p *= 1 - lr * wd
     const bool decay_p = g.weight_decay != 0.0 && decoupled;
-    const float wd = float(g.weight_decay);
-    const float w1 = float(1.0 - g.beta1);  // lerp weight
-    const float b2 = float(g.beta2);
+    const float decay = float(1.0 - g.lr * g.weight_decay);  // AdamW: p.mul_(1 - lr * wd)
+    const float wd = float(g.weight_decay);                   // Adam: grad.add(p, alpha=wd)
+    const float w1 = float(1.0 - g.beta1);                    // m.lerp_(grad, 1 - beta1)
+    const float b2 = float(g.beta2);                          // v.mul_(beta2).addcmul_(g, g, 1 - beta2)
     const float one_minus_b2 = float(1.0 - g.beta2);
     const float bc2s = float(bias_correction2_sqrt);
     const float eps = float(g.eps);
-    const float neg_step_size = float(-step_size);
+    const float neg_step_size = float(-step_size);            // p.addcdiv_(m, denom, value=-step_size)
     for (std::size_t i = 0; i < n; ++i) {
-        if (decay_p) p[i] = p[i] * decay;
-        const float gi = l2 ? grad[i] + wd * p[i] : grad[i];
-        // torch's lerp: self + w (end - self) for w < 0.5, else end - (end - self)(1 - w)
-        m[i] = w1 < 0.5f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);
-        v[i] = v[i] * b2 + one_minus_b2 * gi * gi;
-        const float denom = std::sqrt(v[i]) / bc2s + eps;
-        p[i] = p[i] + neg_step_size * m[i] / denom;
+        float pi = p[i];
+        if (decay_p) pi = pi * decay;
+        const float gi = l2 ? std::fma(pi, wd, grad[i]) : grad[i];
+        // lerp: self + w (end - self) for w < 0.5, else end - (end - self) (1 - w)
+        const float diff = gi - m[i];
+        const float mi = w1 < 0.5f ? std::fma(w1, diff, m[i]) : std::fma(-diff, 1.0f - w1, gi);
+        const float vi = std::fma(one_minus_b2 * gi, gi, v[i] * b2);
+        const float denom = std::sqrt(vi) / bc2s + eps;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi + neg_step_size * mi / denom;
     }
 }
 
