@@ -1,5 +1,13 @@
 #include "ctransformer/optim/schedules.hpp"
 
+// The formulas must give the seeds' Python values to the last bit: no implicit fused multiply-add
+// (with -march=native, min_lr + coeff * (lr - min_lr) would otherwise become one fma).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <string>
