@@ -14,11 +14,11 @@ from ._core import (
     tensor,
     zeros,
 )
-from . import functional, nn
+from . import functional, nn, optim, training
 from .grad_mode import no_grad
 
 __all__ = [
     "Tensor", "tensor", "zeros", "ones", "no_grad", "is_grad_enabled", "set_grad_enabled",
-    "manual_seed", "set_num_threads", "get_num_threads", "functional", "nn",
+    "manual_seed", "set_num_threads", "get_num_threads", "functional", "nn", "optim", "training",
 ]
 __version__ = "0.1.0"
