@@ -18,6 +18,8 @@ PYBIND11_MODULE(_core, m) {
     });
     m.def("manual_seed", &ct::manual_seed, py::arg("seed"),
           "Seed the generator behind parameter initialisation and dropout.");
+    m.def("get_rng_state", &ct::get_rng_state, "The generator's state (a string), for set_rng_state.");
+    m.def("set_rng_state", &ct::set_rng_state, py::arg("state"), "Restore a state from get_rng_state().");
     m.def("set_num_threads", &ct::set_num_threads, py::arg("n"), "Threads used by BLAS.");
     m.def("get_num_threads", &ct::get_num_threads);
     ctpy::bind_tensor(m);
