@@ -25,4 +25,5 @@ PYBIND11_MODULE(_core, m) {
     ctpy::bind_functional(functional);
     auto nn = m.def_submodule("nn", "Modules: layers and models with named parameters.");
     ctpy::bind_nn_module(nn);
+    ctpy::bind_nn_transformer(nn);
 }
