@@ -433,7 +433,8 @@ for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it retu
              "project(dec_output) gives the logits.")
         .def("project", &Transformer::project, py::arg("dec_output"), py::call_guard<py::gil_scoped_release>(),
              "Logits (b, lt, n_trg_vocab) from a decoder output, scaled by d_model^-0.5 when scale_emb_or_prj='prj'.")
-        .def_readonly("config", &Transformer::config)
+        .def_property_readonly("config", [](const Transformer& m) { return m.config; },
+                               "A copy of the configuration the model was built from.")
         .def_readonly("encoder", &Transformer::encoder)
         .def_readonly("decoder", &Transformer::decoder)
         .def_readonly("trg_word_prj", &Transformer::trg_word_prj)
