@@ -28,6 +28,7 @@ PYBIND11_MODULE(_core, m) {
     auto nn = m.def_submodule("nn", "Modules: layers and models with named parameters.");
     ctpy::bind_nn_module(nn);
     ctpy::bind_nn_gpt(nn);
+    ctpy::bind_nn_transformer(nn);
     auto optim = m.def_submodule("optim", "Optimizers, learning-rate schedules and gradient clipping.");
     ctpy::bind_optim(optim);
     auto loss = m.def_submodule("loss", "Loss modules with state (seed 002's LabelSmoothing).");
