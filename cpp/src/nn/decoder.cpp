@@ -9,34 +9,11 @@
 
 namespace ct::nn {
 
-namespace {
-
-TransformerConfig seed000_decoder_config(std::size_t n_trg_vocab, std::size_t d_word_vec, std::size_t n_layers,
-                                         std::size_t n_head, std::size_t d_k, std::size_t d_v, std::size_t d_model,
-                                         std::size_t d_inner, std::int64_t pad_idx, std::size_t n_position,
-                                         float dropout) {
-    TransformerConfig c;
-    c.n_src_vocab = c.n_trg_vocab = n_trg_vocab;
-    c.src_pad_idx = c.trg_pad_idx = pad_idx;
-    c.d_word_vec = d_word_vec;
-    c.d_model = d_model;
-    c.d_inner = d_inner;
-    c.n_layers = n_layers;
-    c.n_head = n_head;
-    c.d_k = d_k;
-    c.d_v = d_v;
-    c.dropout = dropout;
-    c.n_position = n_position;
-    return c;
-}
-
-}  // namespace
-
 Decoder::Decoder(std::size_t n_trg_vocab, std::size_t d_word_vec, std::size_t n_layers, std::size_t n_head,
                  std::size_t d_k, std::size_t d_v, std::size_t d_model, std::size_t d_inner, std::int64_t pad_idx,
                  std::size_t n_position, float dropout, bool scale)
-    : Decoder(seed000_decoder_config(n_trg_vocab, d_word_vec, n_layers, n_head, d_k, d_v, d_model, d_inner, pad_idx,
-                                     n_position, dropout),
+    : Decoder(TransformerConfig::seed000(n_trg_vocab, n_trg_vocab, pad_idx, pad_idx, d_word_vec, d_model, d_inner,
+                                        n_layers, n_head, d_k, d_v, dropout, n_position),
               scale) {}
 
 Decoder::Decoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(scale) {

@@ -14,31 +14,6 @@ namespace ct::nn {
 
 namespace {
 
-TransformerConfig seed000_config(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t src_pad_idx,
-                                 std::int64_t trg_pad_idx, std::size_t d_word_vec, std::size_t d_model,
-                                 std::size_t d_inner, std::size_t n_layers, std::size_t n_head, std::size_t d_k,
-                                 std::size_t d_v, float dropout, std::size_t n_position, bool trg_emb_prj_weight_sharing,
-                                 bool emb_src_trg_weight_sharing, const std::string& scale_emb_or_prj) {
-    TransformerConfig c;
-    c.n_src_vocab = n_src_vocab;
-    c.n_trg_vocab = n_trg_vocab;
-    c.src_pad_idx = src_pad_idx;
-    c.trg_pad_idx = trg_pad_idx;
-    c.d_word_vec = d_word_vec;
-    c.d_model = d_model;
-    c.d_inner = d_inner;
-    c.n_layers = n_layers;
-    c.n_head = n_head;
-    c.d_k = d_k;
-    c.d_v = d_v;
-    c.dropout = dropout;
-    c.n_position = n_position;
-    c.trg_emb_prj_weight_sharing = trg_emb_prj_weight_sharing;
-    c.emb_src_trg_weight_sharing = emb_src_trg_weight_sharing;
-    c.scale_emb_or_prj = scale_emb_or_prj;
-    return c;
-}
-
 const TransformerConfig& validated(const TransformerConfig& c) {
     c.validate();
     return c;
@@ -51,7 +26,7 @@ Transformer::Transformer(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::
                          std::size_t n_layers, std::size_t n_head, std::size_t d_k, std::size_t d_v, float dropout,
                          std::size_t n_position, bool trg_emb_prj_weight_sharing, bool emb_src_trg_weight_sharing,
                          const std::string& scale_emb_or_prj)
-    : Transformer(seed000_config(n_src_vocab, n_trg_vocab, src_pad_idx, trg_pad_idx, d_word_vec, d_model, d_inner,
+    : Transformer(TransformerConfig::seed000(n_src_vocab, n_trg_vocab, src_pad_idx, trg_pad_idx, d_word_vec, d_model, d_inner,
                                  n_layers, n_head, d_k, d_v, dropout, n_position, trg_emb_prj_weight_sharing,
                                  emb_src_trg_weight_sharing, scale_emb_or_prj)) {}
 

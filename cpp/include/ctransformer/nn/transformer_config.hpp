@@ -73,6 +73,15 @@ struct TransformerConfig {
     // Throws ValueError for inconsistent settings (the seed's asserts, and a few it leaves implicit).
     void validate() const;
 
+    // Seed 000's Transformer(...) arguments, in its order; every other option keeps seed 000's default.
+    static TransformerConfig seed000(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t src_pad_idx,
+                                     std::int64_t trg_pad_idx, std::size_t d_word_vec = 512, std::size_t d_model = 512,
+                                     std::size_t d_inner = 2048, std::size_t n_layers = 6, std::size_t n_head = 8,
+                                     std::size_t d_k = 64, std::size_t d_v = 64, float dropout = 0.1f,
+                                     std::size_t n_position = 200, bool trg_emb_prj_weight_sharing = true,
+                                     bool emb_src_trg_weight_sharing = true,
+                                     const std::string& scale_emb_or_prj = "prj");
+
     // Seed 003's model: pre-norm, 4 heads of 8 over d_model 32, FFN 32 -> 64 -> 32, 3 + 3 layers,
     // vocabulary 39 with <PAD> = 2, sequences up to 50, no weight sharing or scaling.
     static TransformerConfig seed003(std::size_t n_src_vocab = 39, std::size_t n_trg_vocab = 39,
