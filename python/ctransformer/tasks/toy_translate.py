@@ -11,7 +11,7 @@ class ToyTranslate(Task):
     """Seed 003's toy translation; target: token accuracy >= 0.99, exact match >= 0.90 on 200 samples."""
 
     defaults = {
-        "seed": 0, "steps": 1875, "steps_per_epoch": 125, "log_every": 125, "batch_size": 8,
+        "seed": 0, "steps": 9000, "steps_per_epoch": 1000, "log_every": 500, "batch_size": 8,
         "lr": 2e-3, "step_size": 3, "gamma": 0.5, "dropout": 0.1, "eval_samples": 200,
         "target_token_accuracy": 0.99, "target_exact_match": 0.90,
     }
