@@ -9,6 +9,8 @@
 #include "convert.hpp"
 #include "ctransformer/decode/beam_search.hpp"
 #include "ctransformer/decode/gpt_generate.hpp"
+#include "ctransformer/decode/gpt_incremental.hpp"
+#include "ctransformer/decode/step_decoder.hpp"
 #include "ctransformer/decode/greedy.hpp"
 #include "ctransformer/error.hpp"
 
@@ -134,6 +136,50 @@ void bind_decode(py::module_& m) {
     }, py::arg("model"), py::arg("idx"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0f,
        py::arg("top_k") = py::none(), py::arg("use_cache") = true,
        "(b, t + max_new_tokens) int64 ids. See ctransformer.decode.generate.");
+
+    // --- the steppers, for custom decoding loops and for the tests ----------------------------------
+    using ct::decode::StepDecoder;
+    py::class_<StepDecoder>(m, "StepDecoder", R"doc(The encoder-decoder driven one target position at a time.
+
+StepDecoder(model, src, src_mask, use_cache=True) encodes src (b, ls) once; step(ids) feeds one token per
+row (an int array of shape (rows,)) at position `length` and returns the (rows, n_trg_vocab) logits of
+that position; select(rows) keeps, reorders or repeats rows (a list of row indices). use_cache=True keeps
+key/value caches (one position's work per step); False re-decodes the whole prefix each step.)doc")
+        .def(py::init([](const Transformer& model, py::object src, py::object src_mask, bool use_cache) {
+            const IndexArray ids = to_index_array(src, "StepDecoder: src");
+            const auto mask = opt_mask(src_mask, "StepDecoder: src_mask");
+            py::gil_scoped_release release;
+            return ct::decode::make_step_decoder(model, ids, mask ? &*mask : nullptr, use_cache);
+        }), py::arg("model"), py::arg("src"), py::arg("src_mask"), py::arg("use_cache") = true,
+           py::keep_alive<1, 2>())
+        .def("step", [](StepDecoder& d, py::object ids) {
+            const IndexArray a = to_index_array(ids, "StepDecoder.step: ids");
+            if (a.shape.size() != 1)
+                throw ct::ValueError("StepDecoder.step: ids must be 1-D (one token per row), got shape " +
+                                     ct::shape_str(a.shape));
+            py::gil_scoped_release release;
+            return d.step(a.data);
+        }, py::arg("ids"))
+        .def("select", [](StepDecoder& d, const std::vector<std::size_t>& rows) {
+            py::gil_scoped_release release;
+            d.select(rows);
+        }, py::arg("rows"))
+        .def_property_readonly("rows", &StepDecoder::rows)
+        .def_property_readonly("length", &StepDecoder::length);
+
+    using ct::decode::GPTIncremental;
+    py::class_<GPTIncremental>(m, "GPTCache", R"doc(A GPT fed a few positions at a time, with every layer's keys/values kept.
+
+GPTCache(model); step(ids) feeds ids (rows, s) at positions length .. length + s - 1 (at most max_seq_len
+in all) and returns the (rows, vocab_size) logits of the last one; reset() forgets every position.)doc")
+        .def(py::init<const gpt::GPT&>(), py::arg("model"), py::keep_alive<1, 2>())
+        .def("step", [](GPTIncremental& c, py::object ids) {
+            const IndexArray a = to_index_array(ids, "GPTCache.step: ids");
+            py::gil_scoped_release release;
+            return c.step(a);
+        }, py::arg("ids"))
+        .def("reset", &GPTIncremental::reset)
+        .def_property_readonly("length", &GPTIncremental::length);
 }
 
 }  // namespace ctpy

@@ -10,7 +10,10 @@ or dropout stays active.
 """
 from ._core import decode as _decode
 
-__all__ = ["greedy_decode", "beam_search", "generate", "length_penalty"]
+StepDecoder = _decode.StepDecoder
+GPTCache = _decode.GPTCache
+
+__all__ = ["greedy_decode", "beam_search", "generate", "length_penalty", "StepDecoder", "GPTCache"]
 
 
 def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, *, use_cache=True,

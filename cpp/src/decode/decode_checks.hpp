@@ -16,9 +16,9 @@ inline void check_symbol(const nn::Transformer& model, std::int64_t id, const st
                          std::to_string(model.config.n_trg_vocab) + ")");
 }
 
-inline void check_decode_args(const nn::Transformer& model, const IndexArray& src, const Mask* src_mask,
-                              std::size_t max_len, std::int64_t start_symbol, std::optional<std::int64_t> end_symbol,
-                              const std::string& fn) {
+// src (b, ls) ids of the source vocabulary, ls <= n_position; src_mask (b or 1, 1, ls) or null.
+inline void check_source(const nn::Transformer& model, const IndexArray& src, const Mask* src_mask,
+                         const std::string& fn) {
     const nn::TransformerConfig& c = model.config;
     nn::detail::check_token_ids(src, c.n_src_vocab, c.n_position, fn, "src");
     const std::size_t b = src.shape[0], ls = src.shape[1];
@@ -28,6 +28,13 @@ inline void check_decode_args(const nn::Transformer& model, const IndexArray& sr
             throw ValueError(fn + ": src_mask must have shape (batch = " + std::to_string(b) + " or 1, 1, src_len = " +
                              std::to_string(ls) + ") to match src " + shape_str(src.shape) + ", got " + shape_str(s));
     }
+}
+
+inline void check_decode_args(const nn::Transformer& model, const IndexArray& src, const Mask* src_mask,
+                              std::size_t max_len, std::int64_t start_symbol, std::optional<std::int64_t> end_symbol,
+                              const std::string& fn) {
+    const nn::TransformerConfig& c = model.config;
+    check_source(model, src, src_mask, fn);
     if (max_len < 1) throw ValueError(fn + ": max_len must be at least 1, got " + std::to_string(max_len));
     // Positions 0 .. max_len - 2 are fed to the decoder (the last token is predicted, never fed).
     if (max_len - 1 > c.n_position)
