@@ -372,6 +372,22 @@ def test_greedy_decode_bad_arguments_name_them(name, change, error, message):
                                   VOCAB - 1 if args["end_symbol"] is None else args["end_symbol"])
 
 
+def test_a_source_that_may_attend_nowhere_is_refused_under_inf_masking():
+    """Seed 003 fills masked scores with -inf: a source row whose mask is all False would give NaN."""
+    model = seed003_model()
+    x, src_mask = seed003_batch(b=2)
+    src_mask = src_mask.copy()
+    src_mask[1] = False
+    with pytest.raises(ValueError, match="src_mask row 1 masks every source position"):
+        ct.decode.greedy_decode(model, x, src_mask, 5, 0)
+    # Seed 000's -1e9 fill keeps such a row finite (uniform attention): allowed.
+    model0 = seed000_model("prj-tied")
+    src, mask0 = seed000_batch()
+    mask0 = mask0.copy()
+    mask0[1] = False
+    assert np.isfinite(ct.decode.greedy_decode(model0, src, mask0, 5, START, return_logits=True)[1]).all()
+
+
 def test_step_decoder_bad_arguments():
     model = seed000_model("prj-tied")
     src, src_mask = seed000_batch()

@@ -1,5 +1,7 @@
 // Argument checks shared by greedy_decode and beam_search; each error names the argument.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -27,6 +29,14 @@ inline void check_source(const nn::Transformer& model, const IndexArray& src, co
         if (s.size() != 3 || (s[0] != b && s[0] != 1) || s[1] != 1 || s[2] != ls)
             throw ValueError(fn + ": src_mask must have shape (batch = " + std::to_string(b) + " or 1, 1, src_len = " +
                              std::to_string(ls) + ") to match src " + shape_str(src.shape) + ", got " + shape_str(s));
+        // With a -inf fill (seed 003) a row that may attend nowhere makes softmax 0/0 = NaN.
+        if (std::isinf(c.mask_fill))
+            for (std::size_t r = 0; r < s[0]; ++r)
+                if (std::none_of(src_mask->data.begin() + std::ptrdiff_t(r * ls),
+                                 src_mask->data.begin() + std::ptrdiff_t((r + 1) * ls), [](std::uint8_t m) { return m != 0; }))
+                    throw ValueError(fn + ": src_mask row " + std::to_string(r) +
+                                     " masks every source position; with this model's -inf mask fill its "
+                                     "attention would be NaN");
     }
 }
 
