@@ -1,6 +1,6 @@
 """Speed of cached vs uncached greedy decoding (not a test: timings depend on the machine).
 
-    PYTHONPATH=python python scripts/bench_decode.py [--tokens 50] [--repeats 3]
+    PYTHONPATH=python python scripts/bench_decode.py [--tokens 50] [--repeats 3] [--threads N]
 
 Decodes `tokens` tokens (no end symbol, so every row runs to the end) from random 50-id sources, for
 seed 003's tiny preset (d_model 32, 4 heads, 3 + 3 layers, vocabulary 39) and a small seed-000 model
@@ -37,7 +37,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: the library's)")
     args = parser.parse_args()
+    if args.threads:
+        ct.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     print(f"greedy decoding of {args.tokens} tokens, best of {args.repeats}; BLAS threads {ct.get_num_threads()}")
     print(f"{'model':28s} {'batch':>5s} {'uncached s':>11s} {'cached s':>9s} {'speed-up':>8s}")
