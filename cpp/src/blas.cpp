@@ -1,6 +1,7 @@
 #include "blas.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/threads.hpp"
+#include "parallel.hpp"
 
 #include <string>
 
@@ -22,6 +23,7 @@ namespace ct {
 void set_num_threads(int n) {
     if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
     openblas_set_num_threads(n);
+    parallel::set_threads(n);  // the non-BLAS kernels use as many (parallel.hpp)
 }
 int get_num_threads() { return openblas_get_num_threads(); }
 
