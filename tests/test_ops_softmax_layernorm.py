@@ -5,8 +5,9 @@ summed in a different order). layer_norm rtol 1e-5, atol 1e-6: the output is (x 
 so outputs near 0 carry the rounding of mean and rstd, of order eps32 * |x| / std, and the input
 gradient is a difference of row means (dxhat - mean(dxhat) - xhat * mean(dxhat xhat)).
 One exception, D = 1: the exact xhat and input gradient are 0 (we give 0), torch returns up to
-9e-6 because its x - mean is not exactly 0 and rstd = 1/sqrt(eps) = 316 amplifies it; atol 1e-5
-there for the input and weight gradients.
+1.6e-5 (measured: 1.53e-5 with the weight of this test) because its backward formula
+(a dy + b x + c, with b ~ rstd^3 = 3e7) does not cancel exactly; atol 2e-5 there for the input
+and weight gradients.
 """
 import numpy as np
 import pytest
@@ -78,7 +79,7 @@ def test_layer_norm(shape, affine):
     tout = torch.nn.functional.layer_norm(tx, (D,), tw, tb, 1e-5)
     assert_close(out, tout, rtol=1e-5, atol=1e-6, what="layer_norm forward")
     backward_both(out, tout, seed=10)
-    atol_d1 = 1e-5 if D == 1 else 1e-6  # see the module docstring
+    atol_d1 = 2e-5 if D == 1 else 1e-6  # see the module docstring
     assert_close(x.grad, tx.grad, rtol=1e-5, atol=atol_d1, what="layer_norm grad input")
     if w is not None:
         assert_close(w.grad, tw.grad, rtol=1e-5, atol=atol_d1, what="layer_norm grad weight")

@@ -68,6 +68,25 @@ Array* grad_slot(const Tensor& input) {
     return impl->grad->storage.get();
 }
 
+GradBuffer grad_buffer(const Tensor& input) {
+    if (!input.requires_grad()) return {};
+    const auto& impl = input.impl();
+    if (impl->grad_fn) {
+        Node& node = *impl->grad_fn;
+        if (!node.has_pending) {
+            node.pending_grad = Array::from_shape(input.array().shape());
+            node.has_pending = true;
+            return {node.pending_grad.data(), false};
+        }
+        return {node.pending_grad.data(), true};
+    }
+    if (!impl->grad) {
+        impl->grad = Tensor(Array::from_shape(input.array().shape())).impl();
+        return {impl->grad->storage->data(), false};
+    }
+    return {impl->grad->storage->data(), true};
+}
+
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
     if (!g_grad_enabled) return false;
     for (const Tensor* t : inputs)

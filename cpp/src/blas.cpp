@@ -1,18 +1,60 @@
 #include "blas.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/threads.hpp"
+#include "parallel.hpp"
 
+#include <mutex>
 #include <string>
 
 #include <cblas.h>
 
 namespace ct::blas {
 
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc) {
+// Once: ct's thread count starts as OpenBLAS's own default (OPENBLAS_NUM_THREADS or the cores),
+// and OpenBLAS is then told to use one thread; the splitting happens here instead.
+void init() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        parallel::set_default_threads(openblas_get_num_threads());
+        openblas_set_num_threads(1);
+    });
+}
+
+namespace {
+
+constexpr double kSplitFlops = 2.0 * 64 * 64 * 64;  // below this a product stays on one thread
+constexpr int kMinBlock = 32;                        // rows (or columns) per piece at least
+// Pieces per thread: 2 lets the caller take over half of a descheduled worker's share; more
+// would pack B (or A) once more per piece.
+constexpr std::size_t kPiecesPerThread = 2;
+
+}  // namespace
+
+void gemm_serial(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                 const float* b, int ldb, float beta, float* c, int ldc) {
     if (m == 0 || n == 0) return;
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n,
                 k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+          const float* b, int ldb, float beta, float* c, int ldc) {
+    init();
+    if (m == 0 || n == 0) return;
+    const std::size_t threads = std::size_t(parallel::threads());
+    if (threads <= 1 || 2.0 * m * n * k < kSplitFlops || (m < 2 * kMinBlock && n < 2 * kMinBlock))
+        return gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (m >= 2 * kMinBlock) {  // rows of C: rows of op(A)
+        parallel::parallel_for(std::size_t(m), kMinBlock, [&](std::size_t i0, std::size_t i1) {
+            const float* ai = trans_a ? a + i0 : a + i0 * std::size_t(lda);
+            gemm_serial(trans_a, trans_b, int(i1 - i0), n, k, alpha, ai, lda, b, ldb, beta, c + i0 * std::size_t(ldc), ldc);
+        }, kPiecesPerThread);
+    } else {  // columns of C: columns of op(B)
+        parallel::parallel_for(std::size_t(n), kMinBlock, [&](std::size_t j0, std::size_t j1) {
+            const float* bj = trans_b ? b + j0 * std::size_t(ldb) : b + j0;
+            gemm_serial(trans_a, trans_b, m, int(j1 - j0), k, alpha, a, lda, bj, ldb, beta, c + j0, ldc);
+        }, kPiecesPerThread);
+    }
 }
 
 }  // namespace ct::blas
@@ -21,8 +63,12 @@ namespace ct {
 
 void set_num_threads(int n) {
     if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
-    openblas_set_num_threads(n);
+    blas::init();
+    parallel::set_threads(n);  // BLAS products and the kernels alike (parallel.hpp)
 }
-int get_num_threads() { return openblas_get_num_threads(); }
+int get_num_threads() {
+    blas::init();
+    return parallel::threads();
+}
 
 }  // namespace ct

@@ -34,6 +34,19 @@ struct Node {
 // nullptr when that input needs no gradient (then the node skips computing it).
 Array* grad_slot(const Tensor& input);
 
+// The same buffer without the zero-fill: on the first contribution to an input's gradient the
+// buffer is fresh (uninitialised) and `accumulate` is false, so the node must WRITE every element
+// (a gemm with beta = 0, `d[i] = v`); afterwards `accumulate` is true and it must add. Saves a
+// pass over memory per gradient. Ask for an input's buffer only when about to fill it: for an
+// op whose two inputs are one tensor (x * x), the second request then sees the first's values.
+struct GradBuffer {
+    float* data = nullptr;    // null: the input needs no gradient
+    bool accumulate = false;  // false: uninitialised, write every element
+    explicit operator bool() const { return data != nullptr; }
+    float beta() const { return accumulate ? 1.0f : 0.0f; }  // for gemm
+};
+GradBuffer grad_buffer(const Tensor& input);
+
 // Whether new ops record a graph (false inside a NoGradGuard).
 bool grad_enabled();
 void set_grad_enabled(bool enabled);

@@ -9,10 +9,14 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "ctransformer/allocator.hpp"
+
 namespace ct {
 
 using Shape = std::vector<std::size_t>;
-using Array = xt::xarray<float, xt::layout_type::row_major>;
+// Every tensor buffer comes from the caching allocator (allocator.hpp): reused across steps,
+// 64-byte aligned, never zero-filled on allocation.
+using Array = xt::xarray<float, xt::layout_type::row_major, CachingAllocator<float>>;
 
 struct Node;
 

@@ -1,4 +1,5 @@
-// How many threads the BLAS products use.
+// How many threads the library uses: OpenBLAS's products and ct's own kernels (softmax,
+// layer_norm, elementwise, losses, Adam) alike.
 #pragma once
 
 namespace ct {

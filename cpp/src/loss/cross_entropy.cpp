@@ -2,6 +2,11 @@
 
 #include <cmath>
 
+#include <algorithm>
+#include <vector>
+
+#include "../parallel.hpp"
+#include "../simd.hpp"
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/error.hpp"
 
@@ -18,32 +23,46 @@ Reduction parse_reduction(const std::string& name, const char* fn, bool allow_ba
 
 namespace {
 
+constexpr std::size_t kGrain = 8192;  // elements per thread (an exp each)
+
 // With p = softmax(logits) and the smoothed target q = (1 - s) onehot(t) + s / C,
 // d loss_i / d logits_i = p - q, times the reduction's weight for row i (0 for ignored rows).
+// p is recomputed from the logits and the saved log-sum-exp of each row (an (N, C) array fewer).
 struct CrossEntropyBackward : Node {
-    Array log_probs;       // (N, C), saved from the forward pass
+    std::vector<float> lse;  // per row: max + log sum exp(x - max)
     IndexArray target;
     std::int64_t ignore_index;
     float smoothing, row_weight;  // row_weight: 1 for sum / none, 1 / valid rows for mean
     bool per_row;                 // reduction 'none': g has one entry per row
     const char* name() const override { return "cross_entropy"; }
     void backward(const Array& g) override {
-        Array* gx = grad_slot(inputs[0]);
+        using simd::B;
+        const GradBuffer gx = grad_buffer(inputs[0]);
         if (!gx) return;
-        const std::size_t N = log_probs.shape()[0], C = log_probs.shape()[1];
-        for (std::size_t i = 0; i < N; ++i) {
-            const std::int64_t t = target.data[i];
-            if (t == ignore_index) continue;
-            const float w = (per_row ? g.data()[i] : g.data()[0]) * row_weight;
-            const float* lp = log_probs.data() + i * C;
-            float* d = gx->data() + i * C;
-            for (std::size_t c = 0; c < C; ++c) {
-                const float q = smoothing / float(C) + (std::int64_t(c) == t ? 1.0f - smoothing : 0.0f);
-                d[c] += w * (std::exp(lp[c]) - q);
+        const std::size_t N = inputs[0].size(0), C = inputs[0].size(1);
+        const float* logits = inputs[0].data();
+        parallel::parallel_for(N, std::max<std::size_t>(1, kGrain / std::max<std::size_t>(C, 1)),
+                               [&](std::size_t r0, std::size_t r1) {
+            for (std::size_t i = r0; i < r1; ++i) {
+                const std::int64_t t = target.data[i];
+                float* d = gx.data + i * C;
+                if (t == ignore_index) {
+                    if (!gx.accumulate) std::fill_n(d, C, 0.0f);
+                    continue;
+                }
+                const float w = (per_row ? g.data()[i] : g.data()[0]) * row_weight;
+                const float* x = logits + i * C;
+                const B bw(w), shift(lse[i]), floor_q(smoothing / float(C));
+                simd::blocks(C, [&](std::size_t c0, std::size_t c) {
+                    B v = bw * (xsimd::exp(simd::load(x + c0, c) - shift) - floor_q);
+                    if (gx.accumulate) v += simd::load(d + c0, c);
+                    simd::store(d + c0, v, c);
+                });
+                d[t] -= w * (1.0f - smoothing);
             }
-        }
+        });
     }
-    void release_saved() override { log_probs = Array(); target = IndexArray(); }
+    void release_saved() override { lse = {}; target = IndexArray(); }
 };
 
 }  // namespace
@@ -67,28 +86,30 @@ Tensor cross_entropy(const Tensor& logits, const IndexArray& target, std::int64_
                              " is outside the classes [0, " + std::to_string(C) + ") and is not ignore_index " +
                              std::to_string(ignore_index));
     }
-    // log p = x - max - log sum exp(x - max), row by row.
-    Array log_probs = Array::from_shape({N, C});
-    std::vector<float> per_row(N, 0.0f);
-    std::size_t valid = 0;
-    for (std::size_t i = 0; i < N; ++i) {
-        const float* x = logits.data() + i * C;
-        float* lp = log_probs.data() + i * C;
-        float mx = -INFINITY;
-        for (std::size_t c = 0; c < C; ++c) mx = std::max(mx, x[c]);
-        double total = 0.0;
-        for (std::size_t c = 0; c < C; ++c) total += std::exp(x[c] - mx);
-        const float lse = float(std::log(total));
-        double sum_lp = 0.0;
-        for (std::size_t c = 0; c < C; ++c) {
-            lp[c] = x[c] - mx - lse;
-            sum_lp += lp[c];
+    // log p = x - max - log sum exp(x - max) = x - lse, row by row; the smoothing term needs
+    // sum_c log p_c = sum_c x_c - C lse.
+    std::vector<float> lse(N), per_row(N, 0.0f);
+    const float* px = logits.data();
+    parallel::parallel_for(N, std::max<std::size_t>(1, kGrain / std::max<std::size_t>(C, 1)),
+                           [&](std::size_t r0, std::size_t r1) {
+        using simd::B;
+        constexpr float kNegInf = -INFINITY;
+        for (std::size_t i = r0; i < r1; ++i) {
+            const float* x = px + i * C;
+            const float mx = simd::max(x, C, kNegInf);
+            const B bmx(mx);
+            B acc(0.0f);
+            simd::blocks(C, [&](std::size_t c0, std::size_t c) { acc += xsimd::exp(simd::load(x + c0, c, kNegInf) - bmx); });
+            lse[i] = mx + std::log(simd::hsum(acc));
+            const std::int64_t t = target.data[i];
+            if (t == ignore_index) continue;
+            float loss = (1.0f - label_smoothing) * (lse[i] - x[t]);
+            if (label_smoothing != 0.0f) loss += label_smoothing * (lse[i] - simd::sum(x, C) / float(C));
+            per_row[i] = loss;
         }
-        const std::int64_t t = target.data[i];
-        if (t == ignore_index) continue;
-        ++valid;
-        per_row[i] = (1.0f - label_smoothing) * -lp[t] + label_smoothing / float(C) * float(-sum_lp);
-    }
+    });
+    std::size_t valid = 0;
+    for (std::size_t i = 0; i < N; ++i) valid += target.data[i] != ignore_index;
     Tensor out;
     float row_weight = 1.0f;
     if (reduction == Reduction::None) {
@@ -106,7 +127,7 @@ Tensor cross_entropy(const Tensor& logits, const IndexArray& target, std::int64_
     }
     if (needs_grad({&logits})) {
         auto node = std::make_shared<CrossEntropyBackward>();
-        node->log_probs = std::move(log_probs);
+        node->lse = std::move(lse);
         node->target = target;
         node->ignore_index = ignore_index;
         node->smoothing = label_smoothing;

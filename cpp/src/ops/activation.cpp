@@ -2,22 +2,34 @@
 
 #include <cmath>
 
+#include "../parallel.hpp"
+#include "../simd.hpp"
 #include "ctransformer/autograd.hpp"
 
 namespace ct {
 
 namespace {
 
+using simd::B;
+constexpr std::size_t kGrain = 16384;      // elements per thread, cheap pointwise work
+constexpr std::size_t kGrainTanh = 4096;   // with a tanh per element
+
 // relu'(x) = 1 where the output is positive.
 struct ReluBackward : Node {
     Tensor out;
     const char* name() const override { return "relu"; }
     void backward(const Array& g) override {
-        if (Array* gx = grad_slot(inputs[0])) {
-            const float* y = out.data();
-            float* d = gx->data();
-            for (std::size_t i = 0; i < g.size(); ++i) d[i] += y[i] > 0.0f ? g.data()[i] : 0.0f;
-        }
+        GradBuffer gx = grad_buffer(inputs[0]);
+        if (!gx) return;
+        const float* y = out.data();
+        const float* pg = g.data();
+        float* d = gx.data;
+        parallel::parallel_for(g.size(), kGrain, [&](std::size_t b, std::size_t e) {
+            if (gx.accumulate)
+                for (std::size_t i = b; i < e; ++i) d[i] += y[i] > 0.0f ? pg[i] : 0.0f;
+            else
+                for (std::size_t i = b; i < e; ++i) d[i] = y[i] > 0.0f ? pg[i] : 0.0f;
+        });
     }
     void release_saved() override { out = Tensor(); }
 };
@@ -30,27 +42,36 @@ constexpr float kGeluCoeff = 0.044715f;
 struct GeluBackward : Node {
     const char* name() const override { return "gelu"; }
     void backward(const Array& g) override {
-        if (Array* gx = grad_slot(inputs[0])) {
-            const float* x = inputs[0].data();
-            float* d = gx->data();
-            for (std::size_t i = 0; i < g.size(); ++i) {
-                const float xi = x[i];
-                const float t = std::tanh(kSqrt2OverPi * (xi + kGeluCoeff * xi * xi * xi));
-                const float local = 0.5f * (1.0f + t) +
-                                    0.5f * xi * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * xi * xi);
-                d[i] += g.data()[i] * local;
-            }
-        }
+        GradBuffer gx = grad_buffer(inputs[0]);
+        if (!gx) return;
+        const float* x = inputs[0].data();
+        const float* pg = g.data();
+        float* d = gx.data;
+        parallel::parallel_for(g.size(), kGrainTanh, [&](std::size_t b, std::size_t e) {
+            simd::blocks(e - b, [&](std::size_t i, std::size_t c) {
+                i += b;
+                const B xi = simd::load(x + i, c);
+                const B x2 = xi * xi;
+                const B t = xsimd::tanh(B(kSqrt2OverPi) * (xi + B(kGeluCoeff) * x2 * xi));
+                const B local = B(0.5f) * (B(1.0f) + t) +
+                                B(0.5f) * xi * (B(1.0f) - t * t) * B(kSqrt2OverPi) * (B(1.0f) + B(3.0f * kGeluCoeff) * x2);
+                B v = simd::load(pg + i, c) * local;
+                if (gx.accumulate) v += simd::load(d + i, c);
+                simd::store(d + i, v, c);
+            });
+        });
     }
 };
 
 }  // namespace
 
 Tensor relu(const Tensor& x) {
-    Tensor out(Array::from_shape(x.shape()));
+    Tensor out(Array::from_shape(x.array().shape()));
     const float* px = x.data();
     float* y = out.data();
-    for (std::size_t i = 0; i < x.numel(); ++i) y[i] = px[i] > 0.0f ? px[i] : 0.0f;
+    parallel::parallel_for(x.numel(), kGrain, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) y[i] = px[i] > 0.0f ? px[i] : 0.0f;
+    });
     if (needs_grad({&x})) {
         auto node = std::make_shared<ReluBackward>();
         node->out = out.detach();
@@ -60,13 +81,17 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor gelu(const Tensor& x) {
-    Tensor out(Array::from_shape(x.shape()));
+    Tensor out(Array::from_shape(x.array().shape()));
     const float* px = x.data();
     float* y = out.data();
-    for (std::size_t i = 0; i < x.numel(); ++i) {
-        const float xi = px[i];
-        y[i] = 0.5f * xi * (1.0f + std::tanh(kSqrt2OverPi * (xi + kGeluCoeff * xi * xi * xi)));
-    }
+    parallel::parallel_for(x.numel(), kGrainTanh, [&](std::size_t b, std::size_t e) {
+        simd::blocks(e - b, [&](std::size_t i, std::size_t c) {
+            i += b;
+            const B xi = simd::load(px + i, c);
+            const B t = xsimd::tanh(B(kSqrt2OverPi) * (xi + B(kGeluCoeff) * xi * xi * xi));
+            simd::store(y + i, B(0.5f) * xi * (B(1.0f) + t), c);
+        });
+    });
     if (needs_grad({&x})) attach(out, std::make_shared<GeluBackward>(), {&x});
     return out;
 }

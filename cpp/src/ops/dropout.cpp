@@ -6,22 +6,38 @@
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/random.hpp"
+#include "../parallel.hpp"
+#include "../random_bits.hpp"
+
+#include <vector>
 
 namespace ct {
 
 namespace {
 
-// The kept elements' multiplier (0 or 1/(1-p)) is saved; the gradient is scaled by the same.
+constexpr std::size_t kGrain = 32768;
+
+// The kept elements get the factor 1/(1-p) (computed once in float32, as torch), the rest 0;
+// the gradient is scaled by the same, from the saved keep mask (a byte per element).
 struct DropoutBackward : Node {
-    Array multiplier;
+    std::vector<std::uint8_t> keep;
+    float keep_scale;
     const char* name() const override { return "dropout"; }
     void backward(const Array& g) override {
-        if (Array* gx = grad_slot(inputs[0])) {
-            float* d = gx->data();
-            for (std::size_t i = 0; i < g.size(); ++i) d[i] += g.data()[i] * multiplier.data()[i];
-        }
+        const GradBuffer gx = grad_buffer(inputs[0]);
+        if (!gx) return;
+        const float* pg = g.data();
+        float* d = gx.data;
+        const std::uint8_t* k = keep.data();
+        const float s = keep_scale;
+        parallel::parallel_for(g.size(), kGrain, [&](std::size_t b, std::size_t e) {
+            if (gx.accumulate)
+                for (std::size_t i = b; i < e; ++i) d[i] += pg[i] * (k[i] ? s : 0.0f);
+            else
+                for (std::size_t i = b; i < e; ++i) d[i] = pg[i] * (k[i] ? s : 0.0f);
+        });
     }
-    void release_saved() override { multiplier = Array(); }
+    void release_saved() override { keep = {}; }
 };
 
 }  // namespace
@@ -30,16 +46,20 @@ Tensor dropout(const Tensor& x, float p, bool training) {
     if (!(p >= 0.0f && p <= 1.0f))
         throw ValueError("dropout: p must be a probability in [0, 1], got " + std::to_string(p));
     if (!training || p == 0.0f) return x;
-    Array multiplier = Array::from_shape(x.shape());
     const float keep_scale = p == 1.0f ? 0.0f : 1.0f / (1.0f - p);
-    Generator& gen = default_generator();
-    for (std::size_t i = 0; i < multiplier.size(); ++i)
-        multiplier.data()[i] = gen.uniform() < p ? 0.0f : keep_scale;
-    Tensor out(Array::from_shape(x.shape()));
-    for (std::size_t i = 0; i < x.numel(); ++i) out.data()[i] = x.data()[i] * multiplier.data()[i];
+    std::vector<std::uint8_t> keep(x.numel());
+    detail::dropout_keep_mask(keep.data(), keep.size(), p, default_generator().next());
+    Tensor out(Array::from_shape(x.array().shape()));
+    const float* px = x.data();
+    float* po = out.data();
+    const std::uint8_t* k = keep.data();
+    parallel::parallel_for(x.numel(), kGrain, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) po[i] = px[i] * (k[i] ? keep_scale : 0.0f);
+    });
     if (needs_grad({&x})) {
         auto node = std::make_shared<DropoutBackward>();
-        node->multiplier = std::move(multiplier);
+        node->keep = std::move(keep);
+        node->keep_scale = keep_scale;
         attach(out, node, {&x});
     }
     return out;

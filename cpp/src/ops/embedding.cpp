@@ -1,6 +1,9 @@
 #include "ctransformer/ops/embedding.hpp"
 
+#include <algorithm>
 #include <cstring>
+
+#include "../parallel.hpp"
 
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/error.hpp"
@@ -15,16 +18,22 @@ struct EmbeddingBackward : Node {
     std::int64_t padding = -1;  // -1: none
     const char* name() const override { return "embedding"; }
     void backward(const Array& g) override {
-        Array* gw = grad_slot(inputs[0]);
+        GradBuffer gw = grad_buffer(inputs[0]);
         if (!gw) return;
-        const std::size_t D = inputs[0].size(1);
-        for (std::size_t i = 0; i < ids.numel(); ++i) {
-            const std::int64_t id = ids.data[i];
-            if (id == padding) continue;
-            float* row = gw->data() + std::size_t(id) * D;
-            const float* gi = g.data() + i * D;
-            for (std::size_t j = 0; j < D; ++j) row[j] += gi[j];
-        }
+        const std::size_t V = inputs[0].size(0), D = inputs[0].size(1);
+        // Threads take disjoint column ranges, so no two add into the same element.
+        const std::size_t grain = std::max<std::size_t>(8, 65536 / std::max<std::size_t>(ids.numel() + V, 1));
+        parallel::parallel_for(D, grain, [&](std::size_t j0, std::size_t j1) {
+            if (!gw.accumulate)
+                for (std::size_t v = 0; v < V; ++v) std::fill(gw.data + v * D + j0, gw.data + v * D + j1, 0.0f);
+            for (std::size_t i = 0; i < ids.numel(); ++i) {
+                const std::int64_t id = ids.data[i];
+                if (id == padding) continue;
+                float* row = gw.data + std::size_t(id) * D;
+                const float* gi = g.data() + i * D;
+                for (std::size_t j = j0; j < j1; ++j) row[j] += gi[j];
+            }
+        });
     }
     void release_saved() override { ids = IndexArray(); }
 };
@@ -51,8 +60,12 @@ Tensor embedding(const IndexArray& ids, const Tensor& weight, std::optional<std:
     Shape out_shape = ids.shape;
     out_shape.push_back(D);
     Tensor out(Array::from_shape(out_shape));
-    for (std::size_t i = 0; i < ids.numel(); ++i)
-        std::memcpy(out.data() + i * D, weight.data() + std::size_t(ids.data[i]) * D, D * sizeof(float));
+    float* po = out.data();
+    const float* pw = weight.data();
+    parallel::parallel_for(ids.numel(), std::max<std::size_t>(1, 65536 / std::max<std::size_t>(D, 1)),
+                           [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) std::memcpy(po + i * D, pw + std::size_t(ids.data[i]) * D, D * sizeof(float));
+    });
     if (needs_grad({&weight})) {
         auto node = std::make_shared<EmbeddingBackward>();
         node->ids = ids;

@@ -1,6 +1,9 @@
 #include "ctransformer/ops/linear.hpp"
 
+#include <algorithm>
+
 #include "../blas.hpp"
+#include "../parallel.hpp"
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/error.hpp"
 
@@ -18,15 +21,24 @@ struct LinearBackward : Node {
         const Tensor& x = inputs[0];
         const Tensor& w = inputs[1];
         const int N = int(rows), I = int(in), O = int(out);
-        if (Array* gx = grad_slot(x))  // dx (N, in) = g (N, out) @ W (out, in)
-            blas::gemm(false, false, N, I, O, 1.0f, g.data(), O, w.data(), I, 1.0f, gx->data(), I);
-        if (Array* gw = grad_slot(w))  // dW (out, in) = g^T @ x
-            blas::gemm(true, false, O, I, N, 1.0f, g.data(), O, x.data(), I, 1.0f, gw->data(), I);
+        if (GradBuffer gx = grad_buffer(x)) {  // dx (N, in) = g (N, out) @ W (out, in)
+            if (O == 0 && !gx.accumulate) std::fill_n(gx.data, x.numel(), 0.0f);
+            blas::gemm(false, false, N, I, O, 1.0f, g.data(), O, w.data(), I, gx.beta(), gx.data, I);
+        }
+        if (GradBuffer gw = grad_buffer(w)) {  // dW (out, in) = g^T @ x
+            if (N == 0 && !gw.accumulate) std::fill_n(gw.data, w.numel(), 0.0f);
+            blas::gemm(true, false, O, I, N, 1.0f, g.data(), O, x.data(), I, gw.beta(), gw.data, I);
+        }
         if (has_bias)
-            if (Array* gb = grad_slot(inputs[2])) {  // db = sum over rows of g
-                float* db = gb->data();
-                for (std::size_t r = 0; r < rows; ++r)
-                    for (std::size_t o = 0; o < out; ++o) db[o] += g.data()[r * out + o];
+            if (GradBuffer gb = grad_buffer(inputs[2])) {  // db = sum over rows of g, columns split over threads
+                const float* pg = g.data();
+                parallel::parallel_for(out, std::max<std::size_t>(16, 32768 / std::max<std::size_t>(rows, 1)),
+                                       [&](std::size_t o0, std::size_t o1) {
+                    float* db = gb.data;
+                    if (!gb.accumulate) std::fill(db + o0, db + o1, 0.0f);
+                    for (std::size_t r = 0; r < rows; ++r)
+                        for (std::size_t o = o0; o < o1; ++o) db[o] += pg[r * out + o];
+                });
             }
     }
 };
@@ -50,13 +62,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) {
     Tensor out(Array::from_shape(out_shape));
     float* y = out.data();
     if (bias) {  // start from the bias and let gemm add x W^T (beta = 1)
-        for (std::size_t r = 0; r < rows; ++r)
-            for (std::size_t o = 0; o < out_f; ++o) y[r * out_f + o] = bias->data()[o];
-    } else {
+        const float* pb = bias->data();
+        parallel::parallel_for(rows, std::max<std::size_t>(1, 32768 / std::max<std::size_t>(out_f, 1)),
+                               [&](std::size_t r0, std::size_t r1) {
+            for (std::size_t r = r0; r < r1; ++r) std::copy_n(pb, out_f, y + r * out_f);
+        });
+    } else if (in_f == 0) {
         out.array().fill(0.0f);
     }
     blas::gemm(false, true, int(rows), int(out_f), int(in_f), 1.0f, x.data(), int(in_f), weight.data(), int(in_f),
-               1.0f, y, int(out_f));
+               bias ? 1.0f : 0.0f, y, int(out_f));
     if (needs_grad({&x, &weight, bias}))
         attach(out, std::make_shared<LinearBackward>(rows, in_f, out_f, bias != nullptr), {&x, &weight, bias});
     return out;

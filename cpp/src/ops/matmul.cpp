@@ -1,8 +1,11 @@
 #include "ctransformer/ops/matmul.hpp"
 
 #include "../blas.hpp"
+#include "../parallel.hpp"
 #include "broadcast.hpp"
 #include "ctransformer/autograd.hpp"
+
+#include <algorithm>
 
 namespace ct {
 
@@ -52,6 +55,22 @@ MatmulPlan plan(const Shape& sa, const Shape& sb, bool trans_a, bool trans_b) {
 int lda(const MatmulPlan& p) { return int(p.trans_a ? p.m : p.k); }
 int ldb(const MatmulPlan& p) { return int(p.trans_b ? p.k : p.n); }
 
+using Gemm = void (*)(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+
+// f(i, gemm) for each batch entry: several entries at once on the pool's threads (each product
+// on one thread) when there are several and they write disjoint outputs; otherwise one after the
+// other, each product split over the threads.
+template <class F>
+void for_batch(std::size_t count, bool disjoint, F&& f) {
+    if (count > 1 && disjoint) {
+        parallel::parallel_for(count, 1, [&](std::size_t b, std::size_t e) {
+            for (std::size_t i = b; i < e; ++i) f(i, &blas::gemm_serial);
+        });
+    } else {
+        for (std::size_t i = 0; i < count; ++i) f(i, &blas::gemm);
+    }
+}
+
 struct MatmulBackward : Node {
     MatmulPlan p;
     explicit MatmulBackward(MatmulPlan plan_) : p(std::move(plan_)) {}
@@ -59,28 +78,46 @@ struct MatmulBackward : Node {
     void backward(const Array& g) override {
         const Tensor& a = inputs[0];
         const Tensor& b = inputs[1];
-        Array* ga = grad_slot(a);
-        Array* gb = grad_slot(b);
         const int m = int(p.m), n = int(p.n), k = int(p.k);
-        for (std::size_t i = 0; i < p.a_offsets.size(); ++i) {
-            const float* gi = g.data() + i * p.m * p.n;  // dC, (m, n)
-            const float* ai = a.data() + p.a_offsets[i];
-            const float* bi = b.data() + p.b_offsets[i];
-            // Accumulating (beta = 1) also sums over broadcast batch entries.
-            if (ga) {
-                float* dai = ga->data() + p.a_offsets[i];
+        const std::size_t count = p.a_offsets.size();
+        // A fresh buffer is written (beta = 0) by the first product that reaches each of its
+        // matrices; a matrix broadcast over the batch is reached again and accumulates.
+        auto beta_for = [&](const GradBuffer& gb, std::size_t i, const std::vector<std::size_t>& offsets) {
+            if (gb.accumulate) return 1.0f;
+            for (std::size_t j = 0; j < i; ++j)
+                if (offsets[j] == offsets[i]) return 1.0f;
+            return 0.0f;
+        };
+        const bool a_unique = numel_of(a.shape()) / std::max<std::size_t>(p.m * p.k, 1) == count;
+        const bool b_unique = numel_of(b.shape()) / std::max<std::size_t>(p.k * p.n, 1) == count;
+        if (GradBuffer ga = grad_buffer(a)) {
+            // Zero first where the gemms would not write everything: an empty inner dimension, or
+            // an empty batch that reaches none of A's matrices.
+            if (!ga.accumulate && (n == 0 || count == 0)) std::fill_n(ga.data, a.numel(), 0.0f);
+            // Batch entries in parallel when each writes its own matrix of dA.
+            for_batch(count, a_unique, [&](std::size_t i, Gemm gemm) {
+                const float* gi = g.data() + i * p.m * p.n;  // dC, (m, n)
+                const float* bi = b.data() + p.b_offsets[i];
+                float* dai = ga.data + p.a_offsets[i];
+                const float beta = a_unique ? ga.beta() : beta_for(ga, i, p.a_offsets);
                 if (!p.trans_a)  // dA (m, k) = dC @ op(B)^T
-                    blas::gemm(false, !p.trans_b, m, k, n, 1.0f, gi, n, bi, ldb(p), 1.0f, dai, k);
+                    gemm(false, !p.trans_b, m, k, n, 1.0f, gi, n, bi, ldb(p), beta, dai, k);
                 else  // A stored (k, m): dA = op(B) @ dC^T
-                    blas::gemm(p.trans_b, true, k, m, n, 1.0f, bi, ldb(p), gi, n, 1.0f, dai, m);
-            }
-            if (gb) {
-                float* dbi = gb->data() + p.b_offsets[i];
+                    gemm(p.trans_b, true, k, m, n, 1.0f, bi, ldb(p), gi, n, beta, dai, m);
+            });
+        }
+        if (GradBuffer gb = grad_buffer(b)) {
+            if (!gb.accumulate && (m == 0 || count == 0)) std::fill_n(gb.data, b.numel(), 0.0f);
+            for_batch(count, b_unique, [&](std::size_t i, Gemm gemm) {
+                const float* gi = g.data() + i * p.m * p.n;
+                const float* ai = a.data() + p.a_offsets[i];
+                float* dbi = gb.data + p.b_offsets[i];
+                const float beta = b_unique ? gb.beta() : beta_for(gb, i, p.b_offsets);
                 if (!p.trans_b)  // dB (k, n) = op(A)^T @ dC
-                    blas::gemm(!p.trans_a, false, k, n, m, 1.0f, ai, lda(p), gi, n, 1.0f, dbi, n);
+                    gemm(!p.trans_a, false, k, n, m, 1.0f, ai, lda(p), gi, n, beta, dbi, n);
                 else  // B stored (n, k): dB = dC^T @ op(A)
-                    blas::gemm(true, p.trans_a, n, k, m, 1.0f, gi, n, ai, lda(p), 1.0f, dbi, k);
-            }
+                    gemm(true, p.trans_a, n, k, m, 1.0f, gi, n, ai, lda(p), beta, dbi, k);
+            });
         }
     }
 };
@@ -91,9 +128,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
     MatmulPlan p = plan(a.shape(), b.shape(), trans_a, trans_b);
     Tensor out(Array::from_shape(p.out_shape));
     if (p.k == 0) out.array().fill(0.0f);
-    for (std::size_t i = 0; i < p.a_offsets.size(); ++i)
-        blas::gemm(trans_a, trans_b, int(p.m), int(p.n), int(p.k), 1.0f, a.data() + p.a_offsets[i], lda(p),
-                   b.data() + p.b_offsets[i], ldb(p), 0.0f, out.data() + i * p.m * p.n, int(p.n));
+    for_batch(p.a_offsets.size(), true, [&](std::size_t i, Gemm gemm) {
+        gemm(trans_a, trans_b, int(p.m), int(p.n), int(p.k), 1.0f, a.data() + p.a_offsets[i], lda(p),
+             b.data() + p.b_offsets[i], ldb(p), 0.0f, out.data() + i * p.m * p.n, int(p.n));
+    });
     if (needs_grad({&a, &b})) attach(out, std::make_shared<MatmulBackward>(std::move(p)), {&a, &b});
     return out;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "../parallel.hpp"
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/error.hpp"
 
@@ -13,47 +14,88 @@ namespace {
 struct ReshapeBackward : Node {
     const char* name() const override { return "reshape"; }
     void backward(const Array& g) override {
-        if (Array* gx = grad_slot(inputs[0]))
-            for (std::size_t i = 0; i < g.size(); ++i) gx->data()[i] += g.data()[i];
+        if (GradBuffer gx = grad_buffer(inputs[0])) {
+            const float* pg = g.data();
+            float* d = gx.data;
+            parallel::parallel_for(g.size(), 65536, [&](std::size_t b, std::size_t e) {
+                if (gx.accumulate)
+                    for (std::size_t i = b; i < e; ++i) d[i] += pg[i];
+                else
+                    std::copy(pg + b, pg + e, d + b);
+            });
+        }
     }
 };
 
-// out[j] = x[source[j]] for a permutation of axes; source offsets are computed once.
-std::vector<std::size_t> permuted_sources(const Shape& in, const std::vector<std::size_t>& dims) {
+// A permutation of axes as a walk over the output in blocks: the trailing output dimensions that
+// keep their input order form one contiguous block (e.g. the head dimension when swapping the
+// length and head axes); the walk gives each block's offset in the output and in the input.
+struct PermutePlan {
+    Shape outer;                          // output dimensions above the block
+    std::vector<std::size_t> in_strides;  // their strides in the input
+    std::size_t block = 1;                // contiguous elements per step
+    std::size_t count() const { return numel_of(outer); }
+};
+
+PermutePlan plan_permute(const Shape& in, const std::vector<std::size_t>& dims) {
     const std::size_t rank = in.size();
-    std::vector<std::size_t> in_strides(rank, 1);
-    for (std::size_t d = rank; d-- > 1;) in_strides[d - 1] = in_strides[d] * in[d];
-    Shape out(rank);
-    std::vector<std::size_t> strides(rank);
-    for (std::size_t d = 0; d < rank; ++d) {
-        out[d] = in[dims[d]];
-        strides[d] = in_strides[dims[d]];
+    std::vector<std::size_t> strides(rank, 1);
+    for (std::size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * in[d];
+    std::size_t k = rank;  // dims[k..] == k.. : the identity suffix
+    while (k > 0 && dims[k - 1] == k - 1) --k;
+    PermutePlan plan;
+    for (std::size_t d = k; d < rank; ++d) plan.block *= in[d];
+    for (std::size_t d = 0; d < k; ++d) {
+        plan.outer.push_back(in[dims[d]]);
+        plan.in_strides.push_back(strides[dims[d]]);
     }
-    const std::size_t n = numel_of(in);
-    std::vector<std::size_t> source(n);
-    std::vector<std::size_t> index(rank, 0);
-    std::size_t offset = 0;
-    for (std::size_t j = 0; j < n; ++j) {
-        source[j] = offset;
-        for (std::size_t d = rank; d-- > 0;) {
-            ++index[d];
-            offset += strides[d];
-            if (index[d] < out[d]) break;
-            offset -= strides[d] * out[d];
-            index[d] = 0;
-        }
-    }
-    return source;
+    return plan;
 }
 
+// f(out_offset, in_offset) for every block, split over threads by blocks.
+template <class F>
+void walk_permute(const PermutePlan& plan, F&& f) {
+    const std::size_t count = plan.count(), rank = plan.outer.size();
+    parallel::parallel_for(count, std::max<std::size_t>(1, 65536 / std::max<std::size_t>(plan.block, 1)),
+                           [&](std::size_t b, std::size_t e) {
+        std::vector<std::size_t> index(rank);
+        std::size_t in = 0, rest = b;
+        for (std::size_t d = rank; d-- > 0;) {  // the multi-index of block b
+            index[d] = rest % plan.outer[d];
+            rest /= plan.outer[d];
+            in += index[d] * plan.in_strides[d];
+        }
+        for (std::size_t j = b; j < e; ++j) {
+            f(j * plan.block, in);
+            for (std::size_t d = rank; d-- > 0;) {  // advance like an odometer
+                ++index[d];
+                in += plan.in_strides[d];
+                if (index[d] < plan.outer[d]) break;
+                in -= plan.in_strides[d] * plan.outer[d];
+                index[d] = 0;
+            }
+        }
+    });
+}
+
+// Each input element goes to exactly one output element: the backward writes every element
+// of a fresh buffer once.
 struct PermuteBackward : Node {
-    std::vector<std::size_t> source;
+    PermutePlan plan;
     const char* name() const override { return "permute"; }
     void backward(const Array& g) override {
-        if (Array* gx = grad_slot(inputs[0]))
-            for (std::size_t j = 0; j < source.size(); ++j) gx->data()[source[j]] += g.data()[j];
+        GradBuffer gx = grad_buffer(inputs[0]);
+        if (!gx) return;
+        const float* pg = g.data();
+        float* d = gx.data;
+        const std::size_t n = plan.block;
+        walk_permute(plan, [&](std::size_t out, std::size_t in) {
+            if (gx.accumulate)
+                for (std::size_t i = 0; i < n; ++i) d[in + i] += pg[out + i];
+            else
+                std::copy_n(pg + out, n, d + in);
+        });
     }
-    void release_saved() override { source.clear(); }
 };
 
 }  // namespace
@@ -83,7 +125,9 @@ Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
         throw ValueError("reshape: shape " + shape_str(out_shape) + " is invalid for input of shape " +
                          shape_str(x.shape()) + " (" + std::to_string(x.numel()) + " elements)");
     Tensor out(Array::from_shape(out_shape));
-    std::copy(x.data(), x.data() + x.numel(), out.data());
+    const float* px = x.data();
+    float* po = out.data();
+    parallel::parallel_for(x.numel(), 65536, [&](std::size_t b, std::size_t e) { std::copy(px + b, px + e, po + b); });
     if (needs_grad({&x})) attach(out, std::make_shared<ReshapeBackward>(), {&x});
     return out;
 }
@@ -103,12 +147,15 @@ Tensor permute(const Tensor& x, const std::vector<int>& dims) {
     const Shape in = x.shape();
     Shape out_shape(rank);
     for (std::size_t i = 0; i < rank; ++i) out_shape[i] = in[d[i]];
-    auto source = permuted_sources(in, d);
+    PermutePlan plan = plan_permute(in, d);
     Tensor out(Array::from_shape(out_shape));
-    for (std::size_t j = 0; j < source.size(); ++j) out.data()[j] = x.data()[source[j]];
+    const float* px = x.data();
+    float* po = out.data();
+    const std::size_t n = plan.block;
+    walk_permute(plan, [&](std::size_t o, std::size_t i) { std::copy_n(px + i, n, po + o); });
     if (needs_grad({&x})) {
         auto node = std::make_shared<PermuteBackward>();
-        node->source = std::move(source);
+        node->plan = std::move(plan);
         attach(out, node, {&x});
     }
     return out;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "../parallel.hpp"
+#include "../simd.hpp"
 #include "ctransformer/autograd.hpp"
 
 namespace ct {
@@ -24,7 +26,37 @@ Lanes lanes_of(const Shape& s, std::size_t dim) {
 
 // softmax: y_j = exp(x_j - max) / sum exp(x - max); log_softmax: x_j - max - log sum exp(x - max).
 // A lane of all -inf gives NaN, as torch does.
+// Rows (inner == 1, the last dimension) take the vector path, split over threads. The partial
+// last block is padded with -inf, whose exp adds 0 to the sum.
+void softmax_rows(const float* x, float* y, std::size_t rows, std::size_t n, bool log) {
+    using simd::B;
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    parallel::parallel_for(rows, std::max<std::size_t>(1, 8192 / std::max<std::size_t>(n, 1)),
+                           [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r) {
+            const float* xr = x + r * n;
+            float* yr = y + r * n;
+            const B mx(simd::max(xr, n, kNegInf));
+            B acc(0.0f);
+            simd::blocks(n, [&](std::size_t i, std::size_t c) {
+                const B e = xsimd::exp(simd::load(xr + i, c, kNegInf) - mx);
+                if (!log) simd::store(yr + i, e, c);
+                acc += e;
+            });
+            const float total = simd::hsum(acc);
+            if (log) {
+                const B shift = mx + B(std::log(total));
+                simd::blocks(n, [&](std::size_t i, std::size_t c) { simd::store(yr + i, simd::load(xr + i, c) - shift, c); });
+            } else {
+                const B inv(1.0f / total);
+                simd::blocks(n, [&](std::size_t i, std::size_t c) { simd::store(yr + i, simd::load(yr + i, c) * inv, c); });
+            }
+        }
+    });
+}
+
 void softmax_forward(const float* x, float* y, const Lanes& l, bool log) {
+    if (l.inner == 1) return softmax_rows(x, y, l.outer, l.n, log);
     for (std::size_t o = 0; o < l.outer; ++o)
         for (std::size_t i = 0; i < l.inner; ++i) {
             const float* xl = x + o * l.n * l.inner + i;
@@ -51,6 +83,7 @@ struct SoftmaxBackward : Node {
     SoftmaxBackward(Tensor o, Lanes lanes, bool lg) : out(std::move(o)), l(lanes), log(lg) {}
     const char* name() const override { return log ? "log_softmax" : "softmax"; }
     void backward(const Array& g) override {
+        if (l.inner == 1) return backward_rows(g);
         Array* gx = grad_slot(inputs[0]);
         if (!gx) return;
         for (std::size_t o = 0; o < l.outer; ++o)
@@ -68,13 +101,38 @@ struct SoftmaxBackward : Node {
                 }
             }
     }
+    void backward_rows(const Array& g) {
+        using simd::B;
+        GradBuffer gx = grad_buffer(inputs[0]);
+        if (!gx) return;
+        const std::size_t n = l.n;
+        parallel::parallel_for(l.outer, std::max<std::size_t>(1, 8192 / std::max<std::size_t>(n, 1)),
+                               [&](std::size_t r0, std::size_t r1) {
+            for (std::size_t r = r0; r < r1; ++r) {
+                const float* y = out.data() + r * n;
+                const float* gl = g.data() + r * n;
+                float* d = gx.data + r * n;
+                B acc(0.0f);
+                simd::blocks(n, [&](std::size_t i, std::size_t c) {
+                    acc += log ? simd::load(gl + i, c) : simd::load(gl + i, c) * simd::load(y + i, c);
+                });
+                const B s(simd::hsum(acc));
+                simd::blocks(n, [&](std::size_t i, std::size_t c) {
+                    const B gi = simd::load(gl + i, c), yi = simd::load(y + i, c);
+                    B v = log ? gi - xsimd::exp(yi) * s : yi * (gi - s);
+                    if (gx.accumulate) v += simd::load(d + i, c);
+                    simd::store(d + i, v, c);
+                });
+            }
+        });
+    }
     void release_saved() override { out = Tensor(); }
 };
 
 Tensor softmax_impl(const Tensor& x, int dim, bool log) {
     const std::size_t d = wrap_dim(dim, x.dim(), log ? "log_softmax (dim)" : "softmax (dim)");
     const Lanes l = lanes_of(x.shape(), d);
-    Tensor out(Array::from_shape(x.shape()));
+    Tensor out(Array::from_shape(x.array().shape()));
     softmax_forward(x.data(), out.data(), l, log);
     if (needs_grad({&x})) attach(out, std::make_shared<SoftmaxBackward>(out.detach(), l, log), {&x});
     return out;

@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "../parallel.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct::optim {
@@ -103,8 +104,15 @@ void Adam::step() {
                 st.exp_avg_sq.fill(0.0f);
             }
             st.step += 1;
-            adam_update(p.data(), grad.data(), st.exp_avg.data(), st.exp_avg_sq.data(), p.numel(), g, st.step,
-                        decoupled_);
+            float* pp = p.data();
+            const float* pg = grad.data();
+            float* pm = st.exp_avg.data();
+            float* pv = st.exp_avg_sq.data();
+            const std::int64_t step = st.step;
+            const bool decoupled = decoupled_;
+            parallel::parallel_for(p.numel(), 32768, [&](std::size_t b, std::size_t e) {
+                adam_update(pp + b, pg + b, pm + b, pv + b, e - b, g, step, decoupled);
+            });
         }
     }
 }

@@ -1,0 +1,116 @@
+"""The benchmark cases: the same model, weights, batch and optimizer on both sides.
+
+Each case builds a `step` callable per side. `build(side, share)` returns (step, info); with
+share=True the torch model is built first and its state dict loaded into ctransformer (same
+weights); the memory probes build one side only (share=False), so the ct process never imports torch.
+"""
+import math
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # tests/reference: the PyTorch reference modules
+
+
+# --- configurations -------------------------------------------------------------------------------
+# System A (SPEC): seed 000's encoder-decoder Transformer, post-norm, shared embeddings, 'prj' scaling.
+SYSTEM_A = {
+    "tiny": dict(d_model=32, n_head=4, d_inner=64, n_layers=3, vocab=39, batch=8, length=50),
+    "small": dict(d_model=256, n_head=8, d_inner=1024, n_layers=3, vocab=8000, batch=32, length=30),
+    "base": dict(d_model=512, n_head=8, d_inner=2048, n_layers=6, vocab=10000, batch=16, length=32),
+}
+# nanoGPT's CPU Shakespeare-char run: n_layer 4, n_head 4, n_embd 128, block 64, batch 12, dropout 0,
+# AdamW(lr 1e-3, betas (0.9, 0.99), weight_decay 0.1), grad clip 1.0, vocab 65 characters.
+GPT = dict(vocab=65, block=64, n_layer=4, n_head=4, n_embd=128, batch=12, lr=1e-3, betas=(0.9, 0.99),
+           weight_decay=0.1, grad_clip=1.0)
+DECODE_STEPS = 50
+PAD, BOS = 0, 1  # system A: padding id and the start symbol of greedy decoding
+
+
+# --- FLOPs (matmuls only, counted analytically; a multiply-add is 2 FLOPs) ------------------------
+def gpt_flops(c):
+    n, t, e, f = c["batch"] * c["block"], c["block"], c["n_embd"], 4 * c["n_embd"]
+    layer = 4 * 2 * n * e * e + 2 * 2 * n * e * f + 2 * 2 * c["batch"] * t * t * e  # qkv+proj, ffn, qk^T and av
+    fwd = c["n_layer"] * layer + 2 * n * e * c["vocab"]
+    return {"forward": fwd, "train": 3 * fwd}  # backward: dX and dW, twice the forward
+
+
+def system_a_flops(c):
+    b, l, e, f, v = c["batch"], c["length"], c["d_model"], c["d_inner"], c["vocab"]
+    ns = nt = b * l  # source and target tokens (the target is the full length, as fed to the model)
+    enc = 4 * 2 * ns * e * e + 2 * 2 * b * l * l * e + 2 * 2 * ns * e * f
+    dec = (4 * 2 * nt * e * e + 2 * 2 * b * l * l * e  # masked self-attention
+           + 2 * 2 * nt * e * e + 2 * 2 * ns * e * e + 2 * 2 * b * l * l * e  # cross-attention (q, fc; k, v)
+           + 2 * 2 * nt * e * f)
+    fwd = c["n_layers"] * (enc + dec) + 2 * nt * e * v
+    return {"forward": fwd, "train": 3 * fwd}
+
+
+def system_a_gemms(c):
+    """The step's Linear products at this configuration (forward, dX, dW), for the sgemm limit."""
+    from measure import linear_gemms
+    n, e, f, L = c["batch"] * c["length"], c["d_model"], c["d_inner"], c["n_layers"]
+    g = []
+    g += linear_gemms(n, e, e, count=L * 4 + L * 4 + L * 4)  # enc self (4), dec self (4), dec cross (4)
+    g += linear_gemms(n, e, f, count=2 * L) + linear_gemms(n, f, e, count=2 * L)
+    g += linear_gemms(n, e, c["vocab"], count=1)
+    return g
+
+
+# --- GPT --------------------------------------------------------------------------------------------
+def gpt_batch(c, seed=0):
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, c["vocab"], (c["batch"], c["block"]))
+    targets = rng.integers(1, c["vocab"], (c["batch"], c["block"]))
+    return idx, targets
+
+
+def gpt_args(c):
+    return dict(vocab_size=c["vocab"], max_seq_len=c["block"], num_layer=c["n_layer"], embed_dim=c["n_embd"],
+                num_head=c["n_head"], feedforward_dim=4 * c["n_embd"], dropout=0.0)
+
+
+def build_gpt_train(side, share, torch_model=None):
+    c = GPT
+    idx, targets = gpt_batch(c)
+    if side == "torch":
+        import torch
+        from reference.gpt_reference import GPT as TorchGPT
+        torch.manual_seed(0)
+        model = TorchGPT(**gpt_args(c))
+        opt = torch.optim.AdamW(model.configure_optimizers(c["weight_decay"]), lr=c["lr"], betas=c["betas"])
+        ti, tt = torch.from_numpy(idx), torch.from_numpy(targets)
+
+        def step():
+            _, loss = model(ti, tt)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+        return step, model
+    import ctransformer as ct
+    ct.manual_seed(0)
+    model = ct.nn.GPT(**gpt_args(c))
+    if share and torch_model is not None:
+        model.load_state_dict({k: v.detach().numpy() for k, v in torch_model.state_dict().items()})
+    opt = ct.optim.AdamW(model.configure_optimizers(c["weight_decay"]), lr=c["lr"], betas=c["betas"])
+    params = model.parameters()
+
+    def step():
+        _, loss = model(idx, targets)
+        loss.backward()
+        ct.optim.clip_grad_norm_(params, c["grad_clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step, model
+
+
+CASES = {
+    "gpt/train": dict(build=build_gpt_train, flops=lambda: gpt_flops(GPT)["train"],
+                      config=GPT, gemms=None),
+}

@@ -1,0 +1,107 @@
+"""Timing, OpenBLAS sgemm rates and peak memory, shared by the benchmark cases.
+
+Timing: the two sides run interleaved in one process (ct, torch, ct, torch, ...) after a warm-up,
+and each side's median is kept, so a burst of load from elsewhere on the machine hits both.
+"""
+import ctypes
+import ctypes.util
+import os
+import statistics
+import time
+
+import numpy as np
+
+
+def interleaved(fns, repeats, warmup):
+    """Median seconds of each callable in `fns` (a dict), called in turn `repeats` times."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in times.items()}, times
+
+
+# --- OpenBLAS sgemm: the library ctransformer links, called directly on preallocated buffers ----
+def _openblas():
+    import ctransformer._core as core  # loads libopenblas.so.0 into the process
+    path = None
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "libopenblas" in line:
+                path = line.split()[-1]
+                break
+    lib = ctypes.CDLL(path or ctypes.util.find_library("openblas"))
+    lib.cblas_sgemm.restype = None
+    lib.cblas_sgemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                                    ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+    lib.openblas_get_config.restype = ctypes.c_char_p
+    return core, lib, path
+
+
+def sgemm_rate(shapes, threads=2, min_time=0.15):
+    """GFLOP/s of OpenBLAS sgemm over `shapes`, a list of (m, n, k, trans_a, trans_b, count): the flops of
+    all of them over the time they take at each shape's measured speed (the step's matmul mix)."""
+    core, lib, path = _openblas()
+    core.set_num_threads(threads)
+    total_flops = total_time = 0.0
+    per_shape = []
+    for m, n, k, ta, tb, count in shapes:
+        a = np.random.default_rng(0).standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+        b = np.random.default_rng(1).standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+        c = np.zeros((m, n), np.float32)
+        args = (101, 112 if ta else 111, 112 if tb else 111, m, n, k, 1.0, a.ctypes.data, a.shape[1],
+                b.ctypes.data, b.shape[1], 0.0, c.ctypes.data, n)
+        lib.cblas_sgemm(*args)
+        reps, best = 1, []
+        while True:  # repeat until min_time is covered; keep the median of single calls
+            t0 = time.perf_counter()
+            lib.cblas_sgemm(*args)
+            best.append(time.perf_counter() - t0)
+            if sum(best) > min_time and len(best) >= 5:
+                break
+        t = statistics.median(best)
+        flops = 2.0 * m * n * k
+        per_shape.append({"shape": [m, n, k], "trans": [bool(ta), bool(tb)], "gflops": flops / t / 1e9})
+        total_flops += flops * count
+        total_time += t * count
+    return {"gflops": total_flops / total_time / 1e9, "threads": threads, "library": path,
+            "config": lib.openblas_get_config().decode(), "shapes": per_shape}
+
+
+def linear_gemms(rows, d_in, d_out, count=1):
+    """The three products of a Linear (forward, dX, dW) in ctransformer's BLAS calls."""
+    return [(rows, d_out, d_in, False, True, count),   # y = x W^T
+            (rows, d_in, d_out, False, False, count),  # dx = g W
+            (d_out, d_in, rows, True, False, count)]   # dW = g^T x
+
+
+# --- peak memory ----------------------------------------------------------------------------------
+def rss_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def hwm_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def reset_hwm():
+    """Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False

@@ -1,0 +1,172 @@
+#include "parallel.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "blas.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define CT_PAUSE() _mm_pause()
+#else
+#define CT_PAUSE() ((void)0)
+#endif
+
+namespace ct::parallel {
+
+namespace {
+
+// How long an idle worker spins before sleeping. Short: a spinning worker takes the core from
+// whatever runs next. CTRANSFORMER_SPIN_US overrides it.
+long spin_ns() {
+    static const long ns = [] {
+        const char* env = std::getenv("CTRANSFORMER_SPIN_US");
+        return env ? std::atol(env) * 1000 : 30000L;
+    }();
+    return ns;
+}
+
+thread_local bool t_in_worker = false;  // nested parallel_for runs inline
+
+// Pieces are claimed dynamically: every thread, the caller included, takes the next unclaimed
+// piece until none is left. On a loaded machine a worker may not get a core for a while; the
+// caller then does its pieces instead of waiting for it.
+class Pool {
+public:
+    explicit Pool(int workers) {
+        for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(); });
+    }
+    ~Pool() {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stop_.store(true, std::memory_order_release);
+            task_.fetch_add(1, std::memory_order_release);
+        }
+        cv_.notify_all();
+        for (auto& t : threads_) t.join();
+    }
+    std::size_t workers() const { return threads_.size(); }
+
+    void run(std::size_t n, std::size_t pieces, ChunkFn fn, void* ctx) {
+        std::lock_guard<std::mutex> serial(run_mu_);  // one task at a time (callers from several threads)
+        n_ = n;
+        pieces_ = pieces;
+        fn_ = fn;
+        ctx_ = ctx;
+        done_.store(0, std::memory_order_relaxed);
+        std::uint32_t task;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            task = task_.load(std::memory_order_relaxed) + 1;
+            // The ticket (task, next piece) is what threads claim from; publish it, then the task.
+            ticket_.store(std::uint64_t(task) << 32, std::memory_order_release);
+            task_.store(task, std::memory_order_release);
+        }
+        if (sleeping_.load(std::memory_order_acquire) > 0) cv_.notify_all();
+        work(task);
+        while (done_.load(std::memory_order_acquire) != pieces) CT_PAUSE();
+    }
+
+private:
+    // Claims and runs pieces of `task` until none is left.
+    void work(std::uint32_t task) {
+        std::uint64_t t = ticket_.load(std::memory_order_acquire);
+        for (;;) {
+            if (std::uint32_t(t >> 32) != task) return;
+            const std::uint32_t i = std::uint32_t(t);
+            if (i >= pieces_) return;
+            if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+            // The claim succeeded, so the task is still current: its fields are stable.
+            fn_(ctx_, i, n_ * i / pieces_, n_ * (i + 1) / pieces_);
+            done_.fetch_add(1, std::memory_order_acq_rel);
+            t = ticket_.load(std::memory_order_acquire);
+        }
+    }
+
+    void loop() {
+        t_in_worker = true;
+        std::uint32_t seen = 0;
+        for (;;) {
+            // Spin a while (kernels come back to back within a step), then sleep.
+            std::uint32_t now = seen;
+            const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns());
+            for (unsigned i = 1; (now = task_.load(std::memory_order_acquire)) == seen; ++i) {
+                CT_PAUSE();
+                if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
+            }
+            if (now == seen) {
+                std::unique_lock<std::mutex> lock(mu_);
+                sleeping_.fetch_add(1, std::memory_order_acq_rel);
+                cv_.wait(lock, [&] { return (now = task_.load(std::memory_order_acquire)) != seen; });
+                sleeping_.fetch_sub(1, std::memory_order_acq_rel);
+            }
+            seen = now;
+            if (stop_.load(std::memory_order_acquire)) return;
+            work(now);
+        }
+    }
+
+    std::vector<std::thread> threads_;
+    std::mutex mu_, run_mu_;
+    std::condition_variable cv_;
+    std::atomic<std::uint32_t> task_{0};
+    std::atomic<std::uint64_t> ticket_{0};
+    std::atomic<std::size_t> done_{0};
+    std::atomic<int> sleeping_{0};
+    std::atomic<bool> stop_{false};
+    std::size_t n_ = 0, pieces_ = 1;
+    ChunkFn fn_ = nullptr;
+    void* ctx_ = nullptr;
+};
+
+std::mutex g_config_mu;
+std::atomic<int> g_threads{0};          // 0: not set, use the default
+std::atomic<int> g_default_threads{0};  // 0: not known yet
+std::shared_ptr<Pool> g_pool;
+
+int default_threads() {
+    int d = g_default_threads.load(std::memory_order_relaxed);
+    if (d == 0) {
+        blas::init();  // learns OpenBLAS's default (OPENBLAS_NUM_THREADS or the cores)
+        d = g_default_threads.load(std::memory_order_relaxed);
+    }
+    return d > 0 ? d : 1;
+}
+
+std::shared_ptr<Pool> pool_for(int threads) {
+    std::lock_guard<std::mutex> lock(g_config_mu);
+    if (!g_pool || int(g_pool->workers()) != threads - 1) {
+        g_pool.reset();
+        g_pool = std::make_shared<Pool>(threads - 1);
+    }
+    return g_pool;
+}
+
+}  // namespace
+
+int threads() {
+    const int t = g_threads.load(std::memory_order_relaxed);
+    return t > 0 ? t : default_threads();
+}
+
+void set_default_threads(int n) { g_default_threads.store(n < 1 ? 1 : n, std::memory_order_relaxed); }
+
+void set_threads(int n) { g_threads.store(n < 1 ? 1 : n, std::memory_order_relaxed); }
+
+void run(std::size_t n, std::size_t pieces, ChunkFn fn, void* ctx) {
+    const int t = threads();
+    if (t_in_worker || pieces <= 1 || t <= 1) {  // inline, the pieces in order with their indices
+        for (std::size_t c = 0; c < pieces; ++c) fn(ctx, c, n * c / pieces, n * (c + 1) / pieces);
+        return;
+    }
+    pool_for(t)->run(n, pieces, fn, ctx);
+}
+
+}  // namespace ct::parallel

@@ -1,0 +1,61 @@
+// Data parallelism for the non-BLAS kernels (softmax, layer_norm, elementwise, embedding, losses,
+// Adam) and the BLAS products (blas.cpp): parallel_for cuts [0, n) into a few contiguous pieces
+// (up to kPiecesPerThread per thread) that the threads of a small persistent pool, the caller
+// included, claim one at a time; a thread the machine does not schedule for a while then delays
+// nothing, the others take its pieces.
+//
+// The pool has get_num_threads() - 1 workers; BLAS products are split over the same pool
+// (blas.cpp), so kernels and products never run more threads than asked. Between tasks a worker spins
+// briefly (a training step issues kernels back to back) and then sleeps, so an idle library costs
+// no CPU. Work smaller than `grain` per thread runs inline: the hand-off costs ~1-2 us.
+#pragma once
+#include <cstddef>
+
+namespace ct::parallel {
+
+using ChunkFn = void (*)(void* ctx, std::size_t chunk, std::size_t begin, std::size_t end);
+
+// The threads parallel_for uses (1 = everything inline); set_num_threads sets it.
+int threads();
+void set_threads(int n);
+// The count used until set_threads is called (blas.cpp passes OpenBLAS's own default).
+void set_default_threads(int n);
+// Runs fn(ctx, chunk, begin, end) over [0, n) cut into `chunks` contiguous pieces (piece i
+// covers [n i / chunks, n (i + 1) / chunks)), each once, on any thread.
+void run(std::size_t n, std::size_t chunks, ChunkFn fn, void* ctx);
+
+constexpr std::size_t kPiecesPerThread = 4;
+
+// How many pieces parallel_for cuts n items into: each at least `grain` items, at most
+// kPiecesPerThread per thread (1 when single-threaded).
+inline std::size_t chunks_for(std::size_t n, std::size_t grain, std::size_t per_thread = kPiecesPerThread) {
+    const std::size_t t = std::size_t(threads());
+    if (t <= 1) return 1;
+    std::size_t chunks = grain ? n / grain : n;
+    const std::size_t most = t * per_thread;
+    return chunks > most ? most : (chunks ? chunks : 1);
+}
+
+// f(chunk, begin, end) over [0, n) in exactly `chunks` pieces (from chunks_for), e.g. for
+// per-chunk partial sums.
+template <class F>
+void parallel_chunks(std::size_t n, std::size_t chunks, F&& f) {
+    if (chunks <= 1) {
+        if (n) f(std::size_t(0), std::size_t(0), n);
+        return;
+    }
+    run(n, chunks, [](void* ctx, std::size_t c, std::size_t b, std::size_t e) { (*static_cast<F*>(ctx))(c, b, e); }, &f);
+}
+
+// f(begin, end) over [0, n), split across threads when pieces get at least `grain` items.
+template <class F>
+void parallel_for(std::size_t n, std::size_t grain, F&& f, std::size_t per_thread = kPiecesPerThread) {
+    const std::size_t chunks = chunks_for(n, grain, per_thread);
+    if (chunks <= 1) {
+        if (n) f(std::size_t(0), n);
+        return;
+    }
+    run(n, chunks, [](void* ctx, std::size_t, std::size_t b, std::size_t e) { (*static_cast<F*>(ctx))(b, e); }, &f);
+}
+
+}  // namespace ct::parallel
