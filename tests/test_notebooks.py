@@ -13,6 +13,7 @@ import pytest
 import ctransformer as ct
 from ctransformer.data import PAD, toy_translation_batch
 from notebook_runner import NOTEBOOKS, find_spec, find_specs, grid, run_notebook, vegalite_specs
+from seed_formulas import seed_penalization_loss, seed_rate, seed_true_dist, sinusoid_table
 
 pytest.importorskip("nbclient")
 pytest.importorskip("altair")
@@ -22,13 +23,6 @@ def test_every_notebook_has_a_test():
     tested = {"learning_rate", "label_smoothing", "masks", "positional_encoding", "toy_translation",
               "gpt_shakespeare"}
     assert {p.stem for p in NOTEBOOKS.glob("*.ipynb")} == tested
-
-
-def seed_rate(step, model_size, factor, warmup):
-    """Seed 002's rate(), verbatim."""
-    if step == 0:
-        step = 1
-    return factor * (model_size ** (-0.5) * min(step ** (-0.5), step * warmup ** (-1.5)))
 
 
 def test_learning_rate_notebook():
@@ -47,25 +41,6 @@ def test_learning_rate_notebook():
         np.testing.assert_allclose(lrs, [seed_rate(s, model_size, factor, warmup) for s in range(20000)],
                                    rtol=1e-15, atol=0, err_msg=label)
         assert int(np.argmax(lrs)) == warmup
-
-
-def seed_true_dist(targets, size=5, padding_idx=0, smoothing=0.4):
-    """Seed 002's LabelSmoothing target distribution, written out by hand."""
-    dist = np.full((len(targets), size), smoothing / (size - 2))
-    dist[np.arange(len(targets)), targets] = 1 - smoothing
-    dist[:, padding_idx] = 0
-    dist[np.asarray(targets) == padding_idx] = 0
-    return dist
-
-
-def seed_penalization_loss(x, smoothing=0.1):
-    """Seed 002's loss(x, crit) in NumPy float64: KL(sum) of log_softmax([0, x/d, 1/d, 1/d, 1/d]), target 1."""
-    d = x + 3
-    predict = np.array([0, x / d, 1 / d, 1 / d, 1 / d])
-    log_probs = predict - np.log(np.exp(predict).sum())
-    true = seed_true_dist([1], smoothing=smoothing)[0]
-    keep = true > 0
-    return float((true[keep] * (np.log(true[keep]) - log_probs[keep])).sum())
 
 
 def test_label_smoothing_notebook():
@@ -108,15 +83,6 @@ def test_masks_notebook():
     _, rows = find_spec(specs, title="pad and causal mask of target 0", color="may attend")
     both = grid(rows, "may attend", "key position", "query position")
     np.testing.assert_array_equal(both, (trg[0] != PAD)[None, :] & np.tril(np.ones((50, 50), dtype=bool)))
-
-
-def sinusoid_table(n_position, d, formula):
-    """The positional-encoding tables in NumPy float64, rounded to float32 as the seeds' FloatTensor."""
-    pos = np.arange(n_position, dtype=np.float64)[:, None]
-    i = np.arange(d)[None, :]
-    exponent = 2 * (i // 2) / d if formula == "paired" else i / d
-    angle = pos / np.power(10000.0, exponent)
-    return np.where(i % 2 == 0, np.sin(angle), np.cos(angle)).astype(np.float32)
 
 
 def test_positional_encoding_notebook():

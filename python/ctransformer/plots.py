@@ -22,17 +22,29 @@ def _grid_frame(grid, value, x_name, y_name):
     return pd.DataFrame({value: grid.ravel(), x_name: cols.ravel(), y_name: rows.ravel()})
 
 
+def _sparse_axis(n, most=25):
+    """An ordinal axis that labels every k-th index when there are more than `most` of them."""
+    if n <= most:
+        return alt.Axis()
+    step = int(np.ceil(n / 20))
+    step = next(s for s in (2, 5, 10, 20, 25, 50, 100, step) if s >= step)
+    return alt.Axis(values=list(range(0, n, step)), labelAngle=0)
+
+
 def heatmap(grid, value, x_name, y_name, size=250, scheme="viridis", interactive=False):
     """A rect heat map of a 2-D array with a viridis colour scale, as the blog draws them.
 
     size: the side of the square plot in pixels, or (width, height).
     """
     width, height = (size, size) if np.isscalar(size) else size
+    grid = np.asarray(grid)
     chart = (
         alt.Chart(_grid_frame(grid, value, x_name, y_name))
         .mark_rect()
         .properties(height=height, width=width)
-        .encode(alt.X(f"{x_name}:O"), alt.Y(f"{y_name}:O"), alt.Color(f"{value}:Q", scale=alt.Scale(scheme=scheme)))
+        .encode(alt.X(f"{x_name}:O", axis=_sparse_axis(grid.shape[1])),
+                alt.Y(f"{y_name}:O", axis=_sparse_axis(grid.shape[0])),
+                alt.Color(f"{value}:Q", scale=alt.Scale(scheme=scheme)))
     )
     return chart.interactive() if interactive else chart
 
@@ -96,11 +108,17 @@ def positional_encoding_lines(table, dims=(4, 5, 6, 7), title="positional encodi
     )
 
 
-def attention_chart(weights, row_labels=None, col_labels=None, title="", size=180):
-    """Attention weights of one layer, (heads, Lq, Lk): one heat map per head, side by side."""
+def attention_chart(weights, row_labels=None, col_labels=None, title="", size=None):
+    """Attention weights of one layer, (heads, Lq, Lk): one heat map per head, side by side.
+
+    Labels name the query rows and key columns (prefixed with their position); size defaults to about
+    8 pixels per key, so word labels stay readable.
+    """
     weights = np.asarray(weights, dtype=np.float64)
     if weights.ndim == 2:
         weights = weights[None]
+    if size is None:
+        size = max(180, 8 * max(weights.shape[1:]))
     frames = []
     for h, grid in enumerate(weights):
         frame = _grid_frame(grid, "weight", "key", "query")
