@@ -5,8 +5,9 @@
 
 Writes learning_rate.png, label_smoothing.png, subsequent_mask.png, penalization.png (the blog's four
 plots), positional_encoding.png (the paper's sinusoid table) and, with --attention-steps N > 0,
-toy_cross_attention.png: the cross-attention of seed 003's toy translator after N training steps
-(minutes of training, so off by default). The numbers come from ctransformer exactly as in the
+toy_cross_attention.png: the cross-attention of seed 003's toy translator after N training steps of
+the toy-translate task with epochs of 500 steps (minutes of training, so off by default; the README's
+image used 4000). The numbers come from ctransformer exactly as in the
 notebooks; the charts are ctransformer.plots' and vl-convert draws them (no browser).
 """
 import argparse
@@ -59,26 +60,17 @@ def penalization_losses():
     return [loss(x) for x in range(1, 100)]
 
 
-def toy_cross_attention(steps, seed=0):
-    """Seed 003's toy translator trained `steps` steps (constant lr 2e-3); its first cross-attention layer
-    on a fresh sentence, cut to the real words, with the word labels."""
+def toy_cross_attention(steps, steps_per_epoch=500, seed=0):
+    """Seed 003's toy translator trained `steps` steps by the library's recipe (ctransformer.train's
+    toy-translate task); its last cross-attention layer on a fresh sentence, cut to the real words,
+    with the words as labels, and the task's evaluation."""
     from ctransformer.data import PAD, SOS, VOCAB_X, VOCAB_Y, toy_translation_batch
+    from ctransformer.train import train
 
-    ct.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    model = ct.nn.Transformer.seed003()
-    optimizer = ct.optim.Adam(model.parameters(), lr=2e-3)
-    model.train()
-    for _ in range(steps):
-        x, y = toy_translation_batch(rng, 8)
-        logits = model(x, y[:, :-1])
-        loss = ct.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[:, 1:].reshape(-1),
-                                           ignore_index=PAD)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    _, model, result = train("toy-translate", {"steps": steps, "steps_per_epoch": steps_per_epoch, "seed": seed},
+                             progress=False, log=lambda *_: None)
     model.eval()
-    x, _ = toy_translation_batch(np.random.default_rng(seed + 1), 1)
+    x, _ = toy_translation_batch(np.random.default_rng(seed + 3), 1)
     out = ct.decode.greedy_decode(model, x, ct.nn.get_pad_mask(x, PAD), max_len=x.shape[1], start_symbol=SOS)
     with ct.no_grad():
         _, _, _, dec_enc = model(x, out, return_attns=True)
@@ -86,7 +78,7 @@ def toy_cross_attention(steps, seed=0):
     eos = np.flatnonzero(out[0] == VOCAB_Y["<EOS>"])
     n_trg = int(eos[0]) if len(eos) else out.shape[1]
     weights = dec_enc[-1].numpy()[0][:, :n_trg, :n_src]
-    return weights, [list(VOCAB_Y)[i] for i in out[0]], [list(VOCAB_X)[i] for i in x[0]]
+    return weights, [list(VOCAB_Y)[i] for i in out[0]], [list(VOCAB_X)[i] for i in x[0]], result["evaluation"]
 
 
 def blog_charts():
@@ -112,8 +104,9 @@ def main(argv=None):
     charts = blog_charts()
     if args.attention_steps > 0:
         began = time.perf_counter()
-        weights, trg_words, src_words = toy_cross_attention(args.attention_steps)
-        print(f"trained the toy translator {args.attention_steps} steps in {time.perf_counter() - began:.0f} s")
+        weights, trg_words, src_words, evaluation = toy_cross_attention(args.attention_steps)
+        print(f"trained the toy translator {args.attention_steps} steps in {time.perf_counter() - began:.0f} s: "
+              f"{evaluation}")
         charts["toy_cross_attention"] = plots.attention_chart(
             weights, trg_words, src_words, size=260,
             title=f"toy translator, last decoder layer: cross-attention ({args.attention_steps} steps)")

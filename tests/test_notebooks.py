@@ -12,11 +12,11 @@ import pytest
 
 import ctransformer as ct
 from ctransformer.data import PAD, toy_translation_batch
-from notebook_runner import NOTEBOOKS, find_spec, find_specs, grid, run_notebook, vegalite_specs
 from seed_formulas import seed_penalization_loss, seed_rate, seed_true_dist, sinusoid_table
 
 pytest.importorskip("nbclient")
 pytest.importorskip("altair")
+from notebook_runner import NOTEBOOKS, find_spec, find_specs, grid, run_notebook, vegalite_specs  # noqa: E402
 
 
 def test_every_notebook_has_a_test():

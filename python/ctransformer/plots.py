@@ -108,8 +108,8 @@ def positional_encoding_lines(table, dims=(4, 5, 6, 7), title="positional encodi
     )
 
 
-def attention_chart(weights, row_labels=None, col_labels=None, title="", size=None):
-    """Attention weights of one layer, (heads, Lq, Lk): one heat map per head, side by side.
+def attention_chart(weights, row_labels=None, col_labels=None, title="", size=None, columns=2):
+    """Attention weights of one layer, (heads, Lq, Lk): one heat map per head, `columns` per row.
 
     Labels name the query rows and key columns (prefixed with their position); size defaults to about
     8 pixels per key, so word labels stay readable.
@@ -131,7 +131,7 @@ def attention_chart(weights, row_labels=None, col_labels=None, title="", size=No
     return (
         alt.Chart(pd.concat(frames)).mark_rect().properties(height=size, width=size)
         .encode(alt.X("key:O"), alt.Y("query:O"), alt.Color("weight:Q", scale=alt.Scale(scheme="viridis")))
-        .facet(column="head:O", title=title)
+        .facet(facet=alt.Facet("head:O"), columns=columns, title=title)
     )
 
 
