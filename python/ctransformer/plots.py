@@ -152,7 +152,8 @@ def training_curves_chart(history, x="step", metrics=("loss",), width=350):
         long = frame.melt(id_vars=[x], value_vars=names, var_name="metric").dropna(subset=["value"])
         panels.append(
             alt.Chart(long).mark_line(point=len(long) < 40).properties(width=width, title=" / ".join(names))
-            .encode(x=f"{x}:Q", y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)), color="metric:N")
+            .encode(x=f"{x}:Q", y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
+                    color=alt.Color("metric:N", legend=alt.Legend() if len(names) > 1 else None))
         )
     if not panels:
         raise ValueError(f"training_curves_chart: none of {metrics} is in the history")
