@@ -108,7 +108,7 @@ def main(argv=None):
         print(f"trained the toy translator {args.attention_steps} steps in {time.perf_counter() - began:.0f} s: "
               f"{evaluation}")
         charts["toy_cross_attention"] = plots.attention_chart(
-            weights, trg_words, src_words, size=260,
+            weights, trg_words, src_words,
             title=f"toy translator, last decoder layer: cross-attention ({args.attention_steps} steps)")
     for name, chart in charts.items():
         path = plots.save_png(chart, out / f"{name}.png")

@@ -14,6 +14,7 @@ import ctransformer as ct
 from ctransformer.data import PAD, toy_translation_batch
 from seed_formulas import seed_penalization_loss, seed_rate, seed_true_dist, sinusoid_table
 
+nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 pytest.importorskip("altair")
 from notebook_runner import NOTEBOOKS, find_spec, find_specs, grid, run_notebook, vegalite_specs  # noqa: E402
@@ -23,6 +24,18 @@ def test_every_notebook_has_a_test():
     tested = {"learning_rate", "label_smoothing", "masks", "positional_encoding", "toy_translation",
               "gpt_shakespeare"}
     assert {p.stem for p in NOTEBOOKS.glob("*.ipynb")} == tested
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_notebook_is_committed_clean(path):
+    """No outputs in git, and the first code cell is the tagged parameters cell the tests override."""
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert all(not cell.outputs and cell.execution_count is None for cell in code), f"{path.name} has outputs"
+    assert "parameters" in code[0].metadata.get("tags", []), f"{path.name}: first code cell not tagged"
+    assert code[0].source.startswith("# Parameters"), path.name
+    assert nb.cells[0].cell_type == "markdown", f"{path.name} should open with a short explanation"
 
 
 def test_learning_rate_notebook():
