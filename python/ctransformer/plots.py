@@ -22,13 +22,29 @@ def _grid_frame(grid, value, x_name, y_name):
     return pd.DataFrame({value: grid.ravel(), x_name: cols.ravel(), y_name: rows.ravel()})
 
 
+def _sparse_axis(n, most=25):
+    """An ordinal axis that labels every k-th index when there are more than `most` of them."""
+    if n <= most:
+        return alt.Axis()
+    step = int(np.ceil(n / 20))
+    step = next(s for s in (2, 5, 10, 20, 25, 50, 100, step) if s >= step)
+    return alt.Axis(values=list(range(0, n, step)), labelAngle=0)
+
+
 def heatmap(grid, value, x_name, y_name, size=250, scheme="viridis", interactive=False):
-    """A rect heat map of a 2-D array with a viridis colour scale, as the blog draws them."""
+    """A rect heat map of a 2-D array with a viridis colour scale, as the blog draws them.
+
+    size: the side of the square plot in pixels, or (width, height).
+    """
+    width, height = (size, size) if np.isscalar(size) else size
+    grid = np.asarray(grid)
     chart = (
         alt.Chart(_grid_frame(grid, value, x_name, y_name))
         .mark_rect()
-        .properties(height=size, width=size)
-        .encode(alt.X(f"{x_name}:O"), alt.Y(f"{y_name}:O"), alt.Color(f"{value}:Q", scale=alt.Scale(scheme=scheme)))
+        .properties(height=height, width=width)
+        .encode(alt.X(f"{x_name}:O", axis=_sparse_axis(grid.shape[1])),
+                alt.Y(f"{y_name}:O", axis=_sparse_axis(grid.shape[0])),
+                alt.Color(f"{value}:Q", scale=alt.Scale(scheme=scheme)))
     )
     return chart.interactive() if interactive else chart
 
@@ -70,14 +86,19 @@ def mask_chart(mask, title, x_name="key position", y_name="query position"):
     return heatmap(np.asarray(mask, dtype=np.float64), "may attend", x_name, y_name).properties(title=title)
 
 
-def positional_encoding_chart(table, title="positional encoding"):
-    """The (n_position, d) sinusoid table as a heat map of dimension against position."""
-    return heatmap(np.asarray(table), "value", "dimension", "position", size=300).properties(title=title)
+def positional_encoding_chart(table, title="positional encoding", size=(300, 400)):
+    """The (n_position, d) sinusoid table as a heat map: dimension across, position down."""
+    table = np.asarray(table)
+    if table.ndim == 3:  # the module's (1, n_position, d) buffer
+        table = table[0]
+    return heatmap(table, "value", "dimension", "position", size=size).properties(title=title)
 
 
 def positional_encoding_lines(table, dims=(4, 5, 6, 7), title="positional encoding, dimensions 4-7"):
     """Chosen dimensions of the table over position, as the Annotated Transformer shows them."""
     table = np.asarray(table, dtype=np.float64)
+    if table.ndim == 3:
+        table = table[0]
     frame = pd.concat(
         [pd.DataFrame({"embedding": table[:, d], "dimension": d, "position": np.arange(table.shape[0])}) for d in dims]
     )
@@ -87,11 +108,17 @@ def positional_encoding_lines(table, dims=(4, 5, 6, 7), title="positional encodi
     )
 
 
-def attention_chart(weights, row_labels=None, col_labels=None, title="", size=180):
-    """Attention weights of one layer, (heads, Lq, Lk): one heat map per head, side by side."""
+def attention_chart(weights, row_labels=None, col_labels=None, title="", size=None, columns=2):
+    """Attention weights of one layer, (heads, Lq, Lk): one heat map per head, `columns` per row.
+
+    Labels name the query rows and key columns (prefixed with their position); size defaults to about
+    8 pixels per key, so word labels stay readable.
+    """
     weights = np.asarray(weights, dtype=np.float64)
     if weights.ndim == 2:
         weights = weights[None]
+    if size is None:
+        size = max(180, 8 * max(weights.shape[1:]))
     frames = []
     for h, grid in enumerate(weights):
         frame = _grid_frame(grid, "weight", "key", "query")
@@ -104,18 +131,34 @@ def attention_chart(weights, row_labels=None, col_labels=None, title="", size=18
     return (
         alt.Chart(pd.concat(frames)).mark_rect().properties(height=size, width=size)
         .encode(alt.X("key:O"), alt.Y("query:O"), alt.Color("weight:Q", scale=alt.Scale(scheme="viridis")))
-        .facet(column="head:O", title=title)
+        .facet(facet=alt.Facet("head:O"), columns=columns, title=title)
     )
 
 
-def training_curves_chart(history, x="step", metrics=("loss",)):
-    """Training curves from a list of dicts (one per logged step): one line per metric."""
-    frame = pd.DataFrame(history)
-    long = frame.melt(id_vars=[x], value_vars=[m for m in metrics if m in frame], var_name="metric")
-    return (
-        alt.Chart(long).mark_line().properties(width=500)
-        .encode(x=f"{x}:Q", y="value:Q", color="metric:N").interactive()
-    )
+def training_curves_chart(history, x="step", metrics=("loss",), width=350):
+    """Training curves from a list of dicts (one per logged step), one panel per entry of `metrics`.
+
+    An entry is a metric name or a tuple of names drawn together (e.g. ("loss", "val_loss")); each
+    panel has its own y scale, so a loss near 3 and an accuracy near 1 are both readable. Steps
+    where a metric was not logged are left out of its line.
+    """
+    frame = pd.DataFrame(list(history))
+    panels = []
+    for entry in metrics:
+        names = [entry] if isinstance(entry, str) else list(entry)
+        names = [m for m in names if m in frame]
+        if not names:
+            continue
+        long = frame.melt(id_vars=[x], value_vars=names, var_name="metric").dropna(subset=["value"])
+        panels.append(
+            alt.Chart(long).mark_line(point=len(long) < 40).properties(width=width, title=" / ".join(names))
+            .encode(x=f"{x}:Q", y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
+                    color=alt.Color("metric:N", legend=alt.Legend() if len(names) > 1 else None))
+        )
+    if not panels:
+        raise ValueError(f"training_curves_chart: none of {metrics} is in the history")
+    chart = panels[0] if len(panels) == 1 else alt.hconcat(*panels).resolve_scale(color="independent")
+    return chart
 
 
 def save_png(chart, path, scale=2.0):
