@@ -1,10 +1,26 @@
-# The two commands of the README. Each sets up what it needs (scripts/setup.sh) first.
-.PHONY: demo test
+# The README's two commands, plus a few conveniences. Each sets up what it needs first
+# (scripts/setup.sh: Debian packages, .venv, pip install .).
+.PHONY: train test demo bench notebooks
 
+TASK ?= copy
+ARGS ?=
+
+# The main job: train one of the seeds' tasks end to end (copy, toy-translate, shakespeare).
+train:
+	./scripts/setup.sh
+	.venv/bin/python -m ctransformer.train $(TASK) $(ARGS)
+
+# The whole test suite, against PyTorch 2.13.
+test:
+	./scripts/setup.sh test
+	.venv/bin/python -m pytest tests -q
+
+# A ten-second first look: a tiny model trained from Python with plain gradient descent.
 demo:
 	./scripts/setup.sh
 	.venv/bin/python -m ctransformer.demo
 
-test:
+# ctransformer against PyTorch on this machine, in one run.
+bench:
 	./scripts/setup.sh test
-	.venv/bin/python -m pytest tests -q
+	.venv/bin/python benchmarks/run.py $(ARGS)

@@ -18,6 +18,8 @@ PYBIND11_MODULE(_core, m) {
     });
     m.def("manual_seed", &ct::manual_seed, py::arg("seed"),
           "Seed the generator behind parameter initialisation and dropout.");
+    m.def("get_rng_state", &ct::get_rng_state, "The generator's state (a string), for set_rng_state.");
+    m.def("set_rng_state", &ct::set_rng_state, py::arg("state"), "Restore a state from get_rng_state().");
     m.def("set_num_threads", &ct::set_num_threads, py::arg("n"), "Threads used by BLAS.");
     m.def("get_num_threads", &ct::get_num_threads);
     ctpy::bind_tensor(m);
@@ -26,8 +28,11 @@ PYBIND11_MODULE(_core, m) {
     auto nn = m.def_submodule("nn", "Modules: layers and models with named parameters.");
     ctpy::bind_nn_module(nn);
     ctpy::bind_nn_gpt(nn);
+    ctpy::bind_nn_transformer(nn);
     auto optim = m.def_submodule("optim", "Optimizers, learning-rate schedules and gradient clipping.");
     ctpy::bind_optim(optim);
     auto loss = m.def_submodule("loss", "Loss modules with state (seed 002's LabelSmoothing).");
     ctpy::bind_loss(loss);
+    auto decode = m.def_submodule("decode", "Greedy decoding, beam search and GPT generation with key/value caches.");
+    ctpy::bind_decode(decode);
 }

@@ -4,6 +4,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "ctransformer/decode/gpt_generate.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/nn/gpt/gpt.hpp"
 
@@ -127,22 +128,29 @@ being cross-entropy with ignore_index=0; otherwise (logits, [attention weights o
  {"params": biases, LayerNorm and Embedding weights, "weight_decay": 0.0}], each sorted by
 parameter name; the tied head weight appears once (as word_token_embedding.weight, no decay).)doc")
         .def("generate", [](const GPT& m, py::object idx, std::int64_t max_new_tokens, float temperature,
-                            std::optional<std::int64_t> top_k) {
+                            std::optional<std::int64_t> top_k, bool use_cache) {
             if (max_new_tokens < 0)
                 throw ct::ValueError("GPT.generate: max_new_tokens must be >= 0, got " + std::to_string(max_new_tokens));
             const ct::IndexArray ids = to_index_array(idx, "idx");
             ct::IndexArray out;
             {
                 py::gil_scoped_release release;
-                out = m.generate(ids, std::size_t(max_new_tokens), temperature, top_k);
+                out = use_cache ? ct::decode::generate(m, ids, std::size_t(max_new_tokens), temperature, top_k)
+                                : m.generate(ids, std::size_t(max_new_tokens), temperature, top_k);
             }
             // As the seed: idx.squeeze().cpu().numpy().
             return ids_to_numpy(out).attr("squeeze")();
         }, py::arg("idx"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0f, py::arg("top_k") = py::none(),
+           py::arg("use_cache") = true,
            R"doc(Append max_new_tokens ids to idx (batch, t), each drawn from softmax(logits[:, -1] / temperature)
 restricted to the top_k largest logits; the context is cropped to its last max_seq_len ids. No graph is
 recorded; draws come from the manual_seed generator. Returns the int64 ids squeezed, as the seed
-(shape (t + max_new_tokens,) for one sequence).)doc")
+(shape (t + max_new_tokens,) for one sequence).
+
+use_cache=True (the default) keeps each layer's keys/values so a token costs one position's work
+(ctransformer.decode.generate; once the context is longer than max_seq_len the cache is rebuilt from
+the cropped window at each step, as positions are absolute). use_cache=False is the seed's loop, the
+whole context re-run per token; both give the same ids.)doc")
         .def_readonly("word_token_embedding", &GPT::word_token_embedding)
         .def_readonly("word_pos_embedding", &GPT::word_pos_embedding)
         .def_readonly("drop", &GPT::drop)

@@ -1,6 +1,7 @@
 #include "ctransformer/random.hpp"
 
 #include <cmath>
+#include <sstream>
 
 #include "ctransformer/error.hpp"
 
@@ -12,6 +13,20 @@ Generator& default_generator() {
 }
 
 void manual_seed(std::uint64_t seed) { default_generator().seed(seed); }
+
+std::string get_rng_state() {
+    std::ostringstream os;
+    os << default_generator().engine();
+    return os.str();
+}
+
+void set_rng_state(const std::string& state) {
+    std::istringstream is(state);
+    std::mt19937_64 engine;
+    is >> engine;
+    if (is.fail()) throw ValueError("set_rng_state: state is not a generator state made by get_rng_state()");
+    default_generator().engine() = engine;
+}
 
 void uniform_(Tensor& t, float low, float high) {
     float* p = t.data();

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <string>
 
 #include "ctransformer/tensor.hpp"
 
@@ -25,6 +26,9 @@ private:
 
 Generator& default_generator();
 void manual_seed(std::uint64_t seed);
+// The generator's full state as text, and back: checkpoints use it to resume dropout exactly.
+std::string get_rng_state();
+void set_rng_state(const std::string& state);
 
 // In-place initialisers used by the modules (torch.nn.init equivalents).
 void uniform_(Tensor& t, float low, float high);

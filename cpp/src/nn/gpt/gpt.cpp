@@ -8,6 +8,7 @@
 #include <set>
 
 #include "ctransformer/autograd.hpp"
+#include "ctransformer/decode/sampling.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/loss/cross_entropy.hpp"
 #include "ctransformer/ops/elementwise.hpp"
@@ -191,8 +192,6 @@ IndexArray GPT::generate(const IndexArray& idx, std::size_t max_new_tokens, floa
         rows[r].assign(idx.data.begin() + std::ptrdiff_t(r * idx.shape[1]),
                        idx.data.begin() + std::ptrdiff_t((r + 1) * idx.shape[1]));
     const std::size_t k = top_k ? std::min<std::size_t>(std::size_t(*top_k), V) : V;
-    std::vector<float> logits_row(V), sorted(V);
-    std::vector<double> probs(V);
 
     for (std::size_t step = 0; step < max_new_tokens; ++step) {
         // Crop the context to its last max_seq_len ids (the seed's comment; its code forgot to).
@@ -208,34 +207,8 @@ IndexArray GPT::generate(const IndexArray& idx, std::size_t max_new_tokens, floa
             std::copy_n(x.data() + (r * tc + tc - 1) * E, E, last.data() + r * E);
         Tensor logits = language_model_head->forward(norm->forward(last));  // (b, V)
 
-        for (std::size_t r = 0; r < b; ++r) {
-            const float* src = logits.data() + r * V;
-            for (std::size_t c = 0; c < V; ++c) logits_row[c] = src[c] / temperature;
-            // Top-k as the seed: keep the logits >= the k-th largest (ties at the k-th all stay).
-            float threshold = -std::numeric_limits<float>::infinity();
-            if (k < V) {
-                sorted = logits_row;
-                std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(k - 1), sorted.end(), std::greater<float>());
-                threshold = sorted[k - 1];
-            }
-            const float peak = *std::max_element(logits_row.begin(), logits_row.end());
-            double total = 0.0;
-            for (std::size_t c = 0; c < V; ++c) {
-                probs[c] = logits_row[c] < threshold ? 0.0 : std::exp(double(logits_row[c]) - double(peak));
-                total += probs[c];
-            }
-            // Multinomial draw of one id from the library generator.
-            const double u = std::uniform_real_distribution<double>(0.0, total)(default_generator().engine());
-            std::size_t chosen = V;
-            double cumulative = 0.0;
-            for (std::size_t c = 0; c < V; ++c) {
-                if (probs[c] == 0.0) continue;
-                cumulative += probs[c];
-                chosen = c;
-                if (u < cumulative) break;
-            }
-            rows[r].push_back(std::int64_t(chosen));
-        }
+        for (std::size_t r = 0; r < b; ++r)
+            rows[r].push_back(decode::sample_top_k(logits.data() + r * V, V, temperature, k, default_generator()));
     }
 
     const std::size_t T = rows[0].size();

@@ -59,7 +59,8 @@ public:
     // Appends max_new_tokens ids to idx (b, t), each sampled from
     // softmax(top_k filtered logits[:, -1] / temperature), the context cropped to its last
     // max_seq_len ids. Runs without recording a graph; draws from the library generator.
-    // Returns (b, t + max_new_tokens).
+    // Returns (b, t + max_new_tokens). The whole context is re-run for every token;
+    // ct::decode::generate (decode/gpt_generate.hpp) returns the same ids with a key/value cache.
     IndexArray generate(const IndexArray& idx, std::size_t max_new_tokens, float temperature = 1.0f,
                         std::optional<std::int64_t> top_k = std::nullopt) const;
 

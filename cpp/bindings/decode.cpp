@@ -1,0 +1,185 @@
+// ctransformer._core.decode: greedy decoding, beam search and cached GPT generation. Arguments are
+// converted and checked here (each error names its argument); the decoding runs in C++ with the GIL
+// released and without recording a graph.
+#include <pybind11/stl.h>
+
+#include <limits>
+
+#include "bindings.hpp"
+#include "convert.hpp"
+#include "ctransformer/decode/beam_search.hpp"
+#include "ctransformer/decode/gpt_generate.hpp"
+#include "ctransformer/decode/gpt_incremental.hpp"
+#include "ctransformer/decode/step_decoder.hpp"
+#include "ctransformer/decode/greedy.hpp"
+#include "ctransformer/error.hpp"
+
+namespace ctpy {
+
+using ct::IndexArray;
+using ct::Mask;
+using namespace ct::nn;
+
+namespace {
+
+std::optional<Mask> opt_mask(const py::object& obj, const char* arg) {
+    if (obj.is_none()) return std::nullopt;
+    return to_mask(obj, arg);
+}
+
+// A count argument >= minimum (an int or a NumPy integer).
+std::size_t to_count(const py::handle& obj, const std::string& fn, const char* arg, std::int64_t minimum) {
+    const std::string what = fn + ": " + arg;
+    const std::int64_t v = to_int(obj, what.c_str());
+    if (v < minimum)
+        throw ct::ValueError(what + " must be at least " + std::to_string(minimum) + ", got " + std::to_string(v));
+    return std::size_t(v);
+}
+
+std::optional<std::int64_t> opt_int(const py::object& obj, const std::string& fn, const char* arg) {
+    if (obj.is_none()) return std::nullopt;
+    const std::string what = fn + ": " + arg;
+    return to_int(obj, what.c_str());
+}
+
+py::array_t<std::int64_t> ids_to_numpy(const IndexArray& ids) {
+    py::array_t<std::int64_t> out(std::vector<py::ssize_t>(ids.shape.begin(), ids.shape.end()));
+    std::copy(ids.data.begin(), ids.data.end(), out.mutable_data());
+    return out;
+}
+
+py::array_t<float> array_to_numpy(const ct::Array& a) {
+    py::array_t<float> out(std::vector<py::ssize_t>(a.shape().begin(), a.shape().end()));
+    std::copy(a.data(), a.data() + a.size(), out.mutable_data());
+    return out;
+}
+
+}  // namespace
+
+void bind_decode(py::module_& m) {
+    m.def("greedy_decode", [](const Transformer& model, py::object src, py::object src_mask, py::object max_len,
+                              py::object start_symbol, py::object end_symbol, bool use_cache,
+                              bool return_logits) -> py::object {
+        const std::string fn = "greedy_decode";
+        const IndexArray ids = to_index_array(src, "greedy_decode: src");
+        const auto mask = opt_mask(src_mask, "greedy_decode: src_mask");
+        const std::size_t n = to_count(max_len, fn, "max_len", 1);
+        const std::int64_t start = to_int(start_symbol, "greedy_decode: start_symbol");
+        const auto end = opt_int(end_symbol, fn, "end_symbol");
+        ct::decode::GreedyOutput out;
+        {
+            py::gil_scoped_release release;
+            out = ct::decode::greedy_decode(model, ids, mask ? &*mask : nullptr, n, start, end, use_cache, return_logits);
+        }
+        if (!return_logits) return ids_to_numpy(out.ids);
+        return py::make_tuple(ids_to_numpy(out.ids), array_to_numpy(*out.logits));
+    }, py::arg("model"), py::arg("src"), py::arg("src_mask"), py::arg("max_len"), py::arg("start_symbol"),
+       py::arg("end_symbol") = py::none(), py::arg("use_cache") = true, py::arg("return_logits") = false,
+       "(b, max_len) int64 ids; with return_logits, also the (b, max_len - 1, n_trg_vocab) float32 logits of "
+       "each step (NaN after a row ended). See ctransformer.decode.greedy_decode.");
+
+    m.def("beam_search", [](const Transformer& model, py::object src, py::object src_mask, py::object max_len,
+                            py::object start_symbol, py::object end_symbol, py::object beam_size, double alpha,
+                            py::object n_best, bool use_cache) -> py::tuple {
+        const std::string fn = "beam_search";
+        const IndexArray ids = to_index_array(src, "beam_search: src");
+        const auto mask = opt_mask(src_mask, "beam_search: src_mask");
+        const std::size_t n = to_count(max_len, fn, "max_len", 1);
+        const std::int64_t start = to_int(start_symbol, "beam_search: start_symbol");
+        const std::int64_t end = to_int(end_symbol, "beam_search: end_symbol");
+        const std::size_t beam = to_count(beam_size, fn, "beam_size", 1);
+        const std::size_t keep = n_best.is_none() ? 1 : to_count(n_best, fn, "n_best", 1);
+        std::vector<std::vector<ct::decode::Hypothesis>> found;
+        {
+            py::gil_scoped_release release;
+            found = ct::decode::beam_search(model, ids, mask ? &*mask : nullptr, n, start, end, beam, alpha, keep,
+                                            use_cache);
+        }
+        // (b, n_best, max_len) ids padded with trg_pad_idx, (b, n_best) scores (-inf where fewer were found).
+        const std::size_t b = found.size();
+        py::array_t<std::int64_t> out_ids({py::ssize_t(b), py::ssize_t(keep), py::ssize_t(n)});
+        py::array_t<double> scores({py::ssize_t(b), py::ssize_t(keep)});
+        std::int64_t* pi = out_ids.mutable_data();
+        double* ps = scores.mutable_data();
+        std::fill_n(pi, b * keep * n, model.config.trg_pad_idx);
+        std::fill_n(ps, b * keep, -std::numeric_limits<double>::infinity());
+        for (std::size_t s = 0; s < b; ++s)
+            for (std::size_t j = 0; j < found[s].size(); ++j) {
+                std::copy(found[s][j].ids.begin(), found[s][j].ids.end(), pi + (s * keep + j) * n);
+                ps[s * keep + j] = found[s][j].score;
+            }
+        if (n_best.is_none())   // the best only: (b, max_len) and (b,)
+            return py::make_tuple(out_ids.attr("reshape")(py::make_tuple(b, n)), scores.attr("reshape")(b));
+        return py::make_tuple(out_ids, scores);
+    }, py::arg("model"), py::arg("src"), py::arg("src_mask"), py::arg("max_len"), py::arg("start_symbol"),
+       py::arg("end_symbol"), py::arg("beam_size") = 4, py::arg("alpha") = 0.6, py::arg("n_best") = py::none(),
+       py::arg("use_cache") = true,
+       "(ids (b, max_len) int64, scores (b,) float64), or with n_best=k (ids (b, k, max_len), scores (b, k)). "
+       "See ctransformer.decode.beam_search.");
+
+    m.def("length_penalty", [](py::object length, double alpha) {
+        return ct::decode::length_penalty(to_count(length, "length_penalty", "length", 0), alpha);
+    }, py::arg("length"), py::arg("alpha"), "GNMT's ((5 + length) / 6) ** alpha.");
+
+    m.def("generate", [](const gpt::GPT& model, py::object idx, py::object max_new_tokens, float temperature,
+                         py::object top_k, bool use_cache) {
+        const std::string fn = "generate";
+        const IndexArray ids = to_index_array(idx, "generate: idx");
+        const std::size_t n = to_count(max_new_tokens, fn, "max_new_tokens", 0);
+        const auto k = opt_int(top_k, fn, "top_k");
+        IndexArray out;
+        {
+            py::gil_scoped_release release;
+            out = use_cache ? ct::decode::generate(model, ids, n, temperature, k) : model.generate(ids, n, temperature, k);
+        }
+        return ids_to_numpy(out);
+    }, py::arg("model"), py::arg("idx"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0f,
+       py::arg("top_k") = py::none(), py::arg("use_cache") = true,
+       "(b, t + max_new_tokens) int64 ids. See ctransformer.decode.generate.");
+
+    // --- the steppers, for custom decoding loops and for the tests ----------------------------------
+    using ct::decode::StepDecoder;
+    py::class_<StepDecoder>(m, "StepDecoder", R"doc(The encoder-decoder driven one target position at a time.
+
+StepDecoder(model, src, src_mask, use_cache=True) encodes src (b, ls) once; step(ids) feeds one token per
+row (an int array of shape (rows,)) at position `length` and returns the (rows, n_trg_vocab) logits of
+that position; select(rows) keeps, reorders or repeats rows (a list of row indices). use_cache=True keeps
+key/value caches (one position's work per step); False re-decodes the whole prefix each step.)doc")
+        .def(py::init([](const Transformer& model, py::object src, py::object src_mask, bool use_cache) {
+            const IndexArray ids = to_index_array(src, "StepDecoder: src");
+            const auto mask = opt_mask(src_mask, "StepDecoder: src_mask");
+            py::gil_scoped_release release;
+            return ct::decode::make_step_decoder(model, ids, mask ? &*mask : nullptr, use_cache);
+        }), py::arg("model"), py::arg("src"), py::arg("src_mask"), py::arg("use_cache") = true,
+           py::keep_alive<1, 2>())
+        .def("step", [](StepDecoder& d, py::object ids) {
+            const IndexArray a = to_index_array(ids, "StepDecoder.step: ids");
+            if (a.shape.size() != 1)
+                throw ct::ValueError("StepDecoder.step: ids must be 1-D (one token per row), got shape " +
+                                     ct::shape_str(a.shape));
+            py::gil_scoped_release release;
+            return d.step(a.data);
+        }, py::arg("ids"))
+        .def("select", [](StepDecoder& d, const std::vector<std::size_t>& rows) {
+            py::gil_scoped_release release;
+            d.select(rows);
+        }, py::arg("rows"))
+        .def_property_readonly("rows", &StepDecoder::rows)
+        .def_property_readonly("length", &StepDecoder::length);
+
+    using ct::decode::GPTIncremental;
+    py::class_<GPTIncremental>(m, "GPTCache", R"doc(A GPT fed a few positions at a time, with every layer's keys/values kept.
+
+GPTCache(model); step(ids) feeds ids (rows, s) at positions length .. length + s - 1 (at most max_seq_len
+in all) and returns the (rows, vocab_size) logits of the last one; reset() forgets every position.)doc")
+        .def(py::init<const gpt::GPT&>(), py::arg("model"), py::keep_alive<1, 2>())
+        .def("step", [](GPTIncremental& c, py::object ids) {
+            const IndexArray a = to_index_array(ids, "GPTCache.step: ids");
+            py::gil_scoped_release release;
+            return c.step(a);
+        }, py::arg("ids"))
+        .def("reset", &GPTIncremental::reset)
+        .def_property_readonly("length", &GPTIncremental::length);
+}
+
+}  // namespace ctpy

@@ -1,0 +1,450 @@
+// ctransformer.nn: the encoder-decoder Transformer of seeds 000/001 and 003 and its parts.
+// Token ids arrive as NumPy integer arrays, masks as NumPy boolean arrays (True = may attend);
+// the maths runs with the GIL released.
+#include <pybind11/stl.h>
+
+#include "bindings.hpp"
+#include "convert.hpp"
+#include "ctransformer/error.hpp"
+#include "ctransformer/nn/masks.hpp"
+#include "ctransformer/nn/transformer.hpp"
+
+namespace ctpy {
+
+using ct::IndexArray;
+using ct::Mask;
+using ct::Tensor;
+using namespace ct::nn;
+
+namespace {
+
+py::array mask_to_numpy(const Mask& m) {
+    py::array_t<bool> out(std::vector<py::ssize_t>(m.shape.begin(), m.shape.end()));
+    bool* p = out.mutable_data();
+    for (std::size_t i = 0; i < m.data.size(); ++i) p[i] = m.data[i] != 0;
+    return out;
+}
+
+// An optional mask argument: None -> no mask.
+std::optional<Mask> opt_mask(const py::object& obj, const char* arg) {
+    if (obj.is_none()) return std::nullopt;
+    return to_mask(obj, arg);
+}
+const Mask* ptr(const std::optional<Mask>& m) { return m ? &*m : nullptr; }
+
+py::list tensor_list(const std::vector<Tensor>& v) {
+    py::list out;
+    for (const auto& t : v) out.append(t);
+    return out;
+}
+
+SublayerOptions make_options(const std::string& layout, bool norm_first, bool qkv_bias, bool proj_bias,
+                             float layer_norm_eps, float attn_dropout, float mask_fill, bool scale_after_matmul,
+                             const char* fn) {
+    SublayerOptions o;
+    o.layout = parse_layout(layout, fn);
+    o.norm_first = norm_first;
+    o.qkv_bias = qkv_bias;
+    o.proj_bias = proj_bias;
+    o.layer_norm_eps = layer_norm_eps;
+    o.attn_dropout = attn_dropout;
+    o.mask_fill = mask_fill;
+    o.scale_after_matmul = scale_after_matmul;
+    return o;
+}
+
+// The keyword-only sub-layer options, seed 000's defaults.
+#define CT_SUBLAYER_KWARGS                                                                                 \
+    py::kw_only(), py::arg("layout") = "seed000", py::arg("norm_first") = false, py::arg("qkv_bias") = false, \
+        py::arg("proj_bias") = false, py::arg("layer_norm_eps") = 1e-6f, py::arg("attn_dropout") = 0.1f,    \
+        py::arg("mask_fill") = -1e9f, py::arg("scale_after_matmul") = false
+
+const char* kSublayerDoc =
+    "Keyword options (seed 000's defaults; seed 003: layout='seed003', norm_first=True, qkv_bias=True, "
+    "proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True).";
+
+py::object encoder_result(const EncoderOutput& r, bool return_attns) {
+    if (!return_attns) return py::cast(r.output);
+    return py::make_tuple(r.output, tensor_list(r.slf_attns));
+}
+
+py::object decoder_result(const DecoderOutput& r, bool return_attns) {
+    if (!return_attns) return py::cast(r.output);
+    return py::make_tuple(r.output, tensor_list(r.slf_attns), tensor_list(r.enc_attns));
+}
+
+}  // namespace
+
+void bind_nn_transformer(py::module_& nn) {
+    // --- masks -------------------------------------------------------------------------------------
+    nn.def("get_pad_mask", [](py::object seq, std::int64_t pad_idx) {
+        return mask_to_numpy(get_pad_mask(to_index_array(seq, "seq"), pad_idx));
+    }, py::arg("seq"), py::arg("pad_idx"),
+       "(seq != pad_idx)[:, None, :]: a (b, 1, len) boolean array, True where a key may be attended (seed 000).");
+    nn.def("get_subsequent_mask", [](py::object seq) {
+        return mask_to_numpy(get_subsequent_mask(to_index_array(seq, "seq")));
+    }, py::arg("seq"), "The no-peek mask: a (1, len, len) boolean array, True on and below the diagonal (seed 000).");
+
+    // --- configuration -----------------------------------------------------------------------------
+    py::class_<TransformerConfig> config(nn, "TransformerConfig",
+        "Every option of the encoder-decoder Transformer. The defaults are seed 000's model; "
+        "TransformerConfig.seed003() is seed 003's toy translator. Keyword arguments set fields.");
+    config.def(py::init([](py::kwargs kwargs) {
+              TransformerConfig c;
+              py::object view = py::cast(&c, py::return_value_policy::reference);
+              for (auto item : kwargs) {
+                  const std::string key = py::str(item.first);
+                  if (key.rfind("_", 0) == 0 || !py::hasattr(view, key.c_str()) || key == "seed003" ||
+                      key == "validate")
+                      throw ct::TypeError("TransformerConfig: unexpected keyword argument '" + key + "'");
+                  view.attr(key.c_str()) = item.second;
+              }
+              return c;
+          }))
+        .def_readwrite("n_src_vocab", &TransformerConfig::n_src_vocab)
+        .def_readwrite("n_trg_vocab", &TransformerConfig::n_trg_vocab)
+        .def_readwrite("src_pad_idx", &TransformerConfig::src_pad_idx)
+        .def_readwrite("trg_pad_idx", &TransformerConfig::trg_pad_idx)
+        .def_readwrite("d_word_vec", &TransformerConfig::d_word_vec)
+        .def_readwrite("d_model", &TransformerConfig::d_model)
+        .def_readwrite("d_inner", &TransformerConfig::d_inner)
+        .def_readwrite("n_layers", &TransformerConfig::n_layers)
+        .def_readwrite("n_head", &TransformerConfig::n_head)
+        .def_readwrite("d_k", &TransformerConfig::d_k)
+        .def_readwrite("d_v", &TransformerConfig::d_v)
+        .def_readwrite("dropout", &TransformerConfig::dropout)
+        .def_readwrite("n_position", &TransformerConfig::n_position)
+        .def_readwrite("trg_emb_prj_weight_sharing", &TransformerConfig::trg_emb_prj_weight_sharing)
+        .def_readwrite("emb_src_trg_weight_sharing", &TransformerConfig::emb_src_trg_weight_sharing)
+        .def_readwrite("scale_emb_or_prj", &TransformerConfig::scale_emb_or_prj)
+        .def_property("layout", [](const TransformerConfig& c) { return layout_name(c.layout); },
+                      [](TransformerConfig& c, const std::string& s) { c.layout = parse_layout(s, "TransformerConfig"); },
+                      "'seed000' (jadore801120's module names) or 'seed003' (the toy translator's).")
+        .def_readwrite("norm_first", &TransformerConfig::norm_first)
+        .def_readwrite("qkv_bias", &TransformerConfig::qkv_bias)
+        .def_readwrite("proj_bias", &TransformerConfig::proj_bias)
+        .def_readwrite("layer_norm_eps", &TransformerConfig::layer_norm_eps)
+        .def_readwrite("attn_dropout", &TransformerConfig::attn_dropout)
+        .def_readwrite("mask_fill", &TransformerConfig::mask_fill)
+        .def_readwrite("scale_after_matmul", &TransformerConfig::scale_after_matmul)
+        .def_property("pe_formula", [](const TransformerConfig& c) { return positional_formula_name(c.pe_formula); },
+                      [](TransformerConfig& c, const std::string& s) {
+                          c.pe_formula = parse_positional_formula(s, "TransformerConfig");
+                      }, "'paired': pos / 10000^(2*(j//2)/d) (seed 000); 'per_index': pos / 10000^(j/d) (seed 003).")
+        .def_readwrite("embed_dropout", &TransformerConfig::embed_dropout)
+        .def_readwrite("embed_layer_norm", &TransformerConfig::embed_layer_norm)
+        .def_readwrite("embedding_padding_idx", &TransformerConfig::embedding_padding_idx)
+        .def_readwrite("xavier_init", &TransformerConfig::xavier_init)
+        .def_readwrite("embedding_init_std", &TransformerConfig::embedding_init_std)
+        .def_readwrite("output_bias", &TransformerConfig::output_bias)
+        .def_readwrite("flatten_logits", &TransformerConfig::flatten_logits)
+        .def("validate", &TransformerConfig::validate)
+        .def_static("seed003", &TransformerConfig::seed003, py::arg("n_src_vocab") = 39, py::arg("n_trg_vocab") = 39,
+                    py::arg("pad_idx") = 2, py::arg("d_model") = 32, py::arg("n_head") = 4, py::arg("d_inner") = 64,
+                    py::arg("n_layers") = 3, py::arg("n_position") = 50, py::arg("dropout") = 0.1f,
+                    "Seed 003's toy translator: pre-norm, d_model 32, 4 heads, FFN 64, 3 + 3 layers, vocabulary 39, "
+                    "<PAD> = 2, length <= 50.")
+        .def("__repr__", [](py::object self) {
+            std::string s = "TransformerConfig(";
+            bool first = true;
+            for (auto name : {"n_src_vocab", "n_trg_vocab", "src_pad_idx", "trg_pad_idx", "d_word_vec", "d_model",
+                              "d_inner", "n_layers", "n_head", "d_k", "d_v", "dropout", "n_position",
+                              "trg_emb_prj_weight_sharing", "emb_src_trg_weight_sharing", "scale_emb_or_prj", "layout",
+                              "norm_first", "qkv_bias", "proj_bias", "layer_norm_eps", "attn_dropout", "mask_fill",
+                              "scale_after_matmul", "pe_formula", "embed_dropout", "embed_layer_norm",
+                              "embedding_padding_idx", "xavier_init", "embedding_init_std", "output_bias",
+                              "flatten_logits"}) {
+                s += (first ? "" : ", ") + std::string(name) + "=" + py::repr(self.attr(name)).cast<std::string>();
+                first = false;
+            }
+            return s + ")";
+        });
+
+    // --- layers ------------------------------------------------------------------------------------
+    py::class_<PositionalEncoding, Module, std::shared_ptr<PositionalEncoding>>(nn, "PositionalEncoding",
+        "Adds the fixed sinusoid table, a buffer 'pos_table' of shape (1, n_position, d_hid).")
+        .def(py::init([](std::size_t d_hid, std::size_t n_position, const std::string& pe_formula) {
+            return std::make_shared<PositionalEncoding>(d_hid, n_position,
+                                                        parse_positional_formula(pe_formula, "PositionalEncoding"));
+        }), py::arg("d_hid"), py::arg("n_position") = 200, py::arg("pe_formula") = "paired")
+        .def("forward", &PositionalEncoding::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
+        .def("__call__", &PositionalEncoding::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
+        .def_readonly("pos_table", &PositionalEncoding::pos_table)
+        .def_readonly("d_hid", &PositionalEncoding::d_hid)
+        .def_readonly("n_position", &PositionalEncoding::n_position);
+
+    auto sdpa = [](const ScaledDotProductAttention& m, const Tensor& q, const Tensor& k, const Tensor& v,
+                   py::object mask) {
+        auto msk = opt_mask(mask, "mask");
+        py::gil_scoped_release release;
+        return m.forward(q, k, v, ptr(msk));
+    };
+    py::class_<ScaledDotProductAttention, Module, std::shared_ptr<ScaledDotProductAttention>>(
+        nn, "ScaledDotProductAttention",
+        "softmax(q / temperature @ k^T, masked) -> dropout -> @ v; forward returns (output, attn).")
+        .def(py::init<float, float, float, bool>(), py::arg("temperature"), py::arg("attn_dropout") = 0.1f,
+             py::arg("mask_fill") = -1e9f, py::arg("scale_after_matmul") = false)
+        .def("forward", sdpa, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
+        .def("__call__", sdpa, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
+        .def_readonly("temperature", &ScaledDotProductAttention::temperature)
+        .def_readonly("dropout", &ScaledDotProductAttention::dropout);
+
+    auto mha = [](const MultiHeadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v, py::object mask) {
+        auto msk = opt_mask(mask, "mask");
+        py::gil_scoped_release release;
+        return m.forward(q, k, v, ptr(msk));
+    };
+    py::class_<MultiHeadAttention, Module, std::shared_ptr<MultiHeadAttention>>(nn, "MultiHeadAttention",
+        (std::string("Multi-head attention (seed 000's SubLayers.py). forward(q, k, v, mask=None) returns "
+                     "(output, attn); mask is (b or 1, len_q or 1, len_k), True = may attend. ") + kSublayerDoc).c_str())
+        .def(py::init([](std::size_t n_head, std::size_t d_model, std::size_t d_k, std::size_t d_v, float dropout,
+                         const std::string& layout, bool norm_first, bool qkv_bias, bool proj_bias, float eps,
+                         float attn_dropout, float mask_fill, bool after) {
+            return std::make_shared<MultiHeadAttention>(
+                n_head, d_model, d_k, d_v, dropout,
+                make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after,
+                             "MultiHeadAttention"));
+        }), py::arg("n_head"), py::arg("d_model"), py::arg("d_k"), py::arg("d_v"), py::arg("dropout") = 0.1f,
+             CT_SUBLAYER_KWARGS)
+        .def("forward", mha, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
+        .def("__call__", mha, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
+        .def_readonly("n_head", &MultiHeadAttention::n_head)
+        .def_readonly("d_k", &MultiHeadAttention::d_k)
+        .def_readonly("d_v", &MultiHeadAttention::d_v)
+        .def_readonly("w_qs", &MultiHeadAttention::w_qs)
+        .def_readonly("w_ks", &MultiHeadAttention::w_ks)
+        .def_readonly("w_vs", &MultiHeadAttention::w_vs)
+        .def_readonly("fc", &MultiHeadAttention::fc)
+        .def_readonly("attention", &MultiHeadAttention::attention)
+        .def_readonly("dropout", &MultiHeadAttention::dropout)
+        .def_readonly("layer_norm", &MultiHeadAttention::layer_norm);
+
+    py::class_<PositionwiseFeedForward, Module, std::shared_ptr<PositionwiseFeedForward>>(
+        nn, "PositionwiseFeedForward",
+        (std::string("w_2(relu(w_1(x))) with dropout, residual and LayerNorm (post- or pre-norm). ") + kSublayerDoc)
+            .c_str())
+        .def(py::init([](std::size_t d_in, std::size_t d_hid, float dropout, const std::string& layout,
+                         bool norm_first, bool qkv_bias, bool proj_bias, float eps, float attn_dropout,
+                         float mask_fill, bool after) {
+            return std::make_shared<PositionwiseFeedForward>(
+                d_in, d_hid, dropout,
+                make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after,
+                             "PositionwiseFeedForward"));
+        }), py::arg("d_in"), py::arg("d_hid"), py::arg("dropout") = 0.1f, CT_SUBLAYER_KWARGS)
+        .def("forward", &PositionwiseFeedForward::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
+        .def("__call__", &PositionwiseFeedForward::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
+        .def_readonly("w_1", &PositionwiseFeedForward::w_1)
+        .def_readonly("w_2", &PositionwiseFeedForward::w_2)
+        .def_readonly("layer_norm", &PositionwiseFeedForward::layer_norm)
+        .def_readonly("dropout", &PositionwiseFeedForward::dropout);
+
+    auto enc_layer = [](const EncoderLayer& m, const Tensor& x, py::object mask) {
+        auto msk = opt_mask(mask, "slf_attn_mask");
+        py::gil_scoped_release release;
+        return m.forward(x, ptr(msk));
+    };
+    py::class_<EncoderLayer, Module, std::shared_ptr<EncoderLayer>>(nn, "EncoderLayer",
+        (std::string("Self-attention then feed-forward; forward returns (enc_output, enc_slf_attn). ") + kSublayerDoc)
+            .c_str())
+        .def(py::init([](std::size_t d_model, std::size_t d_inner, std::size_t n_head, std::size_t d_k,
+                         std::size_t d_v, float dropout, const std::string& layout, bool norm_first, bool qkv_bias,
+                         bool proj_bias, float eps, float attn_dropout, float mask_fill, bool after) {
+            return std::make_shared<EncoderLayer>(
+                d_model, d_inner, n_head, d_k, d_v, dropout,
+                make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after,
+                             "EncoderLayer"));
+        }), py::arg("d_model"), py::arg("d_inner"), py::arg("n_head"), py::arg("d_k"), py::arg("d_v"),
+             py::arg("dropout") = 0.1f, CT_SUBLAYER_KWARGS)
+        .def("forward", enc_layer, py::arg("enc_input"), py::arg("slf_attn_mask") = py::none())
+        .def("__call__", enc_layer, py::arg("enc_input"), py::arg("slf_attn_mask") = py::none())
+        .def_readonly("slf_attn", &EncoderLayer::slf_attn)
+        .def_readonly("pos_ffn", &EncoderLayer::pos_ffn);
+
+    auto dec_layer = [](const DecoderLayer& m, const Tensor& x, const Tensor& enc_output, py::object slf_mask,
+                        py::object enc_mask) {
+        auto m1 = opt_mask(slf_mask, "slf_attn_mask");
+        auto m2 = opt_mask(enc_mask, "dec_enc_attn_mask");
+        py::gil_scoped_release release;
+        return m.forward(x, enc_output, ptr(m1), ptr(m2));
+    };
+    py::class_<DecoderLayer, Module, std::shared_ptr<DecoderLayer>>(nn, "DecoderLayer",
+        (std::string("Masked self-attention, encoder-decoder attention, feed-forward; forward returns "
+                     "(dec_output, dec_slf_attn, dec_enc_attn). ") + kSublayerDoc).c_str())
+        .def(py::init([](std::size_t d_model, std::size_t d_inner, std::size_t n_head, std::size_t d_k,
+                         std::size_t d_v, float dropout, const std::string& layout, bool norm_first, bool qkv_bias,
+                         bool proj_bias, float eps, float attn_dropout, float mask_fill, bool after) {
+            return std::make_shared<DecoderLayer>(
+                d_model, d_inner, n_head, d_k, d_v, dropout,
+                make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after,
+                             "DecoderLayer"));
+        }), py::arg("d_model"), py::arg("d_inner"), py::arg("n_head"), py::arg("d_k"), py::arg("d_v"),
+             py::arg("dropout") = 0.1f, CT_SUBLAYER_KWARGS)
+        .def("forward", dec_layer, py::arg("dec_input"), py::arg("enc_output"), py::arg("slf_attn_mask") = py::none(),
+             py::arg("dec_enc_attn_mask") = py::none())
+        .def("__call__", dec_layer, py::arg("dec_input"), py::arg("enc_output"),
+             py::arg("slf_attn_mask") = py::none(), py::arg("dec_enc_attn_mask") = py::none())
+        .def_readonly("slf_attn", &DecoderLayer::slf_attn)
+        .def_readonly("enc_attn", &DecoderLayer::enc_attn)
+        .def_readonly("pos_ffn", &DecoderLayer::pos_ffn);
+
+    auto pos_emb = [](const PositionEmbedding& m, py::object ids) {
+        IndexArray idx = to_index_array(ids, "input");
+        py::gil_scoped_release release;
+        return m.forward(idx);
+    };
+    py::class_<PositionEmbedding, Module, std::shared_ptr<PositionEmbedding>>(nn, "PositionEmbedding",
+        "Seed 003's embedding front: embed(ids) + pe[:, :len]; the model's embed_x / embed_y.")
+        .def("forward", pos_emb, py::arg("input"))
+        .def("__call__", pos_emb, py::arg("input"))
+        .def_readonly("embed", &PositionEmbedding::embed)
+        .def_property_readonly("pe", [](const PositionEmbedding& m) { return m.position_enc->pos_table; });
+
+    // --- encoder, decoder --------------------------------------------------------------------------
+    auto encode = [](const Encoder& m, py::object src_seq, py::object src_mask, bool return_attns) {
+        IndexArray ids = to_index_array(src_seq, "src_seq");
+        auto msk = opt_mask(src_mask, "src_mask");
+        EncoderOutput r;
+        {
+            py::gil_scoped_release release;
+            r = m.forward(ids, ptr(msk), return_attns);
+        }
+        return encoder_result(r, return_attns);
+    };
+    py::class_<Encoder, Module, std::shared_ptr<Encoder>>(nn, "Encoder",
+        "Embedding -> (* sqrt(d_model)) -> + positional encoding -> dropout -> LayerNorm -> EncoderLayers "
+        "(seed 000). forward(src_seq, src_mask, return_attns=False) returns enc_output, or "
+        "(enc_output, [enc_slf_attn per layer]).")
+        .def(py::init<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
+                      std::size_t, std::int64_t, float, std::size_t, bool>(),
+             py::arg("n_src_vocab"), py::arg("d_word_vec"), py::arg("n_layers"), py::arg("n_head"), py::arg("d_k"),
+             py::arg("d_v"), py::arg("d_model"), py::arg("d_inner"), py::arg("pad_idx"), py::arg("dropout") = 0.1f,
+             py::arg("n_position") = 200, py::arg("scale_emb") = false)
+        .def(py::init<const TransformerConfig&, bool>(), py::arg("config"), py::arg("scale_emb") = false)
+        .def("forward", encode, py::arg("src_seq"), py::arg("src_mask") = py::none(), py::arg("return_attns") = false)
+        .def("__call__", encode, py::arg("src_seq"), py::arg("src_mask") = py::none(), py::arg("return_attns") = false)
+        .def_readonly("src_word_emb", &Encoder::src_word_emb)
+        .def_readonly("position_enc", &Encoder::position_enc)
+        .def_property_readonly("layer_stack", [](const Encoder& m) { return m.layers; })
+        .def_property_readonly("layer_norm", [](const Encoder& m) -> py::object {
+            return m.layer_norm ? py::cast(m.layer_norm) : py::none();
+        })
+        .def_readonly("scale_emb", &Encoder::scale_emb);
+
+    auto decode = [](const Decoder& m, py::object trg_seq, py::object trg_mask, const Tensor& enc_output,
+                     py::object src_mask, bool return_attns) {
+        IndexArray ids = to_index_array(trg_seq, "trg_seq");
+        auto tm = opt_mask(trg_mask, "trg_mask");
+        auto sm = opt_mask(src_mask, "src_mask");
+        DecoderOutput r;
+        {
+            py::gil_scoped_release release;
+            r = m.forward(ids, ptr(tm), enc_output, ptr(sm), return_attns);
+        }
+        return decoder_result(r, return_attns);
+    };
+    py::class_<Decoder, Module, std::shared_ptr<Decoder>>(nn, "Decoder",
+        "The Encoder's front on the target, then DecoderLayers (seed 000). forward(trg_seq, trg_mask, enc_output, "
+        "src_mask, return_attns=False) returns dec_output, or (dec_output, [dec_slf_attn], [dec_enc_attn]).")
+        .def(py::init<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
+                      std::size_t, std::int64_t, std::size_t, float, bool>(),
+             py::arg("n_trg_vocab"), py::arg("d_word_vec"), py::arg("n_layers"), py::arg("n_head"), py::arg("d_k"),
+             py::arg("d_v"), py::arg("d_model"), py::arg("d_inner"), py::arg("pad_idx"), py::arg("n_position") = 200,
+             py::arg("dropout") = 0.1f, py::arg("scale_emb") = false)
+        .def(py::init<const TransformerConfig&, bool>(), py::arg("config"), py::arg("scale_emb") = false)
+        .def("forward", decode, py::arg("trg_seq"), py::arg("trg_mask"), py::arg("enc_output"), py::arg("src_mask"),
+             py::arg("return_attns") = false)
+        .def("__call__", decode, py::arg("trg_seq"), py::arg("trg_mask"), py::arg("enc_output"), py::arg("src_mask"),
+             py::arg("return_attns") = false)
+        .def_readonly("trg_word_emb", &Decoder::trg_word_emb)
+        .def_readonly("position_enc", &Decoder::position_enc)
+        .def_property_readonly("layer_stack", [](const Decoder& m) { return m.layers; })
+        .def_property_readonly("layer_norm", [](const Decoder& m) -> py::object {
+            return m.layer_norm ? py::cast(m.layer_norm) : py::none();
+        })
+        .def_readonly("scale_emb", &Decoder::scale_emb);
+
+    // --- the model ---------------------------------------------------------------------------------
+    auto forward = [](const Transformer& m, py::object src_seq, py::object trg_seq, bool return_attns) -> py::object {
+        IndexArray src = to_index_array(src_seq, "src_seq");
+        IndexArray trg = to_index_array(trg_seq, "trg_seq");
+        TransformerOutput r;
+        {
+            py::gil_scoped_release release;
+            r = m.forward(src, trg, return_attns);
+        }
+        if (!return_attns) return py::cast(r.logits);
+        return py::make_tuple(r.logits, tensor_list(r.enc_slf_attns), tensor_list(r.dec_slf_attns),
+                              tensor_list(r.dec_enc_attns));
+    };
+    auto model_encode = [](const Transformer& m, py::object src_seq, py::object src_mask, bool return_attns) {
+        IndexArray ids = to_index_array(src_seq, "src_seq");
+        auto msk = opt_mask(src_mask, "src_mask");
+        EncoderOutput r;
+        {
+            py::gil_scoped_release release;
+            r = m.encode(ids, ptr(msk), return_attns);
+        }
+        return encoder_result(r, return_attns);
+    };
+    auto model_decode = [](const Transformer& m, py::object trg_seq, py::object trg_mask, const Tensor& enc_output,
+                           py::object src_mask, bool return_attns) {
+        IndexArray ids = to_index_array(trg_seq, "trg_seq");
+        auto tm = opt_mask(trg_mask, "trg_mask");
+        auto sm = opt_mask(src_mask, "src_mask");
+        DecoderOutput r;
+        {
+            py::gil_scoped_release release;
+            r = m.decode(ids, ptr(tm), enc_output, ptr(sm), return_attns);
+        }
+        return decoder_result(r, return_attns);
+    };
+    py::class_<Transformer, Module, std::shared_ptr<Transformer>>(nn, "Transformer",
+        R"doc(The encoder-decoder Transformer of seed 000 (jadore801120), or seed 003's toy translator
+(Transformer.seed003()), or any TransformerConfig.
+
+model(src_seq, trg_seq) takes (b, len) NumPy integer arrays and returns the logits, (b*len, n_trg_vocab)
+for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it returns
+(logits, enc_slf_attns, dec_slf_attns, dec_enc_attns), one (b, n_head, lq, lk) Tensor per layer.)doc")
+        .def(py::init<std::size_t, std::size_t, std::int64_t, std::int64_t, std::size_t, std::size_t, std::size_t,
+                      std::size_t, std::size_t, std::size_t, std::size_t, float, std::size_t, bool, bool,
+                      const std::string&>(),
+             py::arg("n_src_vocab"), py::arg("n_trg_vocab"), py::arg("src_pad_idx"), py::arg("trg_pad_idx"),
+             py::arg("d_word_vec") = 512, py::arg("d_model") = 512, py::arg("d_inner") = 2048,
+             py::arg("n_layers") = 6, py::arg("n_head") = 8, py::arg("d_k") = 64, py::arg("d_v") = 64,
+             py::arg("dropout") = 0.1f, py::arg("n_position") = 200, py::arg("trg_emb_prj_weight_sharing") = true,
+             py::arg("emb_src_trg_weight_sharing") = true, py::arg("scale_emb_or_prj") = "prj")
+        .def(py::init<const TransformerConfig&>(), py::arg("config"))
+        .def_static("seed003", [](std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t pad_idx,
+                                  std::size_t d_model, std::size_t n_head, std::size_t d_inner, std::size_t n_layers,
+                                  std::size_t n_position, float dropout) {
+            return std::make_shared<Transformer>(TransformerConfig::seed003(
+                n_src_vocab, n_trg_vocab, pad_idx, d_model, n_head, d_inner, n_layers, n_position, dropout));
+        }, py::arg("n_src_vocab") = 39, py::arg("n_trg_vocab") = 39, py::arg("pad_idx") = 2, py::arg("d_model") = 32,
+           py::arg("n_head") = 4, py::arg("d_inner") = 64, py::arg("n_layers") = 3, py::arg("n_position") = 50,
+           py::arg("dropout") = 0.1f, "Seed 003's toy translator (TransformerConfig.seed003()).")
+        .def("forward", forward, py::arg("src_seq"), py::arg("trg_seq"), py::arg("return_attns") = false)
+        .def("__call__", forward, py::arg("src_seq"), py::arg("trg_seq"), py::arg("return_attns") = false)
+        .def("encode", model_encode, py::arg("src_seq"), py::arg("src_mask") = py::none(),
+             py::arg("return_attns") = false,
+             "The encoder alone: enc_output (b, ls, d_model), or (enc_output, enc_slf_attns).")
+        .def("decode", model_decode, py::arg("trg_seq"), py::arg("trg_mask"), py::arg("enc_output"),
+             py::arg("src_mask"), py::arg("return_attns") = false,
+             "The decoder alone: dec_output (b, lt, d_model), or (dec_output, dec_slf_attns, dec_enc_attns). "
+             "project(dec_output) gives the logits.")
+        .def("project", &Transformer::project, py::arg("dec_output"), py::call_guard<py::gil_scoped_release>(),
+             "Logits (b, lt, n_trg_vocab) from a decoder output, scaled by d_model^-0.5 when scale_emb_or_prj='prj'.")
+        .def_property_readonly("config", [](const Transformer& m) { return m.config; },
+                               "A copy of the configuration the model was built from.")
+        .def_readonly("encoder", &Transformer::encoder)
+        .def_readonly("decoder", &Transformer::decoder)
+        .def_readonly("trg_word_prj", &Transformer::trg_word_prj)
+        .def_readonly("fc_out", &Transformer::trg_word_prj, "Seed 003's name for trg_word_prj.")
+        .def_property_readonly("embed_x", [](const Transformer& m) { return m.encoder->embed; })
+        .def_property_readonly("embed_y", [](const Transformer& m) { return m.decoder->embed; })
+        .def_property_readonly("src_pad_idx", [](const Transformer& m) { return m.config.src_pad_idx; })
+        .def_property_readonly("trg_pad_idx", [](const Transformer& m) { return m.config.trg_pad_idx; })
+        .def_property_readonly("d_model", [](const Transformer& m) { return m.config.d_model; })
+        .def_property_readonly("scale_prj", [](const Transformer& m) { return m.config.scale_prj(); });
+}
+
+}  // namespace ctpy

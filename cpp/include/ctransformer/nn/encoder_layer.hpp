@@ -1,0 +1,24 @@
+// EncoderLayer (seed 000, Layers.py): self-attention, then the position-wise feed-forward.
+// Seed 003 names its parts mh and fc; seed 000 slf_attn and pos_ffn.
+#pragma once
+#include <memory>
+#include <utility>
+
+#include "ctransformer/nn/multi_head_attention.hpp"
+#include "ctransformer/nn/positionwise_feed_forward.hpp"
+
+namespace ct::nn {
+
+class EncoderLayer : public Module {
+public:
+    EncoderLayer(std::size_t d_model, std::size_t d_inner, std::size_t n_head, std::size_t d_k, std::size_t d_v,
+                 float dropout = 0.1f, const SublayerOptions& options = {});
+    // Returns (enc_output, enc_slf_attn).
+    std::pair<Tensor, Tensor> forward(const Tensor& enc_input, const Mask* slf_attn_mask = nullptr) const;
+    std::string type_name() const override { return "EncoderLayer"; }
+
+    std::shared_ptr<MultiHeadAttention> slf_attn;
+    std::shared_ptr<PositionwiseFeedForward> pos_ffn;
+};
+
+}  // namespace ct::nn

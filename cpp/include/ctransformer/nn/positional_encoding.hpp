@@ -1,0 +1,26 @@
+// PositionalEncoding(d_hid, n_position): adds a fixed sinusoid table to its input (seed 000).
+// The table is a BUFFER "pos_table" of shape (1, n_position, d_hid): in the state dict, never a
+// parameter, never trained. It is computed in float64 and then cast to float32, as the seed's NumPy code.
+#pragma once
+#include "ctransformer/nn/module.hpp"
+#include "ctransformer/nn/transformer_config.hpp"
+
+namespace ct::nn {
+
+class PositionalEncoding : public Module {
+public:
+    explicit PositionalEncoding(std::size_t d_hid, std::size_t n_position = 200,
+                                PositionalFormula formula = PositionalFormula::Paired);
+    // x (b, len, d_hid) + pos_table[:, :len]; ValueError when len > n_position.
+    Tensor forward(const Tensor& x) const;
+    // The first `len` rows of the table, (1, len, d_hid), as a constant.
+    Tensor table(std::size_t len) const;
+    static Array sinusoid_table(std::size_t n_position, std::size_t d_hid, PositionalFormula formula);
+    std::string type_name() const override { return "PositionalEncoding"; }
+
+    Tensor pos_table;
+    const std::size_t d_hid, n_position;
+    const PositionalFormula formula;
+};
+
+}  // namespace ct::nn

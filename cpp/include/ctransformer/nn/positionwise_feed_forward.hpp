@@ -1,0 +1,31 @@
+// PositionwiseFeedForward(d_in, d_hid, dropout) (seed 000, SubLayers.py), and seed 003's
+// FullyConnectedOutput through SublayerOptions:
+//   post-norm (seed 000): LN(x + dropout(w_2(relu(w_1(x)))))
+//   pre-norm  (seed 003): x + dropout(w_2(relu(w_1(LN(x)))))
+#pragma once
+#include <memory>
+
+#include "ctransformer/nn/dropout.hpp"
+#include "ctransformer/nn/layer_norm.hpp"
+#include "ctransformer/nn/linear.hpp"
+#include "ctransformer/nn/transformer_config.hpp"
+
+namespace ct::nn {
+
+class PositionwiseFeedForward : public Module {
+public:
+    PositionwiseFeedForward(std::size_t d_in, std::size_t d_hid, float dropout = 0.1f,
+                            const SublayerOptions& options = {});
+    Tensor forward(const Tensor& x) const;   // x (..., d_in)
+    std::string type_name() const override { return "PositionwiseFeedForward"; }
+
+    const std::size_t d_in, d_hid;
+    const SublayerOptions options;
+    // Seed 000 names: w_1, w_2, layer_norm, dropout.
+    // Seed 003 names: fc.0 (w_1), fc.2 (w_2), fc.3 (dropout), norm.
+    std::shared_ptr<Linear> w_1, w_2;
+    std::shared_ptr<LayerNorm> layer_norm;
+    std::shared_ptr<Dropout> dropout;
+};
+
+}  // namespace ct::nn

@@ -1,0 +1,51 @@
+// Transformer (seed 000, Models.py): the encoder-decoder model, and seed 003's toy translator
+// through TransformerConfig::seed003().
+//
+// Seed 000's construction, step by step: build every module with torch's default init, then
+// xavier_uniform_ every parameter of rank > 1 in parameters() order, then tie by assignment
+// (trg_word_prj.weight = decoder.trg_word_emb.weight; encoder.src_word_emb.weight = the same), so
+// the shared weight is ONE tensor with one gradient, listed once by parameters() and under every
+// name by state_dict().
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "ctransformer/nn/decoder.hpp"
+#include "ctransformer/nn/encoder.hpp"
+#include "ctransformer/nn/linear.hpp"
+
+namespace ct::nn {
+
+struct TransformerOutput {
+    Tensor logits;   // (b*lt, n_trg_vocab), or (b, lt, n_trg_vocab) without flatten_logits
+    std::vector<Tensor> enc_slf_attns, dec_slf_attns, dec_enc_attns;   // when asked for
+};
+
+class Transformer : public Module {
+public:
+    explicit Transformer(const TransformerConfig& config);
+    // The seed's signature.
+    Transformer(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t src_pad_idx, std::int64_t trg_pad_idx,
+                std::size_t d_word_vec = 512, std::size_t d_model = 512, std::size_t d_inner = 2048,
+                std::size_t n_layers = 6, std::size_t n_head = 8, std::size_t d_k = 64, std::size_t d_v = 64,
+                float dropout = 0.1f, std::size_t n_position = 200, bool trg_emb_prj_weight_sharing = true,
+                bool emb_src_trg_weight_sharing = true, const std::string& scale_emb_or_prj = "prj");
+
+    // src_seq (b, ls) and trg_seq (b, lt) token ids. The masks are built as the seed:
+    // src pad mask, and target pad mask AND the no-peek mask.
+    TransformerOutput forward(const IndexArray& src_seq, const IndexArray& trg_seq, bool return_attns = false) const;
+    // The halves, for decoding step by step.
+    EncoderOutput encode(const IndexArray& src_seq, const Mask* src_mask, bool return_attns = false) const;
+    DecoderOutput decode(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor& enc_output,
+                         const Mask* src_mask, bool return_attns = false) const;
+    // dec_output (b, lt, d_model) -> logits (b, lt, n_trg_vocab), times d_model^-0.5 when scale_prj.
+    Tensor project(const Tensor& dec_output) const;
+    std::string type_name() const override { return "Transformer"; }
+
+    const TransformerConfig config;
+    std::shared_ptr<Encoder> encoder;
+    std::shared_ptr<Decoder> decoder;
+    std::shared_ptr<Linear> trg_word_prj;   // seed 003: fc_out
+};
+
+}  // namespace ct::nn

@@ -1,0 +1,98 @@
+// The options that let one set of encoder-decoder classes build both seeds' models:
+// seed 000/001 (jadore801120's post-norm Transformer, the defaults) and seed 003 (the pre-norm toy
+// translator, TransformerConfig::seed003()). Each option names the seed detail it stands for.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+namespace ct::nn {
+
+// Whose module tree (and so whose parameter names) the model carries, so state dicts move to and
+// from that seed's torch model unchanged.
+//   Seed000: encoder.src_word_emb, encoder.position_enc.pos_table, encoder.layer_stack.0.slf_attn.w_qs,
+//            ... pos_ffn.w_1, encoder.layer_norm, decoder.layer_stack.0.enc_attn, trg_word_prj.
+//   Seed003: embed_x.pe, embed_x.embed, encoder.layer_l.mh.fc_Q, ... .fc.fc.0, .fc.norm,
+//            decoder.layer_1.mhl / mh2, fc_out (the seed's spelling, "layer_l" included).
+enum class Layout { Seed000, Seed003 };
+
+// The angle of feature j (of d) at position pos; both seeds take sin on even j, cos on odd j.
+//   Paired   (seed 000, the paper): pos / 10000^(2*(j//2)/d)
+//   PerIndex (seed 003):            pos / 10000^(j/d)
+enum class PositionalFormula { Paired, PerIndex };
+
+// How each attention and feed-forward sub-layer is built.
+struct SublayerOptions {
+    Layout layout = Layout::Seed000;
+    // false: post-norm, LayerNorm(x + dropout(sublayer(x))) (seed 000).
+    // true: pre-norm, x + dropout(sublayer(LN(x))), where attention applies ONE LayerNorm to each of
+    // its q, k and v inputs and the residual is the un-normalised query (seed 003).
+    bool norm_first = false;
+    bool qkv_bias = false;          // bias on w_qs/w_ks/w_vs (seed 003: yes)
+    bool proj_bias = false;         // bias on the attention's output projection fc (seed 003: yes)
+    float layer_norm_eps = 1e-6f;   // seed 000: 1e-6; seed 003: torch's default 1e-5
+    // Seed 000's MultiHeadAttention builds ScaledDotProductAttention(temperature) with its default
+    // attn_dropout = 0.1 whatever `dropout` is; seed 003 has no attention dropout.
+    float attn_dropout = 0.1f;
+    float mask_fill = -1e9f;        // score where the mask forbids attending (seed 003: -inf)
+    // false: (q / temperature) @ k^T (seed 000); true: (q @ k^T) / temperature (seed 003).
+    bool scale_after_matmul = false;
+};
+
+struct TransformerConfig {
+    // Seed 000's Transformer(...) arguments.
+    std::size_t n_src_vocab = 0, n_trg_vocab = 0;
+    std::int64_t src_pad_idx = 0, trg_pad_idx = 0;
+    std::size_t d_word_vec = 512, d_model = 512, d_inner = 2048, n_layers = 6, n_head = 8, d_k = 64, d_v = 64;
+    float dropout = 0.1f;
+    std::size_t n_position = 200;
+    bool trg_emb_prj_weight_sharing = true, emb_src_trg_weight_sharing = true;
+    std::string scale_emb_or_prj = "prj";   // 'emb', 'prj' or 'none' (only with trg_emb_prj_weight_sharing)
+
+    // Sub-layer options (see SublayerOptions).
+    Layout layout = Layout::Seed000;
+    bool norm_first = false, qkv_bias = false, proj_bias = false;
+    float layer_norm_eps = 1e-6f, attn_dropout = 0.1f, mask_fill = -1e9f;
+    bool scale_after_matmul = false;
+
+    // The embedding front and the output.
+    PositionalFormula pe_formula = PositionalFormula::Paired;
+    bool embed_dropout = true;            // seed 000: dropout(emb + PE); seed 003: none
+    bool embed_layer_norm = true;         // seed 000: LayerNorm(eps) right after it (encoder.layer_norm)
+    bool embedding_padding_idx = true;    // seed 000: Embedding(..., padding_idx=pad), no gradient to that row
+    bool xavier_init = true;              // seed 000: xavier_uniform_ on every parameter of rank > 1
+    std::optional<float> embedding_init_std;  // N(0, std) for the embeddings (seed 003: 0.1); unset: torch's default
+    bool output_bias = false;             // seed 003's fc_out = Linear(32, 39) has a bias
+    bool flatten_logits = true;           // seed 000 returns (b*len, V); seed 003 (b, len, V)
+
+    SublayerOptions sublayer_options() const;
+    bool scale_emb() const;   // as the seed: only when the projection shares the target embedding
+    bool scale_prj() const;
+    // Throws ValueError for inconsistent settings (the seed's asserts, and a few it leaves implicit).
+    void validate() const;
+
+    // Seed 000's Transformer(...) arguments, in its order; every other option keeps seed 000's default.
+    static TransformerConfig seed000(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t src_pad_idx,
+                                     std::int64_t trg_pad_idx, std::size_t d_word_vec = 512, std::size_t d_model = 512,
+                                     std::size_t d_inner = 2048, std::size_t n_layers = 6, std::size_t n_head = 8,
+                                     std::size_t d_k = 64, std::size_t d_v = 64, float dropout = 0.1f,
+                                     std::size_t n_position = 200, bool trg_emb_prj_weight_sharing = true,
+                                     bool emb_src_trg_weight_sharing = true,
+                                     const std::string& scale_emb_or_prj = "prj");
+
+    // Seed 003's model: pre-norm, 4 heads of 8 over d_model 32, FFN 32 -> 64 -> 32, 3 + 3 layers,
+    // vocabulary 39 with <PAD> = 2, sequences up to 50, no weight sharing or scaling.
+    static TransformerConfig seed003(std::size_t n_src_vocab = 39, std::size_t n_trg_vocab = 39,
+                                     std::int64_t pad_idx = 2, std::size_t d_model = 32, std::size_t n_head = 4,
+                                     std::size_t d_inner = 64, std::size_t n_layers = 3,
+                                     std::size_t n_position = 50, float dropout = 0.1f);
+};
+
+Layout parse_layout(const std::string& s, const char* fn);
+std::string layout_name(Layout l);
+PositionalFormula parse_positional_formula(const std::string& s, const char* fn);
+std::string positional_formula_name(PositionalFormula f);
+
+}  // namespace ct::nn

@@ -1,0 +1,140 @@
+#include "ctransformer/decode/beam_search.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "ctransformer/autograd.hpp"
+#include "ctransformer/decode/step_decoder.hpp"
+#include "decode_checks.hpp"
+
+namespace ct::decode {
+
+namespace {
+
+struct Live {
+    std::vector<std::int64_t> ids;
+    double log_prob;
+};
+
+struct Candidate {
+    double log_prob;
+    std::size_t hyp;   // index among the source's live hypotheses
+    std::int64_t word;
+};
+
+// Higher log P first; ties to the earlier hypothesis, then the smaller token id (so beam_size 1
+// picks what greedy's first-maximum arg-max picks).
+bool better(const Candidate& a, const Candidate& b) {
+    if (a.log_prob != b.log_prob) return a.log_prob > b.log_prob;
+    if (a.hyp != b.hyp) return a.hyp < b.hyp;
+    return a.word < b.word;
+}
+
+// log_softmax of one row of float32 logits, in float64.
+void log_softmax_row(const float* x, std::size_t n, std::vector<double>& out) {
+    const double m = double(*std::max_element(x, x + n));
+    double sum = 0.0;
+    for (std::size_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - m);
+    const double lse = m + std::log(sum);
+    out.resize(n);
+    for (std::size_t i = 0; i < n; ++i) out[i] = double(x[i]) - lse;
+}
+
+}  // namespace
+
+double length_penalty(std::size_t length, double alpha) { return std::pow((5.0 + double(length)) / 6.0, alpha); }
+
+std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, const IndexArray& src,
+                                                 const Mask* src_mask, std::size_t max_len,
+                                                 std::int64_t start_symbol, std::int64_t end_symbol,
+                                                 std::size_t beam_size, double alpha, std::size_t n_best,
+                                                 bool use_cache) {
+    const std::string fn = "beam_search";
+    detail::check_decode_args(model, src, src_mask, max_len, start_symbol, end_symbol, fn);
+    if (beam_size < 1) throw ValueError(fn + ": beam_size must be at least 1, got " + std::to_string(beam_size));
+    if (!std::isfinite(alpha) || alpha < 0.0)
+        throw ValueError(fn + ": alpha must be a finite number >= 0, got " + std::to_string(alpha));
+    if (n_best < 1 || n_best > beam_size)
+        throw ValueError(fn + ": n_best must be between 1 and beam_size = " + std::to_string(beam_size) + ", got " +
+                         std::to_string(n_best));
+    NoGradGuard no_grad;
+    const std::size_t b = src.shape[0], V = model.config.n_trg_vocab;
+    const double lp_max = length_penalty(max_len - 1, alpha);
+
+    std::vector<std::vector<Live>> live(b);
+    std::vector<std::vector<Hypothesis>> finished(b);
+    for (std::size_t s = 0; s < b; ++s) live[s].push_back({{start_symbol}, 0.0});
+    auto finish = [&](std::size_t s, std::vector<std::int64_t> ids, double log_prob, bool ended) {
+        const double score = log_prob / length_penalty(ids.size() - 1, alpha);
+        finished[s].push_back({std::move(ids), log_prob, score, ended});
+    };
+    if (max_len == 1) {   // nothing to decode: [start_symbol] itself
+        for (std::size_t s = 0; s < b; ++s) finish(s, live[s][0].ids, 0.0, false);
+        return finished;
+    }
+
+    auto decoder = make_step_decoder(model, src, src_mask, use_cache);   // row s: source s's first hypothesis
+    std::vector<double> log_probs;
+    std::vector<Candidate> candidates;
+    for (std::size_t t = 1; t < max_len; ++t) {
+        std::vector<std::int64_t> last;   // decoder rows: the live hypotheses of source 0, then 1, ...
+        for (const auto& hyps : live)
+            for (const auto& h : hyps) last.push_back(h.ids.back());
+        if (last.empty()) break;
+        const Tensor logits = decoder->step(last);
+
+        std::vector<std::size_t> parents;   // the decoder row each new live hypothesis extends
+        std::size_t row0 = 0;               // decoder row of source s's first live hypothesis
+        for (std::size_t s = 0; s < b; ++s) {
+            std::vector<Live>& hyps = live[s];
+            if (hyps.empty()) continue;
+            candidates.clear();
+            for (std::size_t j = 0; j < hyps.size(); ++j) {
+                log_softmax_row(logits.data() + (row0 + j) * V, V, log_probs);
+                for (std::size_t w = 0; w < V; ++w) candidates.push_back({hyps[j].log_prob + log_probs[w], j, std::int64_t(w)});
+            }
+            const std::size_t k = std::min(beam_size, candidates.size());
+            std::partial_sort(candidates.begin(), candidates.begin() + std::ptrdiff_t(k), candidates.end(), better);
+            std::vector<Live> next;
+            for (std::size_t i = 0; i < k; ++i) {
+                const Candidate& c = candidates[i];
+                std::vector<std::int64_t> ids = hyps[c.hyp].ids;
+                ids.push_back(c.word);
+                if (c.word == end_symbol)
+                    finish(s, std::move(ids), c.log_prob, true);
+                else if (t + 1 == max_len)   // out of room: finished as it is
+                    finish(s, std::move(ids), c.log_prob, false);
+                else {
+                    next.push_back({std::move(ids), c.log_prob});
+                    parents.push_back(row0 + c.hyp);
+                }
+            }
+            row0 += hyps.size();
+            // Early stop: no live hypothesis can beat the n_best-th finished one any more.
+            if (!next.empty() && finished[s].size() >= n_best) {
+                std::vector<double> scores;
+                for (const auto& h : finished[s]) scores.push_back(h.score);
+                std::nth_element(scores.begin(), scores.begin() + std::ptrdiff_t(n_best - 1), scores.end(),
+                                 std::greater<double>());
+                double bound = -std::numeric_limits<double>::infinity();
+                for (const auto& h : next) bound = std::max(bound, h.log_prob / lp_max);
+                if (scores[n_best - 1] >= bound) {
+                    parents.resize(parents.size() - next.size());
+                    next.clear();
+                }
+            }
+            hyps = std::move(next);
+        }
+        if (!parents.empty()) decoder->select(parents);
+    }
+
+    for (auto& f : finished) {
+        std::stable_sort(f.begin(), f.end(), [](const Hypothesis& a, const Hypothesis& c) { return a.score > c.score; });
+        if (f.size() > n_best) f.resize(n_best);
+    }
+    return finished;
+}
+
+}  // namespace ct::decode

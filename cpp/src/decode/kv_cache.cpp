@@ -1,0 +1,90 @@
+#include "ctransformer/decode/kv_cache.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ctransformer/error.hpp"
+
+namespace ct::decode {
+
+namespace {
+
+// Elements of one row (all dimensions but the first).
+std::size_t row_size(const Shape& s) {
+    std::size_t n = 1;
+    for (std::size_t d = 1; d < s.size(); ++d) n *= s[d];
+    return n;
+}
+
+void check_rows(std::size_t have, const std::vector<std::size_t>& rows, const char* what) {
+    for (std::size_t r : rows)
+        if (r >= have)
+            throw IndexError(std::string("select_rows: row ") + std::to_string(r) + " of a " + what + " with " +
+                             std::to_string(have) + " rows");
+}
+
+}  // namespace
+
+Tensor append_positions(const Tensor& cache, const Tensor& fresh) {
+    if (fresh.dim() != 4) throw ValueError("append_positions: fresh must be (rows, heads, t, d), got " + shape_str(fresh.shape()));
+    if (cache.dim() != 4) return fresh;
+    const Shape a = cache.shape(), b = fresh.shape();
+    if (a[0] != b[0] || a[1] != b[1] || a[3] != b[3])
+        throw ValueError("append_positions: cache " + shape_str(a) + " and fresh " + shape_str(b) +
+                         " differ in rows, heads or head size");
+    const std::size_t outer = a[0] * a[1], d = a[3], ta = a[2], tb = b[2];
+    Array out = Array::from_shape({a[0], a[1], ta + tb, d});
+    const float* pa = cache.data();
+    const float* pb = fresh.data();
+    float* po = out.data();
+    for (std::size_t i = 0; i < outer; ++i) {   // per (row, head): the earlier positions, then the new ones
+        std::memcpy(po, pa + i * ta * d, ta * d * sizeof(float));
+        std::memcpy(po + ta * d, pb + i * tb * d, tb * d * sizeof(float));
+        po += (ta + tb) * d;
+    }
+    return Tensor(std::move(out));
+}
+
+KeyValue append_positions(const KeyValue& cache, const KeyValue& fresh) {
+    return {append_positions(cache.k, fresh.k), append_positions(cache.v, fresh.v)};
+}
+
+Tensor select_rows(const Tensor& t, const std::vector<std::size_t>& rows) {
+    if (t.dim() < 1) throw ValueError("select_rows: a tensor of rank >= 1 is needed");
+    Shape s = t.shape();
+    check_rows(s[0], rows, "tensor");
+    const std::size_t n = row_size(s);
+    s[0] = rows.size();
+    Array out = Array::from_shape(s);
+    for (std::size_t i = 0; i < rows.size(); ++i) std::memcpy(out.data() + i * n, t.data() + rows[i] * n, n * sizeof(float));
+    return Tensor(std::move(out));
+}
+
+KeyValue select_rows(const KeyValue& kv, const std::vector<std::size_t>& rows) {
+    if (kv.empty()) return kv;
+    return {select_rows(kv.k, rows), select_rows(kv.v, rows)};
+}
+
+Mask select_rows(const Mask& m, const std::vector<std::size_t>& rows) {
+    if (m.shape.empty() || m.shape[0] == 1) return m;
+    check_rows(m.shape[0], rows, "mask");
+    const std::size_t n = row_size(m.shape);
+    Mask out{std::vector<std::uint8_t>(rows.size() * n), m.shape};
+    out.shape[0] = rows.size();
+    for (std::size_t i = 0; i < rows.size(); ++i)
+        std::copy_n(m.data.begin() + std::ptrdiff_t(rows[i] * n), n, out.data.begin() + std::ptrdiff_t(i * n));
+    return out;
+}
+
+IndexArray select_rows(const IndexArray& ids, const std::vector<std::size_t>& rows) {
+    if (ids.shape.empty()) throw ValueError("select_rows: ids of rank >= 1 are needed");
+    check_rows(ids.shape[0], rows, "token-id array");
+    const std::size_t n = row_size(ids.shape);
+    IndexArray out{std::vector<std::int64_t>(rows.size() * n), ids.shape};
+    out.shape[0] = rows.size();
+    for (std::size_t i = 0; i < rows.size(); ++i)
+        std::copy_n(ids.data.begin() + std::ptrdiff_t(rows[i] * n), n, out.data.begin() + std::ptrdiff_t(i * n));
+    return out;
+}
+
+}  // namespace ct::decode

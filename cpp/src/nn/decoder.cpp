@@ -1,0 +1,73 @@
+#include "ctransformer/nn/decoder.hpp"
+
+#include <cmath>
+
+#include "ctransformer/error.hpp"
+#include "ctransformer/ops/elementwise.hpp"
+#include "sequence_checks.hpp"
+#include "stack_helpers.hpp"
+
+namespace ct::nn {
+
+Decoder::Decoder(std::size_t n_trg_vocab, std::size_t d_word_vec, std::size_t n_layers, std::size_t n_head,
+                 std::size_t d_k, std::size_t d_v, std::size_t d_model, std::size_t d_inner, std::int64_t pad_idx,
+                 std::size_t n_position, float dropout, bool scale)
+    : Decoder(TransformerConfig::seed000(n_trg_vocab, n_trg_vocab, pad_idx, pad_idx, d_word_vec, d_model, d_inner,
+                                        n_layers, n_head, d_k, d_v, dropout, n_position),
+              scale) {}
+
+Decoder::Decoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(scale) {
+    TransformerConfig check = c;
+    check.emb_src_trg_weight_sharing = false;
+    check.validate();
+    trg_word_emb = detail::make_word_embedding(c, c.n_trg_vocab, c.trg_pad_idx);
+    position_enc = std::make_shared<PositionalEncoding>(c.d_word_vec, c.n_position, c.pe_formula);
+    if (c.embed_dropout) dropout = std::make_shared<Dropout>(c.dropout);
+    const SublayerOptions o = c.sublayer_options();
+    for (std::size_t i = 0; i < c.n_layers; ++i)
+        layers.push_back(std::make_shared<DecoderLayer>(c.d_model, c.d_inner, c.n_head, c.d_k, c.d_v, c.dropout, o));
+    if (c.embed_layer_norm) layer_norm = std::make_shared<LayerNorm>(c.d_model, c.layer_norm_eps);
+
+    if (c.layout == Layout::Seed000) {
+        register_module("trg_word_emb", trg_word_emb);
+        register_module("position_enc", position_enc);
+        if (dropout) register_module("dropout", dropout);
+        auto stack = std::make_shared<ModuleList<DecoderLayer>>();
+        for (auto& l : layers) stack->append(l);
+        register_module("layer_stack", stack);
+        if (layer_norm) register_module("layer_norm", layer_norm);
+    } else {   // seed 003: the embedding lives in the model's embed_y
+        embed = std::make_shared<PositionEmbedding>(trg_word_emb, position_enc);
+        if (dropout) register_module("dropout", dropout);
+        for (std::size_t i = 0; i < layers.size(); ++i)
+            register_module(detail::seed003_layer_name(i, false), layers[i]);
+        if (layer_norm) register_module("layer_norm", layer_norm);
+    }
+}
+
+DecoderOutput Decoder::forward(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor& enc_output,
+                               const Mask* src_mask, bool return_attns) const {
+    detail::check_token_ids(trg_seq, config.n_trg_vocab, config.n_position, "Decoder.forward", "trg_seq");
+    if (enc_output.dim() != 3 || enc_output.size(0) != trg_seq.shape[0] || enc_output.size(2) != config.d_model)
+        throw ValueError("Decoder.forward: enc_output must be (batch = " + std::to_string(trg_seq.shape[0]) +
+                         ", src_len, d_model = " + std::to_string(config.d_model) + "), got " +
+                         shape_str(enc_output.shape()));
+    DecoderOutput result;
+    Tensor x = trg_word_emb->forward(trg_seq);
+    if (scale_emb) x = scale(x, float(std::sqrt(double(config.d_model))));
+    x = position_enc->forward(x);
+    if (dropout) x = dropout->forward(x);
+    if (layer_norm) x = layer_norm->forward(x);
+    for (const auto& layer : layers) {
+        auto [out, slf, enc] = layer->forward(x, enc_output, trg_mask, src_mask);
+        x = out;
+        if (return_attns) {
+            result.slf_attns.push_back(slf);
+            result.enc_attns.push_back(enc);
+        }
+    }
+    result.output = x;
+    return result;
+}
+
+}  // namespace ct::nn

@@ -1,0 +1,65 @@
+#include "ctransformer/nn/encoder.hpp"
+
+#include <cmath>
+
+#include "ctransformer/error.hpp"
+#include "ctransformer/ops/elementwise.hpp"
+#include "sequence_checks.hpp"
+#include "stack_helpers.hpp"
+
+namespace ct::nn {
+
+Encoder::Encoder(std::size_t n_src_vocab, std::size_t d_word_vec, std::size_t n_layers, std::size_t n_head,
+                 std::size_t d_k, std::size_t d_v, std::size_t d_model, std::size_t d_inner, std::int64_t pad_idx,
+                 float dropout, std::size_t n_position, bool scale)
+    : Encoder(TransformerConfig::seed000(n_src_vocab, n_src_vocab, pad_idx, pad_idx, d_word_vec, d_model, d_inner,
+                                        n_layers, n_head, d_k, d_v, dropout, n_position),
+              scale) {}
+
+Encoder::Encoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(scale) {
+    TransformerConfig check = c;
+    check.emb_src_trg_weight_sharing = false;   // the encoder alone shares nothing
+    check.validate();
+    src_word_emb = detail::make_word_embedding(c, c.n_src_vocab, c.src_pad_idx);
+    position_enc = std::make_shared<PositionalEncoding>(c.d_word_vec, c.n_position, c.pe_formula);
+    if (c.embed_dropout) dropout = std::make_shared<Dropout>(c.dropout);
+    const SublayerOptions o = c.sublayer_options();
+    for (std::size_t i = 0; i < c.n_layers; ++i)
+        layers.push_back(std::make_shared<EncoderLayer>(c.d_model, c.d_inner, c.n_head, c.d_k, c.d_v, c.dropout, o));
+    if (c.embed_layer_norm) layer_norm = std::make_shared<LayerNorm>(c.d_model, c.layer_norm_eps);
+
+    if (c.layout == Layout::Seed000) {   // Models.py's registration order
+        register_module("src_word_emb", src_word_emb);
+        register_module("position_enc", position_enc);
+        if (dropout) register_module("dropout", dropout);
+        auto stack = std::make_shared<ModuleList<EncoderLayer>>();
+        for (auto& l : layers) stack->append(l);
+        register_module("layer_stack", stack);
+        if (layer_norm) register_module("layer_norm", layer_norm);
+    } else {   // seed 003: the embedding lives in the model's embed_x; the encoder holds the layers
+        embed = std::make_shared<PositionEmbedding>(src_word_emb, position_enc);
+        if (dropout) register_module("dropout", dropout);
+        for (std::size_t i = 0; i < layers.size(); ++i)
+            register_module(detail::seed003_layer_name(i, true), layers[i]);
+        if (layer_norm) register_module("layer_norm", layer_norm);
+    }
+}
+
+EncoderOutput Encoder::forward(const IndexArray& src_seq, const Mask* src_mask, bool return_attns) const {
+    detail::check_token_ids(src_seq, config.n_src_vocab, config.n_position, "Encoder.forward", "src_seq");
+    EncoderOutput result;
+    Tensor x = src_word_emb->forward(src_seq);
+    if (scale_emb) x = scale(x, float(std::sqrt(double(config.d_model))));   // enc_output *= d_model ** 0.5
+    x = position_enc->forward(x);
+    if (dropout) x = dropout->forward(x);
+    if (layer_norm) x = layer_norm->forward(x);
+    for (const auto& layer : layers) {
+        auto [out, attn] = layer->forward(x, src_mask);
+        x = out;
+        if (return_attns) result.slf_attns.push_back(attn);
+    }
+    result.output = x;
+    return result;
+}
+
+}  // namespace ct::nn

@@ -1,0 +1,93 @@
+#include "ctransformer/nn/multi_head_attention.hpp"
+
+#include <cmath>
+
+#include "ctransformer/error.hpp"
+#include "ctransformer/ops/elementwise.hpp"
+#include "ctransformer/ops/shape.hpp"
+
+namespace ct::nn {
+
+MultiHeadAttention::MultiHeadAttention(std::size_t n, std::size_t dm, std::size_t dk, std::size_t dv, float p,
+                                       const SublayerOptions& o)
+    : n_head(n), d_model(dm), d_k(dk), d_v(dv), options(o) {
+    if (n == 0 || dm == 0 || dk == 0 || dv == 0)
+        throw ValueError("MultiHeadAttention: n_head, d_model, d_k and d_v must be positive");
+    w_qs = std::make_shared<Linear>(dm, n * dk, o.qkv_bias);
+    w_ks = std::make_shared<Linear>(dm, n * dk, o.qkv_bias);
+    w_vs = std::make_shared<Linear>(dm, n * dv, o.qkv_bias);
+    fc = std::make_shared<Linear>(n * dv, dm, o.proj_bias);
+    // temperature = d_k ** 0.5 (seed 000) = 8 ** 0.5 for seed 003's heads of 8.
+    attention = std::make_shared<ScaledDotProductAttention>(float(std::sqrt(double(dk))), o.attn_dropout, o.mask_fill,
+                                                            o.scale_after_matmul);
+    dropout = std::make_shared<Dropout>(p);
+    layer_norm = std::make_shared<LayerNorm>(dm, o.layer_norm_eps);
+    if (o.layout == Layout::Seed000) {   // SubLayers.py's registration order
+        register_module("w_qs", w_qs);
+        register_module("w_ks", w_ks);
+        register_module("w_vs", w_vs);
+        register_module("fc", fc);
+        register_module("attention", attention);
+        register_module("dropout", dropout);
+        register_module("layer_norm", layer_norm);
+    } else {                              // seed 003's MultiHead
+        register_module("fc_Q", w_qs);
+        register_module("fc_K", w_ks);
+        register_module("fc_V", w_vs);
+        register_module("out_fc", fc);
+        register_module("norm", layer_norm);
+        register_module("DropOut", dropout);
+        register_module("attention", attention);   // a plain function in the seed; no parameters
+    }
+}
+
+std::pair<Tensor, Tensor> MultiHeadAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                      const Mask* mask) const {
+    const std::string fn = "MultiHeadAttention.forward: ";
+    auto check_input = [&](const Tensor& t, const char* name) {
+        if (t.dim() != 3 || t.size(2) != d_model)
+            throw ValueError(fn + name + " must be (batch, length, d_model = " + std::to_string(d_model) + "), got " +
+                             shape_str(t.shape()));
+    };
+    check_input(q, "q");
+    check_input(k, "k");
+    check_input(v, "v");
+    const std::size_t sz_b = q.size(0), len_q = q.size(1), len_k = k.size(1), len_v = v.size(1);
+    if (k.size(0) != sz_b || v.size(0) != sz_b)
+        throw ValueError(fn + "q, k and v must share the batch size, got " + shape_str(q.shape()) + ", " +
+                         shape_str(k.shape()) + ", " + shape_str(v.shape()));
+    if (len_k != len_v)
+        throw ValueError(fn + "k and v must have the same length, got " + std::to_string(len_k) + " and " +
+                         std::to_string(len_v));
+    Mask head_mask;
+    if (mask) {
+        const Shape& s = mask->shape;
+        if (s.size() != 3 || (s[0] != 1 && s[0] != sz_b) || (s[1] != 1 && s[1] != len_q) || s[2] != len_k)
+            throw ValueError(fn + "mask must be (batch or 1, len_q or 1, len_k) = (" + std::to_string(sz_b) + ", " +
+                             std::to_string(len_q) + ", " + std::to_string(len_k) + "), got " + shape_str(s));
+        head_mask = *mask;
+        head_mask.shape = {s[0], 1, s[1], s[2]};   // mask.unsqueeze(1): broadcast over the heads
+    }
+
+    Tensor qn = q, kn = k, vn = v;
+    if (options.norm_first) {   // seed 003: one LayerNorm on each of Q, K and V (computed once per distinct input)
+        qn = layer_norm->forward(q);
+        kn = k.same_as(q) ? qn : layer_norm->forward(k);
+        vn = v.same_as(q) ? qn : v.same_as(k) ? kn : layer_norm->forward(v);
+    }
+    const auto b = std::int64_t(sz_b), h = std::int64_t(n_head);
+    // b x len x (n*d) -> b x len x n x d -> b x n x len x d
+    Tensor qh = transpose(reshape(w_qs->forward(qn), {b, std::int64_t(len_q), h, std::int64_t(d_k)}), 1, 2);
+    Tensor kh = transpose(reshape(w_ks->forward(kn), {b, std::int64_t(len_k), h, std::int64_t(d_k)}), 1, 2);
+    Tensor vh = transpose(reshape(w_vs->forward(vn), {b, std::int64_t(len_v), h, std::int64_t(d_v)}), 1, 2);
+
+    auto [heads, attn] = attention->forward(qh, kh, vh, mask ? &head_mask : nullptr);
+
+    // b x n x lq x dv -> b x lq x n x dv -> b x lq x (n*dv)
+    Tensor out = reshape(transpose(heads, 1, 2), {b, std::int64_t(len_q), -1});
+    out = add(dropout->forward(fc->forward(out)), q);   // the residual is the un-normalised query
+    if (!options.norm_first) out = layer_norm->forward(out);
+    return {out, attn};
+}
+
+}  // namespace ct::nn

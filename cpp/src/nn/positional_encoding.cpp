@@ -1,0 +1,51 @@
+#include "ctransformer/nn/positional_encoding.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "ctransformer/error.hpp"
+#include "ctransformer/ops/elementwise.hpp"
+
+namespace ct::nn {
+
+PositionalEncoding::PositionalEncoding(std::size_t d, std::size_t n, PositionalFormula f)
+    : d_hid(d), n_position(n), formula(f) {
+    if (d == 0 || n == 0)
+        throw ValueError("PositionalEncoding: d_hid and n_position must be positive, got " + std::to_string(d) + " and " +
+                         std::to_string(n));
+    pos_table = Tensor(sinusoid_table(n, d, f));
+    register_buffer("pos_table", &pos_table);   // not a parameter: never trained
+}
+
+// In float64, then rounded to float32 once, as the seeds (NumPy / math, then a FloatTensor).
+Array PositionalEncoding::sinusoid_table(std::size_t n_position, std::size_t d_hid, PositionalFormula formula) {
+    Array table = Array::from_shape({1, n_position, d_hid});
+    for (std::size_t pos = 0; pos < n_position; ++pos)
+        for (std::size_t j = 0; j < d_hid; ++j) {
+            // seed 000: position / np.power(10000, 2 * (hid_j // 2) / d_hid)
+            // seed 003: pos / 1e4 ** (i / d_model)
+            const double exponent = formula == PositionalFormula::Paired ? double(2 * (j / 2)) / double(d_hid)
+                                                                         : double(j) / double(d_hid);
+            const double angle = double(pos) / std::pow(10000.0, exponent);
+            table.data()[pos * d_hid + j] = float(j % 2 == 0 ? std::sin(angle) : std::cos(angle));
+        }
+    return table;
+}
+
+Tensor PositionalEncoding::table(std::size_t len) const {
+    if (len > n_position)
+        throw ValueError("PositionalEncoding: sequence length " + std::to_string(len) + " is longer than n_position = " +
+                         std::to_string(n_position));
+    Array rows = Array::from_shape({1, len, d_hid});
+    std::memcpy(rows.data(), pos_table.data(), len * d_hid * sizeof(float));
+    return Tensor(std::move(rows));   // a constant: pos_table[:, :len].clone().detach()
+}
+
+Tensor PositionalEncoding::forward(const Tensor& x) const {
+    if (x.dim() != 3 || x.size(2) != d_hid)
+        throw ValueError("PositionalEncoding.forward: x must be (batch, length, " + std::to_string(d_hid) + "), got " +
+                         shape_str(x.shape()));
+    return add(x, table(x.size(1)));
+}
+
+}  // namespace ct::nn

@@ -1,0 +1,143 @@
+#include "ctransformer/nn/transformer_config.hpp"
+
+#include "ctransformer/error.hpp"
+
+namespace ct::nn {
+
+SublayerOptions TransformerConfig::sublayer_options() const {
+    SublayerOptions o;
+    o.layout = layout;
+    o.norm_first = norm_first;
+    o.qkv_bias = qkv_bias;
+    o.proj_bias = proj_bias;
+    o.layer_norm_eps = layer_norm_eps;
+    o.attn_dropout = attn_dropout;
+    o.mask_fill = mask_fill;
+    o.scale_after_matmul = scale_after_matmul;
+    return o;
+}
+
+// Seed 000: scale_emb = (scale_emb_or_prj == 'emb') if trg_emb_prj_weight_sharing else False, same for prj.
+bool TransformerConfig::scale_emb() const { return trg_emb_prj_weight_sharing && scale_emb_or_prj == "emb"; }
+bool TransformerConfig::scale_prj() const { return trg_emb_prj_weight_sharing && scale_emb_or_prj == "prj"; }
+
+void TransformerConfig::validate() const {
+    const std::string fn = "Transformer: ";
+    auto positive = [&](std::size_t v, const char* name) {
+        if (v == 0) throw ValueError(fn + name + " must be positive, got 0");
+    };
+    positive(n_src_vocab, "n_src_vocab");
+    positive(n_trg_vocab, "n_trg_vocab");
+    positive(d_word_vec, "d_word_vec");
+    positive(d_model, "d_model");
+    positive(d_inner, "d_inner");
+    positive(n_head, "n_head");
+    positive(d_k, "d_k");
+    positive(d_v, "d_v");
+    positive(n_position, "n_position");
+    if (scale_emb_or_prj != "emb" && scale_emb_or_prj != "prj" && scale_emb_or_prj != "none")
+        throw ValueError(fn + "scale_emb_or_prj must be 'emb', 'prj' or 'none', got '" + scale_emb_or_prj + "'");
+    if (d_model != d_word_vec)  // the seed's assert
+        throw ValueError(fn + "d_model (" + std::to_string(d_model) + ") must equal d_word_vec (" +
+                         std::to_string(d_word_vec) + "): the residual connections add them");
+    if (emb_src_trg_weight_sharing && n_src_vocab != n_trg_vocab)
+        throw ValueError(fn + "emb_src_trg_weight_sharing needs n_src_vocab == n_trg_vocab, got " +
+                         std::to_string(n_src_vocab) + " and " + std::to_string(n_trg_vocab));
+    if (src_pad_idx < 0 || src_pad_idx >= std::int64_t(n_src_vocab))
+        throw ValueError(fn + "src_pad_idx = " + std::to_string(src_pad_idx) + " is outside the source vocabulary [0, " +
+                         std::to_string(n_src_vocab) + ")");
+    if (trg_pad_idx < 0 || trg_pad_idx >= std::int64_t(n_trg_vocab))
+        throw ValueError(fn + "trg_pad_idx = " + std::to_string(trg_pad_idx) + " is outside the target vocabulary [0, " +
+                         std::to_string(n_trg_vocab) + ")");
+    if (!(dropout >= 0.0f && dropout <= 1.0f))
+        throw ValueError(fn + "dropout must be a probability in [0, 1], got " + std::to_string(dropout));
+    if (!(attn_dropout >= 0.0f && attn_dropout <= 1.0f))
+        throw ValueError(fn + "attn_dropout must be a probability in [0, 1], got " + std::to_string(attn_dropout));
+    if (!(layer_norm_eps > 0.0f)) throw ValueError(fn + "layer_norm_eps must be positive");
+    if (embedding_init_std && !(*embedding_init_std >= 0.0f))
+        throw ValueError(fn + "embedding_init_std must be >= 0, got " + std::to_string(*embedding_init_std));
+}
+
+TransformerConfig TransformerConfig::seed000(std::size_t n_src_vocab, std::size_t n_trg_vocab,
+                                             std::int64_t src_pad_idx, std::int64_t trg_pad_idx,
+                                             std::size_t d_word_vec, std::size_t d_model, std::size_t d_inner,
+                                             std::size_t n_layers, std::size_t n_head, std::size_t d_k, std::size_t d_v,
+                                             float dropout, std::size_t n_position, bool trg_emb_prj_weight_sharing,
+                                             bool emb_src_trg_weight_sharing, const std::string& scale_emb_or_prj) {
+    TransformerConfig c;
+    c.n_src_vocab = n_src_vocab;
+    c.n_trg_vocab = n_trg_vocab;
+    c.src_pad_idx = src_pad_idx;
+    c.trg_pad_idx = trg_pad_idx;
+    c.d_word_vec = d_word_vec;
+    c.d_model = d_model;
+    c.d_inner = d_inner;
+    c.n_layers = n_layers;
+    c.n_head = n_head;
+    c.d_k = d_k;
+    c.d_v = d_v;
+    c.dropout = dropout;
+    c.n_position = n_position;
+    c.trg_emb_prj_weight_sharing = trg_emb_prj_weight_sharing;
+    c.emb_src_trg_weight_sharing = emb_src_trg_weight_sharing;
+    c.scale_emb_or_prj = scale_emb_or_prj;
+    return c;
+}
+
+TransformerConfig TransformerConfig::seed003(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t pad_idx,
+                                             std::size_t d_model, std::size_t n_head, std::size_t d_inner,
+                                             std::size_t n_layers, std::size_t n_position, float dropout) {
+    if (n_head == 0 || d_model % n_head != 0)
+        throw ValueError("TransformerConfig.seed003: d_model (" + std::to_string(d_model) +
+                         ") must be a multiple of n_head (" + std::to_string(n_head) + ")");
+    TransformerConfig c;
+    c.n_src_vocab = n_src_vocab;
+    c.n_trg_vocab = n_trg_vocab;
+    c.src_pad_idx = c.trg_pad_idx = pad_idx;
+    c.d_word_vec = c.d_model = d_model;
+    c.d_inner = d_inner;
+    c.n_layers = n_layers;
+    c.n_head = n_head;
+    c.d_k = c.d_v = d_model / n_head;
+    c.dropout = dropout;
+    c.n_position = n_position;
+    c.trg_emb_prj_weight_sharing = c.emb_src_trg_weight_sharing = false;
+    c.scale_emb_or_prj = "none";
+    c.layout = Layout::Seed003;
+    c.norm_first = true;
+    c.qkv_bias = c.proj_bias = true;
+    c.layer_norm_eps = 1e-5f;
+    c.attn_dropout = 0.0f;
+    c.mask_fill = -std::numeric_limits<float>::infinity();
+    c.scale_after_matmul = true;
+    c.pe_formula = PositionalFormula::PerIndex;
+    c.embed_dropout = false;
+    c.embed_layer_norm = false;
+    c.embedding_padding_idx = false;
+    c.xavier_init = false;
+    c.embedding_init_std = 0.1f;
+    c.output_bias = true;
+    c.flatten_logits = false;
+    return c;
+}
+
+Layout parse_layout(const std::string& s, const char* fn) {
+    if (s == "seed000") return Layout::Seed000;
+    if (s == "seed003") return Layout::Seed003;
+    throw ValueError(std::string(fn) + ": layout must be 'seed000' or 'seed003', got '" + s + "'");
+}
+
+std::string layout_name(Layout l) { return l == Layout::Seed000 ? "seed000" : "seed003"; }
+
+PositionalFormula parse_positional_formula(const std::string& s, const char* fn) {
+    if (s == "paired") return PositionalFormula::Paired;
+    if (s == "per_index") return PositionalFormula::PerIndex;
+    throw ValueError(std::string(fn) + ": pe_formula must be 'paired' (seed 000) or 'per_index' (seed 003), got '" + s +
+                     "'");
+}
+
+std::string positional_formula_name(PositionalFormula f) {
+    return f == PositionalFormula::Paired ? "paired" : "per_index";
+}
+
+}  // namespace ct::nn

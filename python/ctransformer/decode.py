@@ -1,0 +1,75 @@
+"""Decoding: greedy (seed 002) and beam search for the encoder-decoder Transformer, and GPT generation.
+
+The work runs in C++ (``ctransformer._core.decode``) without recording a graph and with the GIL
+released. By default it uses key/value caches: each decoder layer keeps the keys and values of the
+target positions decoded so far and of the encoder output (projected once per source), so a new
+token costs one position's work instead of the whole prefix's. ``use_cache=False`` runs seed 002's
+loop instead (the whole prefix decoded at every step); both give the same tokens, and logits equal up
+to float32 rounding (tests/test_decode.py). The model is used as it is: call ``model.eval()`` first,
+or dropout stays active.
+"""
+from ._core import decode as _decode
+
+StepDecoder = _decode.StepDecoder
+GPTCache = _decode.GPTCache
+
+__all__ = ["greedy_decode", "beam_search", "generate", "length_penalty", "StepDecoder", "GPTCache"]
+
+
+def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, *, use_cache=True,
+                  return_logits=False):
+    """(b, max_len) int64 ids, starting with start_symbol, for the (b, ls) source ids `src`.
+
+    As seed 002's greedy_decode: the encoder runs once; each step appends the arg-max (the first
+    maximum) of the next-token logits; the target side is masked with the no-peek mask only.
+
+    src_mask: (b or 1, 1, ls), True where a source position may be attended (``get_pad_mask(src,
+    pad)``), or None for no mask. max_len counts start_symbol (max_len - 1 steps).
+    end_symbol: when given, a row that produces it is done: its later positions hold the model's
+    trg_pad_idx, and decoding stops once every row is done.
+    use_cache: key/value-cached steps (default) or seed 002's full-prefix loop.
+    return_logits: also return the float32 logits of every step, (b, max_len - 1, n_trg_vocab), row
+    r's step t predicting ids[r, t + 1] (NaN after the row ended).
+    """
+    return _decode.greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol,
+                                 use_cache=use_cache, return_logits=return_logits)
+
+
+def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size=4, alpha=0.6, *,
+                n_best=None, use_cache=True):
+    """Beam search with GNMT's length penalty; returns (ids (b, max_len) int64, scores (b,) float64).
+
+    A hypothesis y after start_symbol, of |y| tokens (end_symbol included when it ended), scores
+    ``log P(y | src) / ((5 + |y|) / 6) ** alpha`` (Wu et al. 2016), log P summing the log-softmax of
+    its tokens. Each source (a row of src, (b, ls); b may be 1) is searched on its own: each step
+    extends every live hypothesis by every token and keeps the beam_size of highest log P (ties: the
+    earlier hypothesis, then the smaller id); those ending with end_symbol are finished, the rest stay
+    live; at max_len positions the live ones are finished as they are. A source's search stops once no
+    live hypothesis can still beat its n-th best finished score (log P only falls with length and the
+    penalty only grows, alpha >= 0). beam_size=1 is greedy decoding stopped at end_symbol.
+
+    ids are padded with the model's trg_pad_idx after the hypothesis. With n_best=k (<= beam_size),
+    returns the k best: (ids (b, k, max_len), scores (b, k)), best first, -inf where fewer finished.
+    src_mask and use_cache as in greedy_decode.
+    """
+    return _decode.beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size, alpha,
+                               n_best=n_best, use_cache=use_cache)
+
+
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, *, use_cache=True):
+    """Seed 004's generate for a GPT: (b, t + max_new_tokens) int64 ids (not squeezed).
+
+    Each new id is drawn from softmax(logits[:, -1] / temperature) restricted to the top_k largest
+    logits, from the generator seeded by ``ctransformer.manual_seed``; the context is cropped to its
+    last max_seq_len ids. With use_cache (default) each layer's keys/values are kept, so a token costs
+    one position's work while the context fits in max_seq_len. Once it is longer, every crop moves
+    every kept token to a new (learned, absolute) position and the cached keys depend on the dropped
+    tokens, so the cache is rebuilt from the cropped window at each step (the uncached cost); the ids
+    are the same as use_cache=False (``GPT.generate(..., use_cache=False)``, the seed's loop).
+    """
+    return _decode.generate(model, idx, max_new_tokens, temperature, top_k, use_cache=use_cache)
+
+
+def length_penalty(length, alpha):
+    """GNMT's length penalty ((5 + length) / 6) ** alpha."""
+    return _decode.length_penalty(length, alpha)

@@ -1,0 +1,6 @@
+"""The seeds' training tasks, each a class with defaults, build, train_step, evaluate and samples."""
+from .copy import Copy
+from .shakespeare import Shakespeare
+from .toy_translate import ToyTranslate
+
+TASKS = {"copy": Copy, "toy-translate": ToyTranslate, "shakespeare": Shakespeare}

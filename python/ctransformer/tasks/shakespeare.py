@@ -1,0 +1,76 @@
+"""Seed 004's GPT on Tiny Shakespeare characters, with nanoGPT's CPU settings."""
+import numpy as np
+
+import ctransformer as ct
+from ctransformer.data import CharDataset
+from ctransformer.nn import GPT
+
+from .base import Task
+
+
+class Shakespeare(Task):
+    """GPT on Tiny Shakespeare characters (90/10 split); target: val loss <= 1.88 (nanoGPT's figure)."""
+
+    defaults = {
+        "seed": 1337, "steps": 2000, "log_every": 250, "eval_iters": 50,
+        "n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_size": 12, "dropout": 0.0,
+        "lr": 1e-3, "min_lr": 1e-4, "warmup_iters": 100, "lr_decay_iters": 2000, "beta1": 0.9, "beta2": 0.99,
+        "weight_decay": 0.1, "grad_clip": 1.0, "sample_chars": 300, "temperature": 0.8, "top_k": 40,
+        "target_val_loss": 1.88,
+    }
+
+    def __init__(self):
+        self.data = CharDataset()
+
+    # The seed's GPT ignores target id 0 in its loss; characters are shifted by one so id 0 is a
+    # padding id that never occurs and every character counts.
+    def batch(self, split, rng, cfg):
+        x, y = self.data.batch(split, cfg["block_size"], cfg["batch_size"], rng)
+        return x + 1, y + 1
+
+    def build(self, cfg):
+        model = GPT(self.data.vocab_size + 1, cfg["block_size"], cfg["n_layer"], cfg["n_embd"], cfg["n_head"],
+                    4 * cfg["n_embd"], cfg["dropout"])
+        optimizer = ct.optim.AdamW(model.configure_optimizers(cfg["weight_decay"]), lr=cfg["lr"],
+                                   betas=(cfg["beta1"], cfg["beta2"]))
+        scheduler = ct.optim.CosineWarmupLR(optimizer, warmup_iters=cfg["warmup_iters"],
+                                            lr_decay_iters=cfg["lr_decay_iters"], min_lr=cfg["min_lr"])
+        return model, optimizer, scheduler
+
+    def train_step(self, model, optimizer, scheduler, rng, step, cfg):
+        x, y = self.batch("train", rng, cfg)
+        _, loss = model(x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        ct.optim.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        scheduler.step()
+        return {"loss": loss.item(), "lr": lr}
+
+    def estimate_loss(self, model, split, rng, cfg):
+        with ct.no_grad():
+            return float(np.mean([model(*self.batch(split, rng, cfg))[1].item() for _ in range(cfg["eval_iters"])]))
+
+    def periodic_eval(self, model, rng, step, cfg):
+        # A separate generator, so evaluating does not change the training batches.
+        eval_rng = np.random.default_rng(cfg["seed"] + step)
+        model.eval()
+        result = {"val_loss": self.estimate_loss(model, "val", eval_rng, cfg)}
+        model.train()
+        return result
+
+    def evaluate(self, model, rng, cfg):
+        return {"train_loss": self.estimate_loss(model, "train", rng, cfg),
+                "val_loss": self.estimate_loss(model, "val", rng, cfg)}
+
+    def samples(self, model, rng, cfg):
+        ct.manual_seed(cfg["seed"])
+        start = np.array([[self.data.stoi["\n"] + 1]], dtype=np.int64)
+        ids = model.generate(start, cfg["sample_chars"], temperature=cfg["temperature"], top_k=cfg["top_k"])
+        return ["--- sample ---", self.data.decode(np.asarray(ids).reshape(-1)[1:] - 1)]
+
+    def check(self, evaluation):
+        target = self.defaults["target_val_loss"]
+        ok = evaluation["val_loss"] <= target
+        return ok, f"val loss {evaluation['val_loss']:.4f} {'<=' if ok else '>'} target {target}"

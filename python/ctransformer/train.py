@@ -1,0 +1,172 @@
+"""Scripted training of the seeds' tasks: ``python -m ctransformer.train TASK [options]``.
+
+Tasks (``--list`` shows their defaults):
+  copy           the Annotated Transformer's copy task on system A's Transformer
+  toy-translate  seed 003's toy translation with its pre-norm model
+  shakespeare    seed 004's GPT on Tiny Shakespeare characters, nanoGPT's CPU settings
+
+Every run is reproducible from ``--seed``. ``--checkpoint PATH`` saves model, optimizer, schedule,
+step, history and both random generators' states (every ``--checkpoint-every`` steps and at the end);
+``--resume`` continues from it exactly as if the run had never stopped.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import ctransformer as ct
+from ctransformer.checkpoint import load_checkpoint, save_checkpoint
+from ctransformer.tasks import TASKS
+
+
+def _format(metrics):
+    parts = []
+    for key, value in metrics.items():
+        if key == "step":
+            continue
+        parts.append(f"{key} {value:.3g}" if key == "lr" else
+                     f"{key} {value:.4f}" if isinstance(value, float) else f"{key} {value}")
+    return "  ".join(parts)
+
+
+def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_every=None, progress=True,
+          log=print, max_steps=None):
+    """Train `task_name` with `config` (overrides of its defaults); returns (task, model, result).
+
+    `max_steps` stops early without changing the schedule (used to test resuming); `result` holds
+    the history of logged metrics, the final evaluation and the wall time.
+    """
+    task = TASKS[task_name]()
+    cfg = dict(task.defaults)
+    cfg.update(config or {})
+    unknown = set(config or {}) - set(task.defaults)
+    if unknown:
+        raise ValueError(f"train: unknown option(s) for task {task_name!r}: {', '.join(sorted(unknown))}")
+    ct.manual_seed(cfg["seed"])
+    rng = np.random.default_rng(cfg["seed"])
+    model, optimizer, scheduler = task.build(cfg)
+    history, start = [], 0
+    if resume:
+        if not checkpoint or not os.path.exists(checkpoint):
+            raise FileNotFoundError(f"train: --resume needs an existing --checkpoint file, got {checkpoint!r}")
+        info = load_checkpoint(checkpoint, model, optimizer, scheduler, config=cfg)
+        start, history = info["step"], list(info["extra"]["history"])
+        rng.bit_generator.state = info["extra"]["numpy_rng"]
+        ct.set_rng_state(info["extra"]["ct_rng"])
+        log(f"resumed {task_name} from {checkpoint} at step {start}")
+
+    def save(step):
+        extra = {"history": history, "numpy_rng": rng.bit_generator.state, "ct_rng": ct.get_rng_state()}
+        save_checkpoint(checkpoint, model, optimizer, scheduler, step=step, config=cfg, extra=extra)
+
+    total = cfg["steps"]
+    stop = total if max_steps is None else min(total, max_steps)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, initial=start, desc=task_name, unit="step", dynamic_ncols=True,
+                   disable=not sys.stderr.isatty() and os.environ.get("CTRANSFORMER_PROGRESS") != "1")
+    began = time.perf_counter()
+    model.train()
+    for step in range(start, stop):
+        metrics = task.train_step(model, optimizer, scheduler, rng, step, cfg)
+        if (step + 1) % cfg["log_every"] == 0 or step == 0 or step + 1 == total:
+            metrics = {"step": step + 1, **metrics, **task.periodic_eval(model, rng, step + 1, cfg)}
+            history.append(metrics)
+            message = f"step {step + 1:5d}/{total}  {_format(metrics)}"
+            (bar.write if bar else log)(message)
+        if bar:
+            bar.update(1)
+        if checkpoint and checkpoint_every and (step + 1) % checkpoint_every == 0:
+            save(step + 1)
+    if bar:
+        bar.close()
+    elapsed = time.perf_counter() - began
+    if checkpoint:
+        save(stop)
+    result = {"history": history, "train_seconds": elapsed, "steps": stop}
+    if stop == total:
+        model.eval()
+        with ct.no_grad():
+            result["evaluation"] = task.evaluate(model, np.random.default_rng(cfg["seed"] + 1), cfg)
+            result["samples"] = task.samples(model, np.random.default_rng(cfg["seed"] + 2), cfg)
+    return task, model, result
+
+
+def _parse_value(text, default):
+    if isinstance(default, bool):
+        return text.lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return int(text)
+    if isinstance(default, float):
+        return float(text)
+    if isinstance(default, (list, tuple)):
+        return json.loads(text)
+    return text
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="ctransformer-train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("task", nargs="?", choices=sorted(TASKS), help="what to train")
+    parser.add_argument("--list", action="store_true", help="show every task's defaults and exit")
+    parser.add_argument("--seed", type=int, help="seed of data, initialisation and dropout")
+    parser.add_argument("--steps", type=int, help="optimizer steps (overrides --epochs)")
+    parser.add_argument("--epochs", type=int, help="epochs, for tasks that count them")
+    parser.add_argument("--checkpoint", help="safetensors file to save to (and resume from)")
+    parser.add_argument("--checkpoint-every", type=int, default=None, help="save every N steps too")
+    parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: all cores)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override any default shown by --list, e.g. --set lr=1e-3")
+    parser.add_argument("--json", help="write the result (history, evaluation, samples, time) here")
+    args = parser.parse_args(argv)
+    if args.list:
+        for name, cls in sorted(TASKS.items()):
+            print(f"{name}: {cls.__doc__.strip().splitlines()[0]}")
+            for key, value in cls.defaults.items():
+                print(f"    {key} = {value!r}")
+        return 0
+    if not args.task:
+        parser.error("a task is required (or --list)")
+    if args.threads:
+        ct.set_num_threads(args.threads)
+    defaults = TASKS[args.task].defaults
+    config = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if key not in defaults:
+            parser.error(f"--set {key}: not an option of {args.task} (see --list)")
+        config[key] = _parse_value(value, defaults[key])
+    if args.seed is not None:
+        config["seed"] = args.seed
+    if args.epochs is not None:
+        if "steps_per_epoch" not in defaults:
+            parser.error(f"--epochs: task {args.task} counts steps, not epochs")
+        config["steps"] = args.epochs * defaults["steps_per_epoch"]
+    if args.steps is not None:
+        config["steps"] = args.steps
+    task, model, result = train(args.task, config, checkpoint=args.checkpoint, resume=args.resume,
+                                checkpoint_every=args.checkpoint_every, progress=not args.no_progress)
+    print(f"trained {result['steps']} steps in {result['train_seconds']:.1f} s")
+    evaluation = result.get("evaluation", {})
+    if evaluation:
+        print("evaluation: " + _format(evaluation))
+    for sample in result.get("samples", []):
+        print(sample)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1, default=float)
+    ok, message = task.check(evaluation) if evaluation else (True, "")
+    if message:
+        print(message)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,402 @@
+"""Greedy decoding (seed 002's greedy_decode) with key/value caches: ctransformer.decode.greedy_decode.
+
+What is proved, for system A (seed 000's post-norm Transformer, small config, padded batch, random
+weights) in four weight-sharing/scaling variants and for system C (seed 003's pre-norm preset, -inf
+masks, the seed's own batches):
+- the cached decode returns the same ids as the uncached one (seed 002's loop: the whole prefix
+  decoded at every step), and every step's logits agree;
+- both return the ids of seed 002's loop run in torch on the reference models of tests/reference/
+  (same state dict), and the step logits agree with torch's;
+- end_symbol: rows that produced it are padded with trg_pad_idx afterwards, decoding stops when every
+  row is done, and the tokens before it are those of the decode without end_symbol;
+- bad arguments raise errors that name them.
+
+Tolerances (float32; the cached decode multiplies (rows, d) matrices where the uncached one multiplies
+(rows * t, d) ones, so BLAS may sum in another order):
+- cached vs uncached logits: |d| <= 1e-5 + 1e-5 |x| (seen <= 1e-6 on logits up to ~10);
+- ctransformer vs torch step logits: |d| <= 1e-5 + 1e-5 |x| (seen <= 2e-6);
+- ids: identical. Every test also checks that the smallest gap between a step's best and second-best
+  logit is above 10x the tolerance (>= 50x the errors seen), so identical ids are a fair demand, not luck.
+"""
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import ctransformer as ct
+from helpers import assert_close
+from reference import seed000 as R0
+from reference import seed003 as R3
+from reference.parity import ct_to_torch, single_threaded_torch  # noqa: F401 (autouse fixture)
+
+SMALL = dict(d_word_vec=32, d_model=32, d_inner=64, n_layers=2, n_head=4, d_k=8, d_v=8)
+PAD, START, VOCAB = 1, 2, 41
+VARIANTS = {
+    "prj-tied": dict(),
+    "emb-tied": dict(scale_emb_or_prj="emb"),
+    "none-tied": dict(scale_emb_or_prj="none"),
+    "untied": dict(trg_emb_prj_weight_sharing=False, emb_src_trg_weight_sharing=False),
+}
+CACHE_TOL = dict(rtol=1e-5, atol=1e-5)
+TORCH_TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def sharpen(model, seed, scale=0.8):
+    """Random weights (matrices N(0, scale^2 / fan_in), embeddings N(0, 1), LayerNorm gains 1 + N(0, 0.04))
+    so attention is peaked, the pad mask and every position matter, and the decoded tokens vary more
+    than with the init's (random models still like to repeat a token, the tied ones most)."""
+    rng = np.random.default_rng(seed)
+    state = {}
+    for name, value in model.state_dict().items():
+        if "pos_table" in name or name.endswith(".pe"):
+            state[name] = value                                   # the fixed sinusoid table
+        elif "norm" in name and name.endswith("weight"):
+            state[name] = (1 + 0.2 * rng.standard_normal(value.shape)).astype(np.float32)
+        elif value.ndim == 1:
+            state[name] = (0.1 * rng.standard_normal(value.shape)).astype(np.float32)
+        else:
+            std = 1.0 if ("emb" in name or "embed" in name) else scale / np.sqrt(value.shape[-1])
+            state[name] = (std * rng.standard_normal(value.shape)).astype(np.float32)
+    model.load_state_dict(state)   # tied names hold one tensor: the last array written wins
+    return model
+
+
+def seed000_model(variant, seed=0):
+    ct.manual_seed(seed)
+    model = ct.nn.Transformer(VOCAB, VOCAB, PAD, PAD, **SMALL, **VARIANTS[variant])
+    return sharpen(model, seed).eval()
+
+
+def seed000_batch(seed=0):
+    """src (4, 11) with PAD tails of different lengths (one row unpadded)."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(3, VOCAB, (4, 11))
+    src[0, 7:] = PAD
+    src[2, 10:] = PAD
+    src[3, 4:] = PAD
+    return src, ct.nn.get_pad_mask(src, PAD)
+
+
+def seed003_model(seed=0):
+    ct.manual_seed(seed)
+    return sharpen(ct.nn.Transformer.seed003(), seed).eval()
+
+
+def seed003_batch(b=6, seed=0):
+    x, _ = R3.get_batch(b, seed=seed)   # the seed's get_data: 50 ids, <SOS> ... <EOS> <PAD>...
+    return x, ct.nn.get_pad_mask(x, R3.PAD)
+
+
+def min_margin(logits):
+    """Smallest gap between the best and the second-best logit over every (row, step)."""
+    top2 = np.sort(logits[~np.isnan(logits).any(-1)], axis=-1)[:, -2:]
+    return float((top2[:, 1] - top2[:, 0]).min())
+
+
+def assert_cached_equals_uncached(model, src, src_mask, max_len, start, end=None):
+    ids, logits = ct.decode.greedy_decode(model, src, src_mask, max_len, start, end, return_logits=True)
+    ref_ids, ref_logits = ct.decode.greedy_decode(model, src, src_mask, max_len, start, end, use_cache=False,
+                                                  return_logits=True)
+    assert ids.dtype == np.int64 and ids.shape == (src.shape[0], max_len)
+    assert logits.dtype == np.float32 and logits.shape == (src.shape[0], max_len - 1, model.config.n_trg_vocab)
+    assert min_margin(ref_logits) > 10 * CACHE_TOL["atol"], "near-tie: identical ids would be luck"
+    np.testing.assert_array_equal(ids, ref_ids)
+    assert_close(logits, ref_logits, **CACHE_TOL, equal_nan=True, what="cached vs uncached step logits")
+    return ids, logits
+
+
+# ---- cached == uncached -----------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_seed000_cached_equals_uncached(variant):
+    model = seed000_model(variant)
+    src, src_mask = seed000_batch()
+    ids, _ = assert_cached_equals_uncached(model, src, src_mask, 16, START)
+    assert (ids[:, 0] == START).all()
+    if variant == "untied":
+        assert len(np.unique(ids[:, 1:])) >= 6, "a degenerate decode would prove little"
+
+
+def test_seed000_cached_equals_uncached_without_mask_and_with_a_broadcast_mask():
+    model = seed000_model("prj-tied", seed=1)
+    src, src_mask = seed000_batch(seed=1)
+    assert_cached_equals_uncached(model, src, None, 12, START)
+    # A (1, 1, ls) mask broadcasts over the batch: the same as repeating it per row.
+    one = src_mask[:1]
+    a = ct.decode.greedy_decode(model, src, one, 12, START)
+    b = ct.decode.greedy_decode(model, src, np.repeat(one, len(src), axis=0), 12, START, use_cache=False)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_seed003_cached_equals_uncached():
+    model = seed003_model()
+    x, src_mask = seed003_batch()
+    ids, _ = assert_cached_equals_uncached(model, x, src_mask, 50, R3.VOCAB_Y["<SOS>"])
+    assert len(np.unique(ids[:, 1:])) >= 8
+
+
+def test_seed003_trained_preset_decodes_the_same_cached():
+    """The preset as the seed builds it (N(0, 0.1) embeddings, torch's default init), not sharpened."""
+    ct.manual_seed(4)
+    model = ct.nn.Transformer.seed003().eval()
+    x, src_mask = seed003_batch(b=3, seed=2)
+    ids = ct.decode.greedy_decode(model, x, src_mask, 50, 0)
+    np.testing.assert_array_equal(ids, ct.decode.greedy_decode(model, x, src_mask, 50, 0, use_cache=False))
+
+
+def test_batch_rows_are_independent():
+    """Decoding a row alone gives what it got in the padded batch."""
+    model = seed000_model("untied", seed=2)
+    src, src_mask = seed000_batch(seed=2)
+    ids, logits = ct.decode.greedy_decode(model, src, src_mask, 14, START, return_logits=True)
+    for r in range(len(src)):
+        one, one_logits = ct.decode.greedy_decode(model, src[r:r + 1], src_mask[r:r + 1], 14, START,
+                                                  return_logits=True)
+        np.testing.assert_array_equal(one[0], ids[r])
+        assert_close(one_logits[0], logits[r], **CACHE_TOL, what=f"row {r} alone")
+
+
+# ---- against seed 002's loop in torch -----------------------------------------------------------------
+def torch_greedy_seed000(ref, src, src_mask, max_len, start_symbol):
+    """Seed 002's greedy_decode on seed 000's torch model, for a batch: encode once; at each step decode
+    the prefix under the subsequent mask, take the last position through the generator
+    (log_softmax(proj(x))) and append its torch.max. Returns (ids, step logits)."""
+    with torch.no_grad():
+        memory, *_ = ref.encoder(src, src_mask)
+        ys = torch.full((src.size(0), 1), start_symbol, dtype=src.dtype)
+        steps = []
+        for _ in range(max_len - 1):
+            out, *_ = ref.decoder(ys, R0.get_subsequent_mask(ys), memory, src_mask)
+            logits = ref.trg_word_prj(out[:, -1])
+            if ref.scale_prj:
+                logits *= ref.d_model ** -0.5
+            prob = torch.log_softmax(logits, dim=-1)
+            _, next_word = torch.max(prob, dim=1)
+            ys = torch.cat([ys, next_word[:, None].type_as(src)], dim=1)
+            steps.append(logits)
+    return ys.numpy(), torch.stack(steps, 1).numpy()
+
+
+def torch_greedy_seed003(ref, x, max_len, start_symbol):
+    """Seed 002's loop on seed 003's torch model: the seed's pad mask of x (True = masked, -inf) for the
+    encoder and the cross-attention, and the no-peek mask (its upper triangle) for the target."""
+    with torch.no_grad():
+        b, ls = x.shape
+        mask_x = (x == R3.PAD).reshape(b, 1, 1, ls)
+        memory = ref.encoder(ref.embed_x(x), mask_x)
+        ys = torch.full((b, 1), start_symbol, dtype=x.dtype)
+        steps = []
+        for _ in range(max_len - 1):
+            lt = ys.size(1)
+            no_peek = (1 - torch.tril(torch.ones(1, 1, lt, lt, dtype=torch.long))).bool()
+            out = ref.decoder(memory, ref.embed_y(ys), mask_x, no_peek)
+            logits = ref.fc_out(out[:, -1])
+            _, next_word = torch.max(torch.log_softmax(logits, dim=-1), dim=1)
+            ys = torch.cat([ys, next_word[:, None].type_as(x)], dim=1)
+            steps.append(logits)
+    return ys.numpy(), torch.stack(steps, 1).numpy()
+
+
+@pytest.mark.parametrize("variant", ["prj-tied", "untied"])
+def test_seed000_greedy_equals_torch_reference(variant):
+    model = seed000_model(variant, seed=6)
+    ref = R0.Transformer(VOCAB, VOCAB, PAD, PAD, **SMALL, **VARIANTS[variant]).eval()
+    ct_to_torch(model, ref)
+    src, src_mask = seed000_batch(seed=6)
+    expected, expected_logits = torch_greedy_seed000(ref, torch.from_numpy(src), torch.from_numpy(src_mask), 16, START)
+    assert min_margin(expected_logits) > 10 * TORCH_TOL["atol"]
+    assert len(np.unique(expected[:, 1:])) >= 5
+    for use_cache in (True, False):
+        ids, logits = ct.decode.greedy_decode(model, src, src_mask, 16, START, use_cache=use_cache, return_logits=True)
+        np.testing.assert_array_equal(ids, expected)
+        assert_close(logits, expected_logits, **TORCH_TOL, what=f"step logits vs torch (use_cache={use_cache})")
+
+
+def test_seed003_greedy_equals_torch_reference():
+    model = seed003_model(seed=5)
+    ref = R3.Transformer().eval()
+    ct_to_torch(model, ref)
+    x, src_mask = seed003_batch(b=4, seed=5)
+    sos = R3.VOCAB_Y["<SOS>"]
+    expected, expected_logits = torch_greedy_seed003(ref, torch.from_numpy(x), 50, sos)
+    assert min_margin(expected_logits) > 10 * TORCH_TOL["atol"]
+    assert len(np.unique(expected[:, 1:])) >= 8
+    ids, logits = ct.decode.greedy_decode(model, x, src_mask, 50, sos, return_logits=True)
+    np.testing.assert_array_equal(ids, expected)
+    assert_close(logits, expected_logits, **TORCH_TOL, what="step logits vs torch")
+
+
+# ---- end_symbol ---------------------------------------------------------------------------------------
+def end_symbol_case():
+    """A model whose plain decode (20 positions) has token 5 in some rows only and token 12 in every row."""
+    model = seed000_model("untied", seed=6)
+    src, src_mask = seed000_batch(seed=6)
+    plain = ct.decode.greedy_decode(model, src, src_mask, 20, START)
+    in_rows = lambda w: int((plain[:, 1:] == w).any(1).sum())  # noqa: E731
+    assert 0 < in_rows(5) < len(src) and in_rows(12) == len(src)
+    return model, src, src_mask, plain
+
+
+def first_end(row, end):
+    """The column of the first end after the start symbol, or None."""
+    hits = np.flatnonzero(row[1:] == end)
+    return int(hits[0]) + 1 if len(hits) else None
+
+
+@pytest.mark.parametrize("end", [5, 12], ids=["some-rows-end", "every-row-ends"])
+def test_end_symbol_pads_rows_that_ended(end):
+    model, src, src_mask, plain = end_symbol_case()
+    ids, logits = assert_cached_equals_uncached(model, src, src_mask, 20, START, end)
+    for r in range(len(src)):
+        stop = first_end(plain[r], end)
+        if stop is None:
+            np.testing.assert_array_equal(ids[r], plain[r])   # never ended: decoded to max_len
+            assert not np.isnan(logits[r]).any()
+            continue
+        np.testing.assert_array_equal(ids[r, :stop + 1], plain[r, :stop + 1])   # the same tokens up to end
+        assert (ids[r, stop + 1:] == PAD).all(), "after end_symbol come trg_pad_idx ids"
+        assert np.isnan(logits[r, stop:]).all() and not np.isnan(logits[r, :stop]).any()
+
+
+def test_decoding_stops_once_every_row_ended():
+    model, src, src_mask, plain = end_symbol_case()
+    ids, logits = ct.decode.greedy_decode(model, src, src_mask, 20, START, 12, return_logits=True)
+    last = max(first_end(row, 12) for row in ids)
+    assert last < 19
+    # No step ran after the last row ended: the steps predicting columns last + 1 .. 19 hold NaN.
+    assert np.isnan(logits[:, last:]).all()
+    assert (ids[:, last + 1:] == PAD).all()
+
+
+def test_max_len_one_and_the_seed_signature():
+    model = seed000_model("prj-tied")
+    src, src_mask = seed000_batch()
+    np.testing.assert_array_equal(ct.decode.greedy_decode(model, src, src_mask, 1, START), np.full((4, 1), START))
+    # Positional arguments and NumPy integers, as tasks/copy.py and toy_translate.py call it.
+    a = ct.decode.greedy_decode(model, src.astype(np.int32), src_mask, np.int64(6), np.int32(START))
+    np.testing.assert_array_equal(a, ct.decode.greedy_decode(model, src, src_mask, 6, START))
+
+
+def test_step_decoder_select_follows_rows():
+    """StepDecoder.select keeps, reorders and repeats rows: after select([2, 0, 0]) the rows decode as
+    rows 2, 0 and 0 of the original batch."""
+    model = seed000_model("untied", seed=8)
+    src, src_mask = seed000_batch(seed=8)
+    for use_cache in (True, False):
+        dec = ct.decode.StepDecoder(model, src, src_mask, use_cache=use_cache)
+        first = dec.step(np.full(4, START)).numpy()
+        nxt = first.argmax(-1)
+        dec.select([2, 0, 0])
+        assert dec.rows == 3 and dec.length == 1
+        second = dec.step(nxt[[2, 0, 0]]).numpy()
+        full = ct.decode.StepDecoder(model, src, src_mask, use_cache=use_cache)
+        full.step(np.full(4, START))
+        expected = full.step(nxt).numpy()
+        assert_close(second, expected[[2, 0, 0]], **CACHE_TOL, what=f"use_cache={use_cache}")
+
+
+def test_decoding_records_no_graph_and_keeps_grad_mode():
+    model = seed000_model("prj-tied")
+    src, src_mask = seed000_batch()
+    assert ct.is_grad_enabled()
+    ct.decode.greedy_decode(model, src, src_mask, 5, START)
+    ct.decode.beam_search(model, src, src_mask, 5, START, 3)
+    assert ct.is_grad_enabled()
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_decoding_releases_the_gil():
+    """While a worker thread decodes (greedy, then beam search), this thread keeps getting the
+    interpreter: its longest wait stays far below the calls' duration."""
+    model = seed003_model()
+    x, src_mask = seed003_batch(b=32, seed=1)
+    span = {}
+
+    def work():
+        start = time.perf_counter()
+        ct.decode.greedy_decode(model, x, src_mask, 50, 0)
+        ct.decode.beam_search(model, x[:8], src_mask[:8], 50, 0, 1, beam_size=4)
+        span["call"] = time.perf_counter() - start
+
+    worker = threading.Thread(target=work)
+    last, longest = time.perf_counter(), 0.0
+    worker.start()
+    while worker.is_alive():
+        time.sleep(0.0005)
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+    worker.join()
+    assert span["call"] > 0.05
+    assert longest < 0.5 * span["call"], f"waited {longest:.3f}s during a {span['call']:.3f}s call"
+
+
+# ---- bad arguments ------------------------------------------------------------------------------------
+BAD = [
+    ("max_len 0", dict(max_len=0), ValueError, "max_len must be at least 1"),
+    ("max_len -3", dict(max_len=-3), ValueError, "max_len must be at least 1"),
+    ("max_len float", dict(max_len=5.0), TypeError, "max_len"),
+    ("max_len > n_position + 1", dict(max_len=202), ValueError, "max_len = 202"),
+    ("mask batch", dict(src_mask="bad batch"), ValueError, "src_mask must have shape"),
+    ("mask length", dict(src_mask="bad length"), ValueError, "src_mask must have shape"),
+    ("mask rank", dict(src_mask="2-d"), ValueError, "src_mask must have shape"),
+    ("src id", dict(src="bad id"), IndexError, "src holds token id 41"),
+    ("src 1-d", dict(src="1-d"), ValueError, "src must be a 2-D"),
+    ("src too long", dict(src="too long"), ValueError, "src has length 201, longer than n_position = 200"),
+    ("src float", dict(src="float"), TypeError, "src"),
+    ("start id", dict(start_symbol=VOCAB), IndexError, "start_symbol = 41"),
+    ("end id", dict(end_symbol=-1), IndexError, "end_symbol = -1"),
+]
+
+
+@pytest.mark.parametrize("name,change,error,message", BAD, ids=[b[0] for b in BAD])
+def test_greedy_decode_bad_arguments_name_them(name, change, error, message):
+    model = seed000_model("prj-tied")
+    src, src_mask = seed000_batch()
+    args = dict(src=src, src_mask=src_mask, max_len=5, start_symbol=START, end_symbol=None)
+    special = {
+        "bad batch": src_mask[:2], "bad length": src_mask[:, :, :-1], "2-d": src_mask[:, 0],
+        "bad id": np.where(src == 5, VOCAB, src), "1-d": src[0], "float": src.astype(np.float32),
+        "too long": np.full((1, 201), 3),
+    }
+    for key, value in change.items():
+        args[key] = special[value] if isinstance(value, str) else value
+    if name == "src too long":
+        args["src_mask"] = None
+    with pytest.raises(error, match=message):
+        ct.decode.greedy_decode(model, args["src"], args["src_mask"], args["max_len"], args["start_symbol"],
+                                args["end_symbol"])
+    if error is not TypeError:   # beam search checks the same arguments the same way
+        with pytest.raises(error, match=message.replace("greedy_decode", "beam_search")):
+            ct.decode.beam_search(model, args["src"], args["src_mask"], args["max_len"], args["start_symbol"],
+                                  VOCAB - 1 if args["end_symbol"] is None else args["end_symbol"])
+
+
+def test_a_source_that_may_attend_nowhere_is_refused_under_inf_masking():
+    """Seed 003 fills masked scores with -inf: a source row whose mask is all False would give NaN."""
+    model = seed003_model()
+    x, src_mask = seed003_batch(b=2)
+    src_mask = src_mask.copy()
+    src_mask[1] = False
+    with pytest.raises(ValueError, match="src_mask row 1 masks every source position"):
+        ct.decode.greedy_decode(model, x, src_mask, 5, 0)
+    # Seed 000's -1e9 fill keeps such a row finite (uniform attention): allowed.
+    model0 = seed000_model("prj-tied")
+    src, mask0 = seed000_batch()
+    mask0 = mask0.copy()
+    mask0[1] = False
+    assert np.isfinite(ct.decode.greedy_decode(model0, src, mask0, 5, START, return_logits=True)[1]).all()
+
+
+def test_step_decoder_bad_arguments():
+    model = seed000_model("prj-tied")
+    src, src_mask = seed000_batch()
+    dec = ct.decode.StepDecoder(model, src, src_mask)
+    with pytest.raises(ValueError, match="one token per row"):
+        dec.step(np.full(3, START))
+    with pytest.raises(IndexError, match="outside the target vocabulary"):
+        dec.step(np.full(4, VOCAB))
+    with pytest.raises(IndexError, match="select_rows"):
+        dec.select([4])
+    with pytest.raises(TypeError):
+        ct.decode.StepDecoder(ct.nn.GPT(10, 8, 1, 8, 2, 16, 0.0), src, src_mask)
