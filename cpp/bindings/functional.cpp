@@ -2,8 +2,11 @@
 // conversion happens with the GIL held; the maths runs with it released.
 #include <pybind11/stl.h>
 
+#include <cmath>
+
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "ctransformer/error.hpp"
 #include "ctransformer/ops.hpp"
 
 namespace ctpy {
@@ -73,6 +76,31 @@ void bind_functional(py::module_& f) {
        py::arg("fill_value") = -1e9f,
        "Returns (output, attention_weights). mask is True where a query may attend to a key; it broadcasts to "
        "(..., Lq, Lk), e.g. from (b, 1, Lk) or (b, 1, Lq, Lk).");
+    f.def("multi_head_attention", [](const Tensor& q, const Tensor& k, const Tensor& v, std::size_t n_head,
+                                     py::object scale, py::object mask, float fill_value, bool causal, float dropout_p,
+                                     bool training) {
+        ct::Mask m;
+        ct::AttentionConfig c;
+        c.n_head = n_head;
+        if (n_head == 0) throw ct::ValueError("multi_head_attention: n_head must be positive");
+        c.scale = scale.is_none() ? 1.0f / std::sqrt(float(q.size(-1) / n_head)) : scale.cast<float>();
+        if (!mask.is_none()) {
+            m = to_mask(mask, "mask");
+            c.mask = &m;
+        }
+        c.fill_value = fill_value;
+        c.causal = causal;
+        c.dropout_p = dropout_p;
+        c.training = training;
+        py::gil_scoped_release release;
+        return ct::multi_head_attention(q, k, v, c);
+    }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("n_head"), py::arg("scale") = py::none(),
+       py::arg("mask") = py::none(), py::arg("fill_value") = -1e9f, py::arg("causal") = false,
+       py::arg("dropout_p") = 0.0f, py::arg("training") = true,
+       "Attention over heads interleaved in the last dimension: q (b, Lq, n_head*d_k), k (b, Lk, n_head*d_k), "
+       "v (b, Lk, n_head*d_v), as projections produce them (no split/merge copies). scale defaults to d_k**-0.5; "
+       "mask (True = may attend) broadcasts to (b, n_head, Lq, Lk); causal also masks keys after each query. "
+       "Returns (output (b, Lq, n_head*d_v), attention_weights (b, n_head, Lq, Lk)).");
     f.def("reshape", [](const Tensor& x, const std::vector<std::int64_t>& shape) { return ct::reshape(x, shape); },
           py::arg("input"), py::arg("shape"), release_gil());
     f.def("transpose", &ct::transpose, py::arg("input"), py::arg("dim0"), py::arg("dim1"), release_gil());

@@ -18,6 +18,7 @@ from ._core.functional import (
     matmul,
     mean,
     mul,
+    multi_head_attention,
     permute,
     relu,
     reshape,
@@ -32,5 +33,6 @@ from ._core.functional import (
 __all__ = [
     "add", "sub", "mul", "div", "scale", "matmul", "linear", "relu", "gelu", "dropout", "softmax",
     "log_softmax", "layer_norm", "embedding", "masked_fill", "scaled_dot_product_attention",
+    "multi_head_attention",
     "reshape", "transpose", "permute", "sum", "mean", "cross_entropy", "kl_div",
 ]

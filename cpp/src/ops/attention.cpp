@@ -1,33 +1,255 @@
 #include "ctransformer/ops/attention.hpp"
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
+#include "../blas.hpp"
+#include "../parallel.hpp"
+#include "../random_bits.hpp"
+#include "../simd.hpp"
+#include "broadcast.hpp"
+#include "ctransformer/autograd.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/ops/dropout.hpp"
 #include "ctransformer/ops/elementwise.hpp"
 #include "ctransformer/ops/masked_fill.hpp"
 #include "ctransformer/ops/matmul.hpp"
 #include "ctransformer/ops/softmax.hpp"
+#include "ctransformer/random.hpp"
 
 namespace ct {
 
-// Composed from differentiable ops, so the returned attention weights carry gradients too.
-std::pair<Tensor, Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                       const Mask* mask, float dropout_p, float fill_value,
-                                                       bool training) {
-    if (q.dim() < 2 || k.dim() < 2 || v.dim() < 2)
-        throw ValueError("scaled_dot_product_attention: q, k and v need rank >= 2 (..., length, dim), got q " +
-                         shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape()));
-    if (q.size(-1) != k.size(-1))
-        throw ValueError("scaled_dot_product_attention: q and k must share their last dimension d_k, got q " +
-                         shape_str(q.shape()) + " and k " + shape_str(k.shape()));
-    if (k.size(-2) != v.size(-2))
-        throw ValueError("scaled_dot_product_attention: k and v must have the same length (dimension -2), got k " +
-                         shape_str(k.shape()) + " and v " + shape_str(v.shape()));
+namespace {
+
+// Where the matrix of group g = (b, h) of a tensor starts, and its row stride: b * batch + h * head,
+// rows `ld` apart. Heads interleaved (b, L, H d): batch = L H d, head = d, ld = H d. Heads split
+// (..., L, d) with every leading dimension flattened into b: batch = L d, head = 0, ld = d.
+struct HeadView {
+    std::size_t batch = 0, head = 0, ld = 0;
+    std::size_t at(std::size_t g, std::size_t H) const { return (g / H) * batch + (g % H) * head; }
+};
+
+struct Geometry {
+    std::size_t G = 0, H = 1, Lq = 0, Lk = 0, dk = 0, dv = 0;
+    HeadView q, k, v, out;
+    float scale = 1.0f, fill = -1e9f;
+    bool causal = false;
+    // The mask (nonzero = attend), when there is one: per group its offset, then strides by query
+    // row and by key column (0 where it broadcasts).
+    std::vector<std::uint8_t> mask;
+    std::vector<std::size_t> mask_group;
+    std::size_t mask_row = 0, mask_col = 0;
+    bool has_mask = false;
+
+    bool masked(std::size_t g, std::size_t i, std::size_t j) const {
+        if (causal && j > i + (Lk - Lq)) return true;
+        return has_mask && mask[mask_group[g] + i * mask_row + j * mask_col] == 0;
+    }
+    std::size_t scores() const { return Lq * Lk; }
+};
+
+constexpr std::size_t kGroupGrain = 1;  // groups per piece at least: one product each is enough work
+
+// dS = P * (dP - rowsum(dP * P)), with dP = dattn (times the dropout multiplier), zero where masked
+// (the filled scores are constants). One group's rows, into `ds`.
+void softmax_backward_rows(const Geometry& geo, std::size_t g, const float* p, const float* dattn,
+                           const std::uint8_t* keep, float keep_scale, float* ds) {
+    using simd::B;
+    const std::size_t Lk = geo.Lk;
+    for (std::size_t i = 0; i < geo.Lq; ++i) {
+        const float* pr = p + i * Lk;
+        const float* gr = dattn + i * Lk;
+        float* dr = ds + i * Lk;
+        if (keep) {
+            const std::uint8_t* kr = keep + i * Lk;
+            for (std::size_t j = 0; j < Lk; ++j) dr[j] = kr[j] ? gr[j] * keep_scale : 0.0f;
+            gr = dr;
+        }
+        B acc(0.0f);
+        simd::blocks(Lk, [&](std::size_t j, std::size_t c) { acc += simd::load(gr + j, c) * simd::load(pr + j, c); });
+        const B dot(simd::hsum(acc));
+        simd::blocks(Lk, [&](std::size_t j, std::size_t c) {
+            simd::store(dr + j, simd::load(pr + j, c) * (simd::load(gr + j, c) - dot), c);
+        });
+        if (geo.has_mask || geo.causal)
+            for (std::size_t j = 0; j < Lk; ++j)
+                if (geo.masked(g, i, j)) dr[j] = 0.0f;
+    }
+}
+
+// attn = dropout(softmax(fill(scale q k^T))): inputs q, k.
+struct AttentionWeightsBackward : Node {
+    std::shared_ptr<const Geometry> geo;
+    Tensor probs;                     // softmax output P, (G, Lq, Lk) (the output itself without dropout)
+    std::vector<std::uint8_t> keep;   // dropout's keep mask, empty without dropout
+    float keep_scale = 1.0f;
+    const char* name() const override { return "attention_weights"; }
+    void backward(const Array& g) override {
+        const Geometry& G = *geo;
+        const Tensor& q = inputs[0];
+        const Tensor& k = inputs[1];
+        // Both requested up front: when q and k are one tensor, each group writes its dq block
+        // first and then adds its dk block into the same place (beta 1 from the second request).
+        const GradBuffer gq = grad_buffer(q);
+        const GradBuffer gk = grad_buffer(k);
+        if (!gq && !gk) return;
+        const float* P = probs.data();
+        const float* dA = g.data();
+        const std::size_t S = G.scores();
+        parallel::parallel_for(G.G, kGroupGrain, [&](std::size_t g0, std::size_t g1) {
+            std::vector<float> ds(S);
+            for (std::size_t gi = g0; gi < g1; ++gi) {
+                softmax_backward_rows(G, gi, P + gi * S, dA + gi * S, keep.empty() ? nullptr : keep.data() + gi * S,
+                                      keep_scale, ds.data());
+                const float* qg = q.data() + G.q.at(gi, G.H);
+                const float* kg = k.data() + G.k.at(gi, G.H);
+                if (gq)  // dq = scale dS @ k
+                    blas::gemm_serial(false, false, int(G.Lq), int(G.dk), int(G.Lk), G.scale, ds.data(), int(G.Lk), kg,
+                                      int(G.k.ld), gq.beta(), gq.data + G.q.at(gi, G.H), int(G.q.ld));
+                if (gk)  // dk = scale dS^T @ q
+                    blas::gemm_serial(true, false, int(G.Lk), int(G.dk), int(G.Lq), G.scale, ds.data(), int(G.Lk), qg,
+                                      int(G.q.ld), gk.beta(), gk.data + G.k.at(gi, G.H), int(G.k.ld));
+            }
+        });
+    }
+    void release_saved() override { probs = Tensor(); keep = {}; geo.reset(); }
+};
+
+// out_g = attn_g @ v_g: inputs attn (G, Lq, Lk), v.
+struct AttentionApplyBackward : Node {
+    std::shared_ptr<const Geometry> geo;
+    const char* name() const override { return "attention_apply"; }
+    void backward(const Array& g) override {
+        const Geometry& G = *geo;
+        const Tensor& attn = inputs[0];
+        const Tensor& v = inputs[1];
+        const GradBuffer ga = grad_buffer(attn);
+        const GradBuffer gv = grad_buffer(v);
+        const std::size_t S = G.scores();
+        parallel::parallel_for(G.G, kGroupGrain, [&](std::size_t g0, std::size_t g1) {
+            for (std::size_t gi = g0; gi < g1; ++gi) {
+                const float* dout = g.data() + G.out.at(gi, G.H);
+                const float* vg = v.data() + G.v.at(gi, G.H);
+                if (ga)  // dattn = dout @ v^T
+                    blas::gemm_serial(false, true, int(G.Lq), int(G.Lk), int(G.dv), 1.0f, dout, int(G.out.ld), vg,
+                                      int(G.v.ld), ga.beta(), ga.data + gi * S, int(G.Lk));
+                if (gv)  // dv = attn^T @ dout
+                    blas::gemm_serial(true, false, int(G.Lk), int(G.dv), int(G.Lq), 1.0f, attn.data() + gi * S,
+                                      int(G.Lk), dout, int(G.out.ld), gv.beta(), gv.data + G.v.at(gi, G.H), int(G.v.ld));
+            }
+        });
+    }
+    void release_saved() override { geo.reset(); }
+};
+
+std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          std::shared_ptr<Geometry> geo, const Shape& attn_shape, const Shape& out_shape,
+                                          float dropout_p, bool training) {
+    using simd::B;
+    const Geometry& G = *geo;
+    const std::size_t S = G.scores();
+    const bool drop = training && dropout_p > 0.0f;
+    const bool grad = needs_grad({&q, &k, &v});
+    Tensor attn(Array::from_shape(attn_shape));
+    // With dropout the softmax output P is kept apart from the returned (dropped) weights.
+    Tensor probs = drop ? Tensor(Array::from_shape(attn_shape)) : attn.detach();
+    std::vector<std::uint8_t> keep;
+    const float keep_scale = dropout_p >= 1.0f ? 0.0f : 1.0f / (1.0f - dropout_p);
+    if (drop) {
+        if (!(dropout_p <= 1.0f))
+            throw ValueError("attention: dropout p must be a probability in [0, 1], got " + std::to_string(dropout_p));
+        keep.resize(G.G * S);
+        detail::dropout_keep_mask(keep.data(), keep.size(), dropout_p, default_generator().next());
+    }
+    Tensor out(Array::from_shape(out_shape));
+    float* P = probs.data();
+    float* A = attn.data();
+    parallel::parallel_for(G.G, kGroupGrain, [&](std::size_t g0, std::size_t g1) {
+        constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+        for (std::size_t gi = g0; gi < g1; ++gi) {
+            float* pg = P + gi * S;
+            blas::gemm_serial(false, true, int(G.Lq), int(G.Lk), int(G.dk), G.scale, q.data() + G.q.at(gi, G.H),
+                              int(G.q.ld), k.data() + G.k.at(gi, G.H), int(G.k.ld), 0.0f, pg, int(G.Lk));
+            for (std::size_t i = 0; i < G.Lq; ++i) {
+                float* row = pg + i * G.Lk;
+                if (G.has_mask || G.causal)
+                    for (std::size_t j = 0; j < G.Lk; ++j)
+                        if (G.masked(gi, i, j)) row[j] = G.fill;
+                const B mx(simd::max(row, G.Lk, kNegInf));
+                B acc(0.0f);
+                simd::blocks(G.Lk, [&](std::size_t j, std::size_t c) {
+                    const B e = xsimd::exp(simd::load(row + j, c, kNegInf) - mx);
+                    simd::store(row + j, e, c);
+                    acc += e;
+                });
+                const B inv(1.0f / simd::hsum(acc));
+                simd::blocks(G.Lk, [&](std::size_t j, std::size_t c) { simd::store(row + j, simd::load(row + j, c) * inv, c); });
+                if (drop) {
+                    const std::uint8_t* kr = keep.data() + gi * S + i * G.Lk;
+                    float* ar = A + gi * S + i * G.Lk;
+                    for (std::size_t j = 0; j < G.Lk; ++j) ar[j] = kr[j] ? row[j] * keep_scale : 0.0f;
+                }
+            }
+            // out_g = attn_g @ v_g, written into its heads' columns
+            blas::gemm_serial(false, false, int(G.Lq), int(G.dv), int(G.Lk), 1.0f, A + gi * S, int(G.Lk),
+                              v.data() + G.v.at(gi, G.H), int(G.v.ld), 0.0f, out.data() + G.out.at(gi, G.H), int(G.out.ld));
+        }
+    });
+    if (grad) {
+        if (needs_grad({&q, &k})) {
+            auto node = std::make_shared<AttentionWeightsBackward>();
+            node->geo = geo;
+            node->probs = probs.detach();
+            node->keep = std::move(keep);
+            node->keep_scale = keep_scale;
+            attach(attn, node, {&q, &k});
+        }
+        auto node = std::make_shared<AttentionApplyBackward>();
+        node->geo = geo;
+        attach(out, node, {&attn, &v});
+    }
+    return {out, attn};
+}
+
+// The mask's offset for each group and its row / column strides, for a mask broadcasting to
+// lead + (Lq, Lk), the groups being the flattened lead dimensions.
+void place_mask(Geometry& geo, const Mask& mask, const Shape& lead, const char* fn) {
+    Shape full = lead;
+    full.push_back(geo.Lq);
+    full.push_back(geo.Lk);
+    const Shape& m = mask.shape;
+    bool fits = m.size() <= full.size() && numel_of(m) == mask.data.size();
+    for (std::size_t i = 0; fits && i < m.size(); ++i) {
+        const std::size_t md = m[m.size() - 1 - i], sd = full[full.size() - 1 - i];
+        fits = md == 1 || md == sd;
+    }
+    if (!fits)
+        throw ValueError(std::string(fn) + ": mask of shape " + shape_str(m) + " must broadcast to the scores' shape " +
+                         shape_str(full) + ", e.g. (b, 1, Lk) or (b, 1, Lq, Lk)");
+    const auto strides = detail::broadcast_strides(m, full);
+    const std::size_t r = lead.size();
+    geo.mask_row = strides[r];
+    geo.mask_col = strides[r + 1];
+    geo.mask_group.assign(geo.G, 0);
+    for (std::size_t g = 0; g < geo.G; ++g) {
+        std::size_t rest = g, off = 0;
+        for (std::size_t d = r; d-- > 0;) {
+            off += (rest % lead[d]) * strides[d];
+            rest /= lead[d];
+        }
+        geo.mask_group[g] = off;
+    }
+    geo.mask = mask.data;
+    geo.has_mask = true;
+}
+
+// The composition of the seeds' code, for inputs whose leading dimensions differ (broadcast).
+std::pair<Tensor, Tensor> composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Mask* mask,
+                                             float dropout_p, float fill_value, bool training) {
     const float temperature = std::sqrt(float(q.size(-1)));
     Tensor scores = matmul(div_scalar(q, temperature), k, false, true);  // (..., Lq, Lk)
     if (mask) {
-        // The mask must broadcast to the scores (..., Lq, Lk) on its own, as in the seeds.
         const Shape s = scores.shape(),& m = mask->shape;
         bool fits = m.size() <= s.size();
         for (std::size_t i = 0; fits && i < m.size(); ++i) {
@@ -45,6 +267,86 @@ std::pair<Tensor, Tensor> scaled_dot_product_attention(const Tensor& q, const Te
     Tensor attn = dropout(softmax(scores, -1), dropout_p, training);
     Tensor out = matmul(attn, v);
     return {out, attn};
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                       const Mask* mask, float dropout_p, float fill_value,
+                                                       bool training) {
+    if (q.dim() < 2 || k.dim() < 2 || v.dim() < 2)
+        throw ValueError("scaled_dot_product_attention: q, k and v need rank >= 2 (..., length, dim), got q " +
+                         shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape()));
+    if (q.size(-1) != k.size(-1))
+        throw ValueError("scaled_dot_product_attention: q and k must share their last dimension d_k, got q " +
+                         shape_str(q.shape()) + " and k " + shape_str(k.shape()));
+    if (k.size(-2) != v.size(-2))
+        throw ValueError("scaled_dot_product_attention: k and v must have the same length (dimension -2), got k " +
+                         shape_str(k.shape()) + " and v " + shape_str(v.shape()));
+    if (!(dropout_p >= 0.0f && dropout_p <= 1.0f))
+        throw ValueError("dropout: p must be a probability in [0, 1], got " + std::to_string(dropout_p));
+    const Shape sq = q.shape(), sk = k.shape(), sv = v.shape();
+    const Shape lead(sq.begin(), sq.end() - 2);
+    const bool same_lead = Shape(sk.begin(), sk.end() - 2) == lead && Shape(sv.begin(), sv.end() - 2) == lead;
+    const std::size_t dk = sq.back(), dv = sv.back();
+    if (!same_lead || dk == 0 || dv == 0) return composed_attention(q, k, v, mask, dropout_p, fill_value, training);
+    // One group per flattened leading index, the matrices stored one after the other.
+    auto geo = std::make_shared<Geometry>();
+    geo->G = numel_of(lead);
+    geo->H = 1;
+    geo->Lq = sq[sq.size() - 2];
+    geo->Lk = sk[sk.size() - 2];
+    geo->dk = dk;
+    geo->dv = dv;
+    geo->q = {geo->Lq * dk, 0, dk};
+    geo->k = {geo->Lk * dk, 0, dk};
+    geo->v = {geo->Lk * dv, 0, dv};
+    geo->out = {geo->Lq * dv, 0, dv};
+    geo->scale = 1.0f / std::sqrt(float(dk));
+    geo->fill = fill_value;
+    if (mask) place_mask(*geo, *mask, lead, "scaled_dot_product_attention");
+    Shape attn_shape = lead, out_shape = lead;
+    attn_shape.insert(attn_shape.end(), {geo->Lq, geo->Lk});
+    out_shape.insert(out_shape.end(), {geo->Lq, dv});
+    return fused_attention(q, k, v, geo, attn_shape, out_shape, dropout_p, training);
+}
+
+std::pair<Tensor, Tensor> multi_head_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const AttentionConfig& c) {
+    const char* fn = "multi_head_attention";
+    if (c.n_head == 0) throw ValueError(std::string(fn) + ": n_head must be positive");
+    if (q.dim() != 3 || k.dim() != 3 || v.dim() != 3)
+        throw ValueError(std::string(fn) + ": q, k and v must be (batch, length, n_head * d), got q " + shape_str(q.shape()) +
+                         ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape()));
+    const std::size_t b = q.size(0), H = c.n_head;
+    if (k.size(0) != b || v.size(0) != b || k.size(1) != v.size(1))
+        throw ValueError(std::string(fn) + ": q, k and v must share the batch size and k, v the length, got q " +
+                         shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape()));
+    if (q.size(2) != k.size(2) || q.size(2) % H != 0 || v.size(2) % H != 0 || q.size(2) == 0 || v.size(2) == 0)
+        throw ValueError(std::string(fn) + ": q and k must share their last dimension, and it and v's must be positive "
+                         "multiples of n_head = " + std::to_string(H) + ", got q " + shape_str(q.shape()) + ", k " +
+                         shape_str(k.shape()) + ", v " + shape_str(v.shape()));
+    if (!(c.dropout_p >= 0.0f && c.dropout_p <= 1.0f))
+        throw ValueError(std::string(fn) + ": dropout p must be a probability in [0, 1], got " + std::to_string(c.dropout_p));
+    auto geo = std::make_shared<Geometry>();
+    geo->H = H;
+    geo->G = b * H;
+    geo->Lq = q.size(1);
+    geo->Lk = k.size(1);
+    geo->dk = q.size(2) / H;
+    geo->dv = v.size(2) / H;
+    if (c.causal && geo->Lk < geo->Lq)
+        throw ValueError(std::string(fn) + ": causal attention needs at least as many keys as queries, got " +
+                         std::to_string(geo->Lk) + " keys and " + std::to_string(geo->Lq) + " queries");
+    geo->q = {geo->Lq * H * geo->dk, geo->dk, H * geo->dk};
+    geo->k = {geo->Lk * H * geo->dk, geo->dk, H * geo->dk};
+    geo->v = {geo->Lk * H * geo->dv, geo->dv, H * geo->dv};
+    geo->out = {geo->Lq * H * geo->dv, geo->dv, H * geo->dv};
+    geo->scale = c.scale;
+    geo->fill = c.fill_value;
+    geo->causal = c.causal;
+    if (c.mask) place_mask(*geo, *c.mask, {b, H}, fn);
+    return fused_attention(q, k, v, geo, {b, H, geo->Lq, geo->Lk}, {b, geo->Lq, H * geo->dv}, c.dropout_p, c.training);
 }
 
 }  // namespace ct

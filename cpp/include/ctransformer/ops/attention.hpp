@@ -3,6 +3,7 @@
 // filled with fill_value, -1e9 in seed 000, -inf in seeds 003/004) and broadcasts to the scores'
 // shape (..., Lq, Lk). Returns (out, attn); both are differentiable.
 #pragma once
+#include <cstddef>
 #include <utility>
 
 #include "ctransformer/tensor.hpp"
@@ -12,5 +13,26 @@ namespace ct {
 std::pair<Tensor, Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                        const Mask* mask = nullptr, float dropout_p = 0.0f,
                                                        float fill_value = -1e9f, bool training = true);
+
+// Multi-head attention straight from the projections' layout, with no split or merge copies:
+// q (b, Lq, n_head * d_k), k (b, Lk, n_head * d_k), v (b, Lk, n_head * d_v), head h in columns
+// [h d, (h + 1) d). For each batch entry and head (in parallel, one BLAS product each, the heads
+// addressed through the leading dimension):
+//   attn = dropout(softmax(fill(scale * q_h @ k_h^T)))        -> (b, n_head, Lq, Lk)
+//   out[:, :, h d_v : (h + 1) d_v] = attn @ v_h                -> (b, Lq, n_head * d_v)
+// where fill sets the score to fill_value where the mask is 0 (or, with causal, where key j is
+// in query i's future: j > i + Lk - Lq). Two graph nodes (weights, then weighted sum), each with
+// a hand-written backward; the weights returned are differentiable like any other output.
+struct AttentionConfig {
+    std::size_t n_head = 1;
+    float scale = 1.0f;           // 1/sqrt(d_k): 1/temperature
+    const Mask* mask = nullptr;   // nonzero = may attend; broadcasts to (b, n_head, Lq, Lk)
+    float fill_value = -1e9f;
+    bool causal = false;
+    float dropout_p = 0.0f;       // on the attention weights, when training
+    bool training = false;
+};
+std::pair<Tensor, Tensor> multi_head_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const AttentionConfig& config);
 
 }  // namespace ct

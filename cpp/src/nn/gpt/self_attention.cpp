@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "ctransformer/error.hpp"
+#include "ctransformer/ops/attention.hpp"
 #include "ctransformer/ops/elementwise.hpp"
 #include "ctransformer/ops/masked_fill.hpp"
 #include "ctransformer/ops/matmul.hpp"
@@ -70,9 +71,20 @@ Tensor SelfAttention::merge(const Tensor& heads) const {
 }
 
 std::pair<Tensor, Tensor> SelfAttention::forward(const Tensor& x) const {
-    const Heads h = project(x);
-    auto [out, attn] = attend(h.q, h.k, h.v);
-    return {merge(out), attn};
+    if (x.dim() != 3 || x.size(2) != embed_dim)
+        throw ValueError("SelfAttention: input must have shape (batch, seq_len, embed_dim = " +
+                         std::to_string(embed_dim) + "), got " + shape_str(x.shape()));
+    // project / attend / merge fused: the heads stay interleaved in the projections' (b, t, h d)
+    // layout and the attention reads and writes them in place (no split or merge copies).
+    AttentionConfig c;
+    c.n_head = num_head;
+    c.scale = 1.0f / std::sqrt(float(head_dim));
+    c.causal = true;
+    c.fill_value = -std::numeric_limits<float>::infinity();
+    c.dropout_p = attn_drop->p;
+    c.training = attn_drop->is_training();
+    auto [out, attn] = multi_head_attention(q_layer->forward(x), k_layer->forward(x), v_layer->forward(x), c);
+    return {proj_drop->forward(proj_layer->forward(out)), attn};
 }
 
 }  // namespace ct::nn::gpt

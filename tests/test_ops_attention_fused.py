@@ -1,0 +1,120 @@
+"""multi_head_attention (heads interleaved in the last dimension, as the projections produce them)
+against torch with the heads split, as seed 000's MultiHeadAttention does it:
+
+    q (b, Lq, h*d) -> view (b, Lq, h, d) -> transpose (b, h, Lq, d), the same for k and v
+    attn = dropout(softmax(masked_fill(scale * q @ k^T, mask == 0, fill)))     (b, h, Lq, Lk)
+    out = (attn @ v).transpose(1, 2).reshape(b, Lq, h*d_v)
+
+Both outputs and the gradients of q, k and v through a random weighting of both outputs.
+Tolerances as tests/test_ops_attention.py: rtol 1e-5, atol 1e-6 for out and attn, gradients
+rtol 1e-5, atol 1e-5 (chained float32 products summed in another order than torch's).
+"""
+import numpy as np
+import pytest
+import torch
+
+import ctransformer as ct
+from helpers import assert_close, pair, rand
+from upstream import upstream
+
+F = ct.functional
+
+
+def reference(q, k, v, h, scale, mask=None, fill=-1e9, causal=False, keep=None, keep_scale=1.0):
+    b, lq, _ = q.shape
+    lk = k.shape[1]
+    split = lambda x: x.reshape(x.shape[0], x.shape[1], h, -1).transpose(1, 2)
+    scores = (split(q) @ split(k).transpose(-2, -1)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(torch.from_numpy(np.asarray(mask)) == 0, fill)
+    if causal:
+        future = torch.triu(torch.ones(lq, lk, dtype=torch.bool), diagonal=1 + lk - lq)
+        scores = scores.masked_fill(future, fill)
+    attn = torch.softmax(scores, dim=-1)
+    if keep is not None:
+        attn = attn * torch.from_numpy(keep.astype(np.float32)) * keep_scale
+    out = (attn @ split(v)).transpose(1, 2).reshape(b, lq, -1)
+    return out, attn
+
+
+def check(b, lq, lk, h, dk, dv, mask=None, fill=-1e9, causal=False, seed=0, same_qkv=False):
+    q, tq = pair(rand((b, lq, h * dk), seed=seed + 1))
+    if same_qkv:
+        k, tk, v, tv = q, tq, q, tq
+    else:
+        k, tk = pair(rand((b, lk, h * dk), seed=seed + 2))
+        v, tv = pair(rand((b, lk, h * dv), seed=seed + 3))
+    scale = 1.0 / np.sqrt(dk)
+    out, attn = F.multi_head_attention(q, k, v, h, mask=mask, fill_value=fill, causal=causal)
+    tout, tattn = reference(tq, tk, tv, h, scale, mask, fill, causal)
+    assert out.shape == tuple(tout.shape) and attn.shape == tuple(tattn.shape)
+    assert_close(attn, tattn, rtol=1e-5, atol=1e-6, equal_nan=True, what="attn")
+    assert_close(out, tout, rtol=1e-5, atol=1e-6, equal_nan=True, what="out")
+    g_out, g_attn = upstream(tuple(tout.shape), seed + 4), upstream(tuple(tattn.shape), seed + 5)
+    loss = (out * ct.tensor(g_out)).sum() + (attn * ct.tensor(g_attn)).sum()
+    tloss = (tout * torch.from_numpy(g_out)).sum() + (tattn * torch.from_numpy(g_attn)).sum()
+    loss.backward()
+    tloss.backward()
+    names = (("q", q, tq),) if same_qkv else (("q", q, tq), ("k", k, tk), ("v", v, tv))
+    for name, ours, theirs in names:
+        assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-5, equal_nan=True, what=f"grad {name}")
+
+
+@pytest.mark.parametrize("b,lq,lk,h,dk,dv", [(2, 3, 5, 2, 4, 6), (3, 7, 7, 4, 8, 8), (1, 1, 6, 3, 2, 5), (2, 9, 1, 1, 3, 3)])
+def test_unmasked(b, lq, lk, h, dk, dv):
+    check(b, lq, lk, h, dk, dv)
+
+
+@pytest.mark.parametrize("fill", [-1e9, float("-inf")])
+def test_padding_mask_b_1_1_lk(fill):
+    """seed 000's src mask unsqueezed over the heads; batch item 1 keeps one key, item 2 none."""
+    mask = (np.arange(6)[None, None, None, :] < np.array([6, 1, 0])[:, None, None, None])
+    check(3, 4, 6, 2, 4, 4, mask=mask, fill=fill, seed=10)
+
+
+def test_target_mask_b_1_lq_lk_with_causal():
+    """pad AND no-peek mask (b, 1, Lq, Lk) as seed 000's decoder self-attention, plus causal."""
+    rng = np.random.default_rng(3)
+    mask = rng.random((2, 1, 5, 5)) > 0.3
+    mask[:, :, :, 0] = True
+    check(2, 5, 5, 4, 3, 3, mask=mask, causal=True, seed=20)
+
+
+@pytest.mark.parametrize("lq,lk", [(6, 6), (2, 6)])
+def test_causal_minus_inf_as_gpt(lq, lk):
+    """seed 004: -inf above the diagonal; with Lq < Lk the queries are the last Lq positions."""
+    check(2, lq, lk, 4, 4, 4, fill=float("-inf"), causal=True, seed=30)
+
+
+def test_one_tensor_as_q_k_and_v():
+    """The gradient of a tensor used as q, k and v is the sum of the three paths."""
+    check(2, 5, 5, 2, 3, 3, same_qkv=True, seed=40)
+
+
+def test_dropout_uses_one_mask_forward_and_backward():
+    q, tq = pair(rand((2, 6, 8), seed=50))
+    k, tk = pair(rand((2, 6, 8), seed=51))
+    v, tv = pair(rand((2, 6, 4), seed=52))
+    ct.manual_seed(7)
+    out, attn = F.multi_head_attention(q, k, v, 2, dropout_p=0.5)
+    _, clean = reference(tq.detach(), tk.detach(), tv.detach(), 2, 0.5)
+    keep = attn.numpy() != 0
+    assert 0.3 < keep.mean() < 0.7
+    tout, tattn = reference(tq, tk, tv, 2, 0.5, keep=keep, keep_scale=2.0)
+    assert_close(attn, tattn, rtol=1e-5, atol=1e-6, what="attn with dropout")
+    assert_close(out, tout, rtol=1e-5, atol=1e-6, what="out with dropout")
+    g = upstream(tuple(tout.shape), 53)
+    out.backward(ct.tensor(g))
+    tout.backward(torch.from_numpy(g))
+    for name, ours, theirs in (("q", q, tq), ("k", k, tk), ("v", v, tv)):
+        assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-5, what=f"grad {name}")
+
+
+def test_bad_shapes_name_the_problem():
+    t = lambda s: ct.tensor(rand(s, seed=1))
+    with pytest.raises(ValueError, match="n_head"):
+        F.multi_head_attention(t((1, 2, 6)), t((1, 2, 6)), t((1, 2, 6)), 4)
+    with pytest.raises(ValueError, match="batch"):
+        F.multi_head_attention(t((1, 2, 4)), t((2, 2, 4)), t((2, 2, 4)), 2)
+    with pytest.raises(ValueError, match="mask"):
+        F.multi_head_attention(t((1, 2, 4)), t((1, 3, 4)), t((1, 3, 4)), 2, mask=np.ones((1, 1, 1, 2), bool))
