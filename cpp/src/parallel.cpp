@@ -71,7 +71,20 @@ public:
         }
         if (sleeping_.load(std::memory_order_acquire) > 0) cv_.notify_all();
         work(task);
-        while (done_.load(std::memory_order_acquire) != pieces) CT_PAUSE();
+        // The last pieces run on other threads: spin briefly, then sleep until the last one
+        // finishes (a worker the machine preempted may hold one for a scheduler tick, and a
+        // spinning caller would keep the core it needs).
+        const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns());
+        for (unsigned i = 1; done_.load(std::memory_order_acquire) != pieces; ++i) {
+            CT_PAUSE();
+            if (i % 64 == 0 && std::chrono::steady_clock::now() > until) {
+                std::unique_lock<std::mutex> lock(done_mu_);
+                caller_waiting_.store(true, std::memory_order_seq_cst);
+                done_cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire) == pieces; });
+                caller_waiting_.store(false, std::memory_order_relaxed);
+                break;
+            }
+        }
     }
 
 private:
@@ -83,9 +96,14 @@ private:
             const std::uint32_t i = std::uint32_t(t);
             if (i >= pieces_) return;
             if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-            // The claim succeeded, so the task is still current: its fields are stable.
-            fn_(ctx_, i, n_ * i / pieces_, n_ * (i + 1) / pieces_);
-            done_.fetch_add(1, std::memory_order_acq_rel);
+            // The claim succeeded, so the task is still current: its fields are stable until its
+            // last piece is done (read them before that).
+            const std::size_t total = pieces_;
+            fn_(ctx_, i, n_ * i / total, n_ * (i + 1) / total);
+            if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == total && caller_waiting_.load(std::memory_order_seq_cst)) {
+                std::lock_guard<std::mutex> lock(done_mu_);  // the caller is asleep (or about to be): wake it
+                done_cv_.notify_one();
+            }
             t = ticket_.load(std::memory_order_acquire);
         }
     }
@@ -114,8 +132,9 @@ private:
     }
 
     std::vector<std::thread> threads_;
-    std::mutex mu_, run_mu_;
-    std::condition_variable cv_;
+    std::mutex mu_, run_mu_, done_mu_;
+    std::condition_variable cv_, done_cv_;
+    std::atomic<bool> caller_waiting_{false};
     std::atomic<std::uint32_t> task_{0};
     std::atomic<std::uint64_t> ticket_{0};
     std::atomic<std::size_t> done_{0};

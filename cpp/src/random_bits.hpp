@@ -17,12 +17,18 @@ inline std::uint64_t mix64(std::uint64_t seed, std::uint64_t i) {
     return z ^ (z >> 31);
 }
 
-// keep[i] = 1 with probability 1 - p: the top 24 bits of the hash, a uniform u in [0, 1) on a
-// 2^-24 grid, compared with p (float32's resolution, as a float uniform draw).
+// keep[i] = 1 with probability 1 - p: a uniform u in [0, 1) on a 2^-24 grid (float32's
+// resolution, as a float uniform draw) compared with p. One hash gives two draws: elements 2j and
+// 2j + 1 take the top 24 bits of the hash's upper and lower halves.
 inline void dropout_keep_mask(std::uint8_t* keep, std::size_t n, float p, std::uint64_t seed) {
     const std::uint32_t threshold = std::uint32_t(double(p) * double(1u << 24) + 0.5);  // u < p  <=>  bits < threshold
-    parallel::parallel_for(n, 32768, [&](std::size_t b, std::size_t e) {
-        for (std::size_t i = b; i < e; ++i) keep[i] = std::uint32_t(mix64(seed, i) >> 40) >= threshold;
+    const std::size_t pairs = (n + 1) / 2;
+    parallel::parallel_for(pairs, 16384, [keep, n, seed, threshold](std::size_t b, std::size_t e) {
+        for (std::size_t j = b; j < e; ++j) {
+            const std::uint64_t h = mix64(seed, j);
+            keep[2 * j] = std::uint32_t(h >> 40) >= threshold;
+            if (2 * j + 1 < n) keep[2 * j + 1] = (std::uint32_t(h) >> 8) >= threshold;
+        }
     });
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ctransformer/error.hpp"
+#include "ctransformer/ops/attention.hpp"
 #include "ctransformer/ops/elementwise.hpp"
 #include "ctransformer/ops/shape.hpp"
 
@@ -75,17 +76,19 @@ std::pair<Tensor, Tensor> MultiHeadAttention::forward(const Tensor& q, const Ten
         kn = k.same_as(q) ? qn : layer_norm->forward(k);
         vn = v.same_as(q) ? qn : v.same_as(k) ? kn : layer_norm->forward(v);
     }
-    const auto b = std::int64_t(sz_b), h = std::int64_t(n_head);
-    // b x len x (n*d) -> b x len x n x d -> b x n x len x d
-    Tensor qh = transpose(reshape(w_qs->forward(qn), {b, std::int64_t(len_q), h, std::int64_t(d_k)}), 1, 2);
-    Tensor kh = transpose(reshape(w_ks->forward(kn), {b, std::int64_t(len_k), h, std::int64_t(d_k)}), 1, 2);
-    Tensor vh = transpose(reshape(w_vs->forward(vn), {b, std::int64_t(len_v), h, std::int64_t(d_v)}), 1, 2);
-
-    auto [heads, attn] = attention->forward(qh, kh, vh, mask ? &head_mask : nullptr);
-
-    // b x n x lq x dv -> b x lq x n x dv -> b x lq x (n*dv)
-    Tensor out = reshape(transpose(heads, 1, 2), {b, std::int64_t(len_q), -1});
-    out = add(dropout->forward(fc->forward(out)), q);   // the residual is the un-normalised query
+    // The seed splits the heads (b x len x (n*d) -> b x n x len x d), runs its ScaledDotProductAttention
+    // and concatenates them back; the fused op does the same maths on the projections' layout
+    // directly, with no split or concat copies (ops/attention.hpp). Scores are scaled by
+    // 1/temperature inside the product (alpha), for both of the seeds' scaling orders.
+    AttentionConfig c;
+    c.n_head = n_head;
+    c.scale = 1.0f / attention->temperature;
+    c.mask = mask ? &head_mask : nullptr;
+    c.fill_value = attention->mask_fill;
+    c.dropout_p = attention->dropout->p;
+    c.training = attention->dropout->is_training();
+    auto [heads, attn] = multi_head_attention(w_qs->forward(qn), w_ks->forward(kn), w_vs->forward(vn), c);
+    Tensor out = add(dropout->forward(fc->forward(heads)), q);   // the residual is the un-normalised query
     if (!options.norm_first) out = layer_norm->forward(out);
     return {out, attn};
 }

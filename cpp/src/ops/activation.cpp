@@ -24,11 +24,20 @@ struct ReluBackward : Node {
         const float* y = out.data();
         const float* pg = g.data();
         float* d = gx.data;
-        parallel::parallel_for(g.size(), kGrain, [&](std::size_t b, std::size_t e) {
-            if (gx.accumulate)
-                for (std::size_t i = b; i < e; ++i) d[i] += y[i] > 0.0f ? pg[i] : 0.0f;
+        const bool acc = gx.accumulate;
+        parallel::parallel_for(g.size(), kGrain, [y, pg, d, acc](std::size_t b, std::size_t e) {
+            // Both loads unconditional, then a select: the loop vectorises (a conditional load
+            // compiled to a branch per element).
+            if (acc)
+                for (std::size_t i = b; i < e; ++i) {
+                    const float v = pg[i];
+                    d[i] += y[i] > 0.0f ? v : 0.0f;
+                }
             else
-                for (std::size_t i = b; i < e; ++i) d[i] = y[i] > 0.0f ? pg[i] : 0.0f;
+                for (std::size_t i = b; i < e; ++i) {
+                    const float v = pg[i];
+                    d[i] = y[i] > 0.0f ? v : 0.0f;
+                }
         });
     }
     void release_saved() override { out = Tensor(); }
@@ -69,8 +78,11 @@ Tensor relu(const Tensor& x) {
     Tensor out(Array::from_shape(x.array().shape()));
     const float* px = x.data();
     float* y = out.data();
-    parallel::parallel_for(x.numel(), kGrain, [&](std::size_t b, std::size_t e) {
-        for (std::size_t i = b; i < e; ++i) y[i] = px[i] > 0.0f ? px[i] : 0.0f;
+    parallel::parallel_for(x.numel(), kGrain, [px, y](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) {
+            const float v = px[i];
+            y[i] = v > 0.0f ? v : 0.0f;
+        }
     });
     if (needs_grad({&x})) {
         auto node = std::make_shared<ReluBackward>();

@@ -30,8 +30,9 @@ struct DropoutBackward : Node {
         float* d = gx.data;
         const std::uint8_t* k = keep.data();
         const float s = keep_scale;
-        parallel::parallel_for(g.size(), kGrain, [&](std::size_t b, std::size_t e) {
-            if (gx.accumulate)
+        const bool acc = gx.accumulate;
+        parallel::parallel_for(g.size(), kGrain, [pg, d, k, s, acc](std::size_t b, std::size_t e) {
+            if (acc)
                 for (std::size_t i = b; i < e; ++i) d[i] += pg[i] * (k[i] ? s : 0.0f);
             else
                 for (std::size_t i = b; i < e; ++i) d[i] = pg[i] * (k[i] ? s : 0.0f);
@@ -53,7 +54,7 @@ Tensor dropout(const Tensor& x, float p, bool training) {
     const float* px = x.data();
     float* po = out.data();
     const std::uint8_t* k = keep.data();
-    parallel::parallel_for(x.numel(), kGrain, [&](std::size_t b, std::size_t e) {
+    parallel::parallel_for(x.numel(), kGrain, [px, po, k, keep_scale](std::size_t b, std::size_t e) {
         for (std::size_t i = b; i < e; ++i) po[i] = px[i] * (k[i] ? keep_scale : 0.0f);
     });
     if (needs_grad({&x})) {
