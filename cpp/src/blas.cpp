@@ -22,7 +22,10 @@ void init() {
 
 namespace {
 
-constexpr double kSplitFlops = 2.0 * 64 * 64 * 64;  // below this a product stays on one thread
+// Below ~4 MFLOP (~40 us on one core) a product stays on one thread: handing half of it to the
+// other thread costs a few us, and on a loaded machine a worker that was preempted holding a piece
+// costs a scheduler tick (measured: the tiny model's step ran faster single-threaded).
+constexpr double kSplitFlops = 2.0 * 128 * 128 * 128;
 constexpr int kMinBlock = 32;                        // rows (or columns) per piece at least
 // Pieces per thread: 2 lets the caller take over half of a descheduled worker's share; more
 // would pack B (or A) once more per piece.

@@ -17,19 +17,22 @@ inline std::uint64_t mix64(std::uint64_t seed, std::uint64_t i) {
     return z ^ (z >> 31);
 }
 
-// keep[i] = 1 with probability 1 - p: a uniform u in [0, 1) on a 2^-24 grid (float32's
-// resolution, as a float uniform draw) compared with p. One hash gives two draws: elements 2j and
-// 2j + 1 take the top 24 bits of the hash's upper and lower halves.
+// keep[i] = 1 with probability 1 - p: a uniform u in [0, 1) on a 2^-16 grid compared with p (the
+// kept fraction is within 2^-17 of 1 - p). One hash gives four draws: elements 4j .. 4j + 3 take
+// its four 16-bit quarters.
 inline void dropout_keep_mask(std::uint8_t* keep, std::size_t n, float p, std::uint64_t seed) {
-    const std::uint32_t threshold = std::uint32_t(double(p) * double(1u << 24) + 0.5);  // u < p  <=>  bits < threshold
-    const std::size_t pairs = (n + 1) / 2;
-    parallel::parallel_for(pairs, 16384, [keep, n, seed, threshold](std::size_t b, std::size_t e) {
+    const std::uint32_t threshold = std::uint32_t(double(p) * 65536.0 + 0.5);  // u < p  <=>  bits < threshold
+    const std::size_t quads = n / 4;
+    parallel::parallel_for(quads, 16384, [keep, seed, threshold](std::size_t b, std::size_t e) {
         for (std::size_t j = b; j < e; ++j) {
             const std::uint64_t h = mix64(seed, j);
-            keep[2 * j] = std::uint32_t(h >> 40) >= threshold;
-            if (2 * j + 1 < n) keep[2 * j + 1] = (std::uint32_t(h) >> 8) >= threshold;
+            for (int q = 0; q < 4; ++q) keep[4 * j + std::size_t(q)] = std::uint32_t((h >> (16 * q)) & 0xFFFF) >= threshold;
         }
     });
+    if (quads * 4 < n) {  // the last few
+        const std::uint64_t h = mix64(seed, quads);
+        for (std::size_t i = quads * 4; i < n; ++i) keep[i] = std::uint32_t((h >> (16 * (i - quads * 4))) & 0xFFFF) >= threshold;
+    }
 }
 
 }  // namespace ct::detail

@@ -1,5 +1,6 @@
 #include "ctransformer/ops/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -42,14 +43,31 @@ struct Geometry {
     std::size_t mask_row = 0, mask_col = 0;
     bool has_mask = false;
 
-    bool masked(std::size_t g, std::size_t i, std::size_t j) const {
-        if (causal && j > i + (Lk - Lq)) return true;
-        return has_mask && mask[mask_group[g] + i * mask_row + j * mask_col] == 0;
+    // row[j] = value wherever query i of group g may not attend key j (written so it vectorises).
+    void fill_masked(float* row, std::size_t g, std::size_t i, float value) const {
+        if (has_mask) {
+            const std::uint8_t* m = mask.data() + mask_group[g] + i * mask_row;
+            const std::size_t n = Lk;
+            if (mask_col == 0) {
+                if (m[0] == 0) std::fill_n(row, n, value);
+            } else {
+                for (std::size_t j = 0; j < n; ++j) {
+                    const float x = row[j];
+                    row[j] = m[j] ? x : value;
+                }
+            }
+        }
+        if (causal && i + (Lk - Lq) + 1 < Lk) std::fill(row + i + (Lk - Lq) + 1, row + Lk, value);
     }
     std::size_t scores() const { return Lq * Lk; }
 };
 
-constexpr std::size_t kGroupGrain = 1;  // groups per piece at least: one product each is enough work
+// Groups per piece: at least ~2^18 operations' worth (~50 us), so a small attention stays on one
+// thread (see blas.cpp on splitting small work).
+std::size_t group_grain(const Geometry& g) {
+    const std::size_t per_group = g.Lq * g.Lk * (g.dk + g.dv + 24) + 1;
+    return std::max<std::size_t>(1, (std::size_t(1) << 18) / per_group);
+}
 
 // dS = P * (dP - rowsum(dP * P)), with dP = dattn (times the dropout multiplier), zero where masked
 // (the filled scores are constants). One group's rows, into `ds`.
@@ -61,9 +79,10 @@ void softmax_backward_rows(const Geometry& geo, std::size_t g, const float* p, c
         const float* pr = p + i * Lk;
         const float* gr = dattn + i * Lk;
         float* dr = ds + i * Lk;
-        if (keep) {
+        if (keep) {  // dP = dattn * (0 or 1/(1-p))
             const std::uint8_t* kr = keep + i * Lk;
-            for (std::size_t j = 0; j < Lk; ++j) dr[j] = kr[j] ? gr[j] * keep_scale : 0.0f;
+            const float ks = keep_scale;
+            for (std::size_t j = 0; j < Lk; ++j) dr[j] = gr[j] * (kr[j] ? ks : 0.0f);
             gr = dr;
         }
         B acc(0.0f);
@@ -72,9 +91,7 @@ void softmax_backward_rows(const Geometry& geo, std::size_t g, const float* p, c
         simd::blocks(Lk, [&](std::size_t j, std::size_t c) {
             simd::store(dr + j, simd::load(pr + j, c) * (simd::load(gr + j, c) - dot), c);
         });
-        if (geo.has_mask || geo.causal)
-            for (std::size_t j = 0; j < Lk; ++j)
-                if (geo.masked(g, i, j)) dr[j] = 0.0f;
+        geo.fill_masked(dr, g, i, 0.0f);
     }
 }
 
@@ -97,7 +114,7 @@ struct AttentionWeightsBackward : Node {
         const float* P = probs.data();
         const float* dA = g.data();
         const std::size_t S = G.scores();
-        parallel::parallel_for(G.G, kGroupGrain, [&](std::size_t g0, std::size_t g1) {
+        parallel::parallel_for(G.G, group_grain(G), [&](std::size_t g0, std::size_t g1) {
             std::vector<float> ds(S);
             for (std::size_t gi = g0; gi < g1; ++gi) {
                 softmax_backward_rows(G, gi, P + gi * S, dA + gi * S, keep.empty() ? nullptr : keep.data() + gi * S,
@@ -127,7 +144,7 @@ struct AttentionApplyBackward : Node {
         const GradBuffer ga = grad_buffer(attn);
         const GradBuffer gv = grad_buffer(v);
         const std::size_t S = G.scores();
-        parallel::parallel_for(G.G, kGroupGrain, [&](std::size_t g0, std::size_t g1) {
+        parallel::parallel_for(G.G, group_grain(G), [&](std::size_t g0, std::size_t g1) {
             for (std::size_t gi = g0; gi < g1; ++gi) {
                 const float* dout = g.data() + G.out.at(gi, G.H);
                 const float* vg = v.data() + G.v.at(gi, G.H);
@@ -165,7 +182,7 @@ std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, cons
     Tensor out(Array::from_shape(out_shape));
     float* P = probs.data();
     float* A = attn.data();
-    parallel::parallel_for(G.G, kGroupGrain, [&](std::size_t g0, std::size_t g1) {
+    parallel::parallel_for(G.G, group_grain(G), [&](std::size_t g0, std::size_t g1) {
         constexpr float kNegInf = -std::numeric_limits<float>::infinity();
         for (std::size_t gi = g0; gi < g1; ++gi) {
             float* pg = P + gi * S;
@@ -173,9 +190,7 @@ std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, cons
                               int(G.q.ld), k.data() + G.k.at(gi, G.H), int(G.k.ld), 0.0f, pg, int(G.Lk));
             for (std::size_t i = 0; i < G.Lq; ++i) {
                 float* row = pg + i * G.Lk;
-                if (G.has_mask || G.causal)
-                    for (std::size_t j = 0; j < G.Lk; ++j)
-                        if (G.masked(gi, i, j)) row[j] = G.fill;
+                G.fill_masked(row, gi, i, G.fill);
                 const B mx(simd::max(row, G.Lk, kNegInf));
                 B acc(0.0f);
                 simd::blocks(G.Lk, [&](std::size_t j, std::size_t c) {
@@ -185,10 +200,13 @@ std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, cons
                 });
                 const B inv(1.0f / simd::hsum(acc));
                 simd::blocks(G.Lk, [&](std::size_t j, std::size_t c) { simd::store(row + j, simd::load(row + j, c) * inv, c); });
-                if (drop) {
+                if (drop) {  // attn = P * (0 or 1/(1-p)); locals, so no store can alias them
                     const std::uint8_t* kr = keep.data() + gi * S + i * G.Lk;
                     float* ar = A + gi * S + i * G.Lk;
-                    for (std::size_t j = 0; j < G.Lk; ++j) ar[j] = kr[j] ? row[j] * keep_scale : 0.0f;
+                    const float* pr = row;
+                    const float ks = keep_scale;
+                    const std::size_t lk = G.Lk;
+                    for (std::size_t j = 0; j < lk; ++j) ar[j] = pr[j] * (kr[j] ? ks : 0.0f);
                 }
             }
             // out_g = attn_g @ v_g, written into its heads' columns

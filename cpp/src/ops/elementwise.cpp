@@ -52,8 +52,9 @@ inline void for_pair(BinaryOp op, F&& f) {  // f(lambda) with the op as a compil
 template <class V>
 void write_grad(const GradBuffer& gb, std::size_t n, V v) {
     float* d = gb.data;
-    parallel::parallel_for(n, kGrain, [&](std::size_t b, std::size_t e) {
-        if (gb.accumulate)
+    const bool acc = gb.accumulate;
+    parallel::parallel_for(n, kGrain, [d, acc, &v](std::size_t b, std::size_t e) {
+        if (acc)
             for (std::size_t i = b; i < e; ++i) d[i] += v(i);
         else
             for (std::size_t i = b; i < e; ++i) d[i] = v(i);
@@ -182,7 +183,7 @@ struct ScalarBackward : Node {
         if (GradBuffer gx = grad_buffer(inputs[0])) {
             const float* pg = g.data();
             const float s = dydx;
-            write_grad(gx, g.size(), [&](std::size_t i) { return pg[i] * s; });
+            write_grad(gx, g.size(), [pg, s](std::size_t i) { return pg[i] * s; });
         }
     }
 };
