@@ -15,7 +15,7 @@ class Shakespeare(Task):
         "seed": 1337, "steps": 2000, "log_every": 250, "eval_iters": 50,
         "n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_size": 12, "dropout": 0.0,
         "lr": 1e-3, "min_lr": 1e-4, "warmup_iters": 100, "lr_decay_iters": 2000, "beta1": 0.9, "beta2": 0.99,
-        "weight_decay": 0.1, "grad_clip": 1.0, "sample_chars": 300, "temperature": 0.8, "top_k": 40,
+        "weight_decay": 0.1, "decay": "seed", "grad_clip": 1.0, "sample_chars": 300, "temperature": 0.8, "top_k": 40,
         "target_val_loss": 1.88,
     }
 
@@ -31,7 +31,15 @@ class Shakespeare(Task):
     def build(self, cfg):
         model = GPT(self.data.vocab_size + 1, cfg["block_size"], cfg["n_layer"], cfg["n_embd"], cfg["n_head"],
                     4 * cfg["n_embd"], cfg["dropout"])
-        optimizer = ct.optim.AdamW(model.configure_optimizers(cfg["weight_decay"]), lr=cfg["lr"],
+        if cfg["decay"] == "seed":    # seed 004: Linear weights decay; biases, LayerNorm, embeddings do not
+            groups = model.configure_optimizers(cfg["weight_decay"])
+        elif cfg["decay"] == "nanogpt":   # nanoGPT: every parameter of rank >= 2 decays, embeddings included
+            params = model.parameters()
+            groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg["weight_decay"]},
+                      {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+        else:
+            raise ValueError(f"shakespeare: decay must be 'seed' or 'nanogpt', got {cfg['decay']!r}")
+        optimizer = ct.optim.AdamW(groups, lr=cfg["lr"],
                                    betas=(cfg["beta1"], cfg["beta2"]))
         scheduler = ct.optim.CosineWarmupLR(optimizer, warmup_iters=cfg["warmup_iters"],
                                             lr_decay_iters=cfg["lr_decay_iters"], min_lr=cfg["min_lr"])
