@@ -110,7 +110,135 @@ def build_gpt_train(side, share, torch_model=None):
     return step, model
 
 
-CASES = {
-    "gpt/train": dict(build=build_gpt_train, flops=lambda: gpt_flops(GPT)["train"],
-                      config=GPT, gemms=None),
-}
+# --- system A: seed 000's Transformer -------------------------------------------------------------
+# Training: src (b, L), trg (b, L + 1) -> the model sees trg[:, :-1] and predicts trg[:, 1:] (the
+# seeds' patch_trg); rows end in padding at random lengths in [L/2, L]; dropout 0.1 (the model's
+# default), cross_entropy with ignore_index=PAD and label_smoothing=0.1 (mean over real tokens),
+# Adam(lr 1e-4, betas (0.9, 0.98), eps 1e-9) as seed 002.
+LABEL_SMOOTHING, LR, BETAS, EPS = 0.1, 1e-4, (0.9, 0.98), 1e-9
+
+
+def a_args(c, dropout=0.1):
+    d, h = c["d_model"], c["n_head"]
+    return dict(n_src_vocab=c["vocab"], n_trg_vocab=c["vocab"], src_pad_idx=PAD, trg_pad_idx=PAD, d_word_vec=d,
+                d_model=d, d_inner=c["d_inner"], n_layers=c["n_layers"], n_head=h, d_k=d // h, d_v=d // h,
+                dropout=dropout, n_position=200)
+
+
+def a_batch(c, seed=0, rows=None):
+    rng = np.random.default_rng(seed)
+    b, L, v = rows or c["batch"], c["length"], c["vocab"]
+    src = rng.integers(3, v, (b, L))
+    trg = rng.integers(3, v, (b, L + 1))
+    trg[:, 0] = BOS
+    for r in range(b):  # padded tails
+        src[r, rng.integers(L // 2, L + 1):] = PAD
+        trg[r, rng.integers(L // 2 + 1, L + 2):] = PAD
+    return src, trg
+
+
+def torch_system_a(c, dropout=0.1, seed=0):
+    import torch
+    from reference.seed000 import Transformer as TorchTransformer
+    torch.manual_seed(seed)
+    return TorchTransformer(**a_args(c, dropout))
+
+
+def ct_system_a(c, torch_model=None, dropout=0.1, seed=0):
+    import ctransformer as ct
+    ct.manual_seed(seed)
+    model = ct.nn.Transformer(**a_args(c, dropout))
+    if torch_model is not None:  # the same weights
+        model.load_state_dict({k: v.detach().numpy() for k, v in torch_model.state_dict().items()})
+    return model
+
+
+def build_a_train(size):
+    c = SYSTEM_A[size]
+
+    def build(side, share, torch_model=None):
+        src, trg = a_batch(c)
+        trg_in, gold = trg[:, :-1], trg[:, 1:].reshape(-1)
+        if side == "torch":
+            import torch
+            import torch.nn.functional as F
+            model = torch_system_a(c).train()
+            opt = torch.optim.Adam(model.parameters(), lr=LR, betas=BETAS, eps=EPS)
+            ts, tt, tg = torch.from_numpy(src), torch.from_numpy(trg_in), torch.from_numpy(gold)
+
+            def step():
+                logits = model(ts, tt)
+                loss = F.cross_entropy(logits, tg, ignore_index=PAD, label_smoothing=LABEL_SMOOTHING)
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                return loss
+            return step, model
+        import ctransformer as ct
+        model = ct_system_a(c, torch_model if share else None).train()
+        opt = ct.optim.Adam(model.parameters(), lr=LR, betas=BETAS, eps=EPS)
+
+        def step():
+            logits = model(src, trg_in)
+            loss = ct.functional.cross_entropy(logits, gold, ignore_index=PAD, label_smoothing=LABEL_SMOOTHING)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+        return step, model
+    return build
+
+
+def torch_greedy_decode(model, src, src_mask, max_len, start_symbol):
+    """Seed 002's greedy_decode for seed 000's model, batched: encode once, then decode the whole
+    prefix at every step and append the arg-max of the last position's logits."""
+    import torch
+    from reference.seed000 import get_subsequent_mask
+    with torch.no_grad():
+        memory, *_ = model.encoder(src, src_mask)
+        ys = torch.full((src.size(0), 1), start_symbol, dtype=src.dtype)
+        for _ in range(max_len - 1):
+            out, *_ = model.decoder(ys, get_subsequent_mask(ys), memory, src_mask)
+            logits = model.trg_word_prj(out[:, -1])
+            if model.scale_prj:
+                logits = logits * model.d_model ** -0.5
+            ys = torch.cat([ys, logits.argmax(dim=1, keepdim=True)], dim=1)
+    return ys
+
+
+def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS):
+    c = SYSTEM_A[size]
+
+    def build(side, share, torch_model=None, steps=steps):
+        src, _ = a_batch(c, seed=1, rows=rows)
+        if side == "torch":
+            import torch
+            from reference.seed000 import get_pad_mask
+            model = torch_system_a(c).eval()
+            ts = torch.from_numpy(src)
+            mask = get_pad_mask(ts, PAD)
+            return (lambda: torch_greedy_decode(model, ts, mask, steps + 1, BOS)), model
+        import ctransformer as ct
+        model = ct_system_a(c, torch_model if share else None).eval()
+        mask = ct.nn.get_pad_mask(src, PAD)
+
+        def step():
+            with ct.no_grad():
+                return ct.decode.greedy_decode(model, src, mask, steps + 1, BOS, use_cache=use_cache)
+        return step, model
+    return build
+
+
+# Each case: build(side, share, torch_model=None) -> (step, model); flops() for training steps;
+# decoding cases also time ct's key/value-cached decoder ("cached") against the same torch loop.
+CASES = {}
+for _size in ("tiny", "small", "base"):
+    CASES[f"{_size}/train"] = dict(build=build_a_train(_size), flops=(lambda s=_size: system_a_flops(SYSTEM_A[s])["train"]),
+                                   config=SYSTEM_A[_size], kind="train")
+CASES["gpt/train"] = dict(build=build_gpt_train, flops=lambda: gpt_flops(GPT)["train"], config=GPT, kind="train")
+for _size in ("tiny", "small", "base"):
+    for _rows in (1, 32):
+        CASES[f"{_size}/decode-b{_rows}"] = dict(
+            build=build_a_decode(_size, _rows, use_cache=False), cached=build_a_decode(_size, _rows, use_cache=True),
+            flops=None, config=SYSTEM_A[_size], kind="decode", rows=_rows,
+            slow=(_size == "base" and _rows == 32))  # ~30 s per torch run: skipped by --quick
