@@ -206,10 +206,10 @@ def torch_greedy_decode(model, src, src_mask, max_len, start_symbol):
     return ys
 
 
-def build_a_decode(size, rows, use_cache):
+def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS):
     c = SYSTEM_A[size]
 
-    def build(side, share, torch_model=None):
+    def build(side, share, torch_model=None, steps=steps):
         src, _ = a_batch(c, seed=1, rows=rows)
         if side == "torch":
             import torch
@@ -217,25 +217,28 @@ def build_a_decode(size, rows, use_cache):
             model = torch_system_a(c).eval()
             ts = torch.from_numpy(src)
             mask = get_pad_mask(ts, PAD)
-            return (lambda: torch_greedy_decode(model, ts, mask, DECODE_STEPS + 1, BOS)), model
+            return (lambda: torch_greedy_decode(model, ts, mask, steps + 1, BOS)), model
         import ctransformer as ct
         model = ct_system_a(c, torch_model if share else None).eval()
         mask = ct.nn.get_pad_mask(src, PAD)
 
         def step():
             with ct.no_grad():
-                return ct.decode.greedy_decode(model, src, mask, DECODE_STEPS + 1, BOS, use_cache=use_cache)
+                return ct.decode.greedy_decode(model, src, mask, steps + 1, BOS, use_cache=use_cache)
         return step, model
     return build
 
 
+# Each case: build(side, share, torch_model=None) -> (step, model); flops() for training steps;
+# decoding cases also time ct's key/value-cached decoder ("cached") against the same torch loop.
 CASES = {}
 for _size in ("tiny", "small", "base"):
     CASES[f"{_size}/train"] = dict(build=build_a_train(_size), flops=(lambda s=_size: system_a_flops(SYSTEM_A[s])["train"]),
-                                   config=SYSTEM_A[_size])
+                                   config=SYSTEM_A[_size], kind="train")
+CASES["gpt/train"] = dict(build=build_gpt_train, flops=lambda: gpt_flops(GPT)["train"], config=GPT, kind="train")
 for _size in ("tiny", "small", "base"):
     for _rows in (1, 32):
         CASES[f"{_size}/decode-b{_rows}"] = dict(
-            build=build_a_decode(_size, _rows, use_cache=False), flops=None, config=SYSTEM_A[_size],
-            cached=build_a_decode(_size, _rows, use_cache=True), slow=(_size == "base" and _rows == 32))
-CASES["gpt/train"] = dict(build=build_gpt_train, flops=lambda: gpt_flops(GPT)["train"], config=GPT)
+            build=build_a_decode(_size, _rows, use_cache=False), cached=build_a_decode(_size, _rows, use_cache=True),
+            flops=None, config=SYSTEM_A[_size], kind="decode", rows=_rows,
+            slow=(_size == "base" and _rows == 32))  # ~30 s per torch run: skipped by --quick

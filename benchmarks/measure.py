@@ -40,14 +40,17 @@ def _openblas():
     lib.cblas_sgemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                                     ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
     lib.openblas_get_config.restype = ctypes.c_char_p
+    lib.openblas_set_num_threads.argtypes = [ctypes.c_int]
     return core, lib, path
 
 
 def sgemm_rate(shapes, threads=2, min_time=0.15):
-    """GFLOP/s of OpenBLAS sgemm over `shapes`, a list of (m, n, k, trans_a, trans_b, count): the flops of
-    all of them over the time they take at each shape's measured speed (the step's matmul mix)."""
+    """GFLOP/s of OpenBLAS sgemm (its own `threads`-thread code) over `shapes`, a list of
+    (m, n, k, trans_a, trans_b, count): the flops of all of them over the time they take at each
+    shape's measured speed (the step's matmul mix)."""
     core, lib, path = _openblas()
-    core.set_num_threads(threads)
+    core.get_num_threads()  # ct pins OpenBLAS to one thread on first use (it splits products itself) ...
+    lib.openblas_set_num_threads(threads)  # ... so OpenBLAS's own threading is switched on for this measure
     total_flops = total_time = 0.0
     per_shape = []
     for m, n, k, ta, tb, count in shapes:
@@ -69,6 +72,8 @@ def sgemm_rate(shapes, threads=2, min_time=0.15):
         per_shape.append({"shape": [m, n, k], "trans": [bool(ta), bool(tb)], "gflops": flops / t / 1e9})
         total_flops += flops * count
         total_time += t * count
+    lib.openblas_set_num_threads(1)  # back to what ct expects
+    time.sleep(0.3)  # let OpenBLAS's workers stop spinning before anything else is timed
     return {"gflops": total_flops / total_time / 1e9, "threads": threads, "library": path,
             "config": lib.openblas_get_config().decode(), "shapes": per_shape}
 

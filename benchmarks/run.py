@@ -54,11 +54,10 @@ def probe_memory(case, side, steps):
 
 
 def probe_time(case, repeats):
-    """Median torch time of a case in this process (for the OMP_WAIT_POLICY comparison)."""
-    set_threads("torch")
-    step, _ = cases.CASES[case]["build"]("torch", share=False)
-    med, _ = measure.interleaved({"torch": step}, repeats, warmup=2)
-    print(json.dumps({"torch_s": med["torch"]}))
+    """The suite's interleaved timing of one case (ct and torch) in this process, whose
+    OMP_WAIT_POLICY the caller chose (for the OMP_WAIT_POLICY comparison)."""
+    med, _, _ = time_case(cases.CASES[case], budget=0.0, max_repeats=repeats, min_repeats=repeats)
+    print(json.dumps({"torch_s": med["torch"], "ct_s": med["ct"]}))
 
 
 def run_probe(args, env=None):
@@ -74,7 +73,9 @@ def memory_of(case, steps=3):
 
 
 def policy_check(case, rounds, repeats):
-    """torch's median step with OMP_WAIT_POLICY=PASSIVE vs unset (libgomp's default), alternating processes."""
+    """The case timed as in the suite (ct and torch interleaved) in fresh processes with
+    OMP_WAIT_POLICY=PASSIVE and unset (libgomp's default), alternating; medians over the rounds."""
+    import statistics
     res = {"PASSIVE": [], "default": []}
     for _ in range(rounds):
         for policy in res:
@@ -82,28 +83,43 @@ def policy_check(case, rounds, repeats):
             env.pop("OMP_WAIT_POLICY", None)
             if policy == "PASSIVE":
                 env["OMP_WAIT_POLICY"] = "PASSIVE"
-            res[policy].append(run_probe(["--probe-time", case, "--repeats", str(repeats)], env=env)["torch_s"])
-    import statistics
-    return {k: statistics.median(v) for k, v in res.items()}
+            res[policy].append(run_probe(["--probe-time", case, "--repeats", str(repeats)], env=env))
+    return {policy: {side: statistics.median(r[side] for r in runs) for side in ("torch_s", "ct_s")}
+            for policy, runs in res.items()}
 
 
 # --- the suite ------------------------------------------------------------------------------------
-def time_case(name, spec, budget, max_repeats, min_repeats=3):
-    import torch  # noqa: F401  (imported before ct builds, as the probes do)
+def time_case(spec, budget, max_repeats, min_repeats=3):
+    """Medians of interleaved runs of each side (and ct's cached decoder for decoding cases).
+
+    One warm-up round first; when a round takes more than a quarter of the budget, the warm-up round
+    is kept as a sample instead (the allocator and caches warm within the first steps of a long decode)
+    and at least 2 rounds run, else at least 3."""
     set_threads("torch")
     set_threads("ct")
     t_step, t_model = spec["build"]("torch", share=True)
-    c_step, _ = spec["build"]("ct", share=True, torch_model=t_model)
-    # Warm-up (one call each), then as many interleaved repeats as the budget allows.
-    t0 = time.perf_counter(); c_step(); tc = time.perf_counter() - t0
-    t0 = time.perf_counter(); t_step(); tt = time.perf_counter() - t0
-    repeats = int(max(min_repeats, min(max_repeats, budget / max(tc + tt, 1e-9))))
-    med, raw = measure.interleaved({"ct": c_step, "torch": t_step}, repeats, warmup=1 if tc + tt < budget / 4 else 0)
+    fns = {"ct": spec["build"]("ct", share=True, torch_model=t_model)[0], "torch": t_step}
+    if "cached" in spec:
+        fns["ct_cached"] = spec["cached"]("ct", share=True, torch_model=t_model)[0]
+    first = {}
+    for name, fn in fns.items():
+        t0 = time.perf_counter()
+        fn()
+        first[name] = time.perf_counter() - t0
+    round_s = sum(first.values())
+    long_rounds = round_s > budget / 4
+    repeats = int(max(min(2, min_repeats) if long_rounds else min_repeats, min(max_repeats, budget / max(round_s, 1e-9))))
+    med, raw = measure.interleaved(fns, repeats - (1 if long_rounds else 0), warmup=0)
+    if long_rounds:
+        import statistics
+        for name in fns:
+            raw[name].insert(0, first[name])
+            med[name] = statistics.median(raw[name])
     return med, raw, repeats
 
 
-def fmt_ms(s):
-    return f"{s * 1e3:.1f}" if s < 10 else f"{s:.2f} s"
+def fmt_s(s):
+    return f"{s * 1e3:.1f} ms" if s < 10 else f"{s:.1f} s"
 
 
 def main():
@@ -131,6 +147,7 @@ def main():
         p.error(f"unknown case(s) {unknown}; choose from {list(cases.CASES)}")
     budget = a.budget or (6.0 if a.quick else 20.0)
     started = time.time()
+    load_before = os.getloadavg()
     import torch
     import ctransformer as ct
 
@@ -142,57 +159,86 @@ def main():
     results = []
     for name in names:
         spec = cases.CASES[name]
-        med, raw, repeats = time_case(name, spec, spec.get("budget", budget) * (0.5 if a.quick else 1.0),
-                                      max_repeats=30 if not a.quick else 10)
-        # Decoding has no FLOP count here: its two sides do different work (cached vs full prefix).
-        flops = spec["flops"]() if spec.get("flops") else None
-        row = {"case": name, "ct_s": med["ct"], "torch_s": med["torch"], "ratio": med["torch"] / med["ct"],
-               "repeats": repeats, "raw": raw, "flops": flops,
-               "ct_gflops": flops / med["ct"] / 1e9 if flops else None,
-               "torch_gflops": flops / med["torch"] / 1e9 if flops else None}
-        if name.endswith("/train") and not a.no_memory:
+        left = 540 - (time.time() - started)  # keep the whole suite under 10 minutes
+        case_budget = budget if left > 240 else max(1.0, budget * left / 480)
+        med, raw, repeats = time_case(spec, case_budget, max_repeats=30 if not a.quick else 10)
+        row = {"case": name, "kind": spec["kind"], "ct_s": med["ct"], "torch_s": med["torch"],
+               "ratio": med["torch"] / med["ct"], "repeats": repeats, "raw": raw}
+        if "ct_cached" in med:
+            row["ct_cached_s"] = med["ct_cached"]
+            row["ratio_cached"] = med["torch"] / med["ct_cached"]
+        if spec.get("flops"):
+            flops = spec["flops"]()
+            row.update(flops=flops, ct_gflops=flops / med["ct"] / 1e9, torch_gflops=flops / med["torch"] / 1e9)
+        if spec["kind"] == "train" and not a.no_memory:
             row["memory"] = memory_of(name)
         results.append(row)
-        print(f"{name:18s} ct {fmt_ms(med['ct']):>9s}  torch {fmt_ms(med['torch']):>9s}  "
-              f"torch/ct {row['ratio']:5.2f}x  ({repeats} repeats)", flush=True)
+        extra = f"  ct cached {fmt_s(row['ct_cached_s'])} ({row['ratio_cached']:.2f}x)" if "ct_cached_s" in row else ""
+        print(f"{name:18s} ct {fmt_s(med['ct']):>9s}  torch {fmt_s(med['torch']):>9s}  "
+              f"torch/ct {row['ratio']:5.2f}x{extra}  ({repeats} repeats)", flush=True)
 
     policy = None
     if not a.no_policy_check:
-        pc = "base/train" if "base/train" in cases.CASES else "gpt/train"
+        pc = "small/train"
         policy = policy_check(pc, rounds=1 if a.quick else 2, repeats=3 if a.quick else 5)
         policy["case"] = pc
-        print(f"torch on {pc}: OMP_WAIT_POLICY=PASSIVE {fmt_ms(policy['PASSIVE'])} ms, "
-              f"unset {fmt_ms(policy['default'])} ms", flush=True)
+        print(f"{pc} in fresh processes, torch / ct: OMP_WAIT_POLICY=PASSIVE {fmt_s(policy['PASSIVE']['torch_s'])} / "
+              f"{fmt_s(policy['PASSIVE']['ct_s'])}, unset {fmt_s(policy['default']['torch_s'])} / "
+              f"{fmt_s(policy['default']['ct_s'])}", flush=True)
 
     date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     meta = {"date": date, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
             "threads": THREADS, "torch": torch.__version__, "ctransformer": ct.__version__,
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "sgemm": sgemm, "policy_check": policy,
-            "quick": a.quick, "wall_s": time.time() - started}
+            "quick": a.quick, "wall_s": time.time() - started,
+            "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}
     out = a.out or os.path.join(HERE, "results", datetime.datetime.now().strftime("%Y-%m-%d_%H%M") +
                                 ("_quick" if a.quick else "") + ".json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=1)
 
-    print(f"\n### ctransformer vs PyTorch {torch.__version__}, {date}, {THREADS} threads each "
-          f"(torch with OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')})\n")
-    print("| case | ct | torch | torch/ct | ct GFLOP/s | torch GFLOP/s | ct % of sgemm | peak MiB ct / torch (step) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(table(results, meta))
+    print(f"Wall time {meta['wall_s']:.0f} s; JSON: {os.path.relpath(out)}")
+
+
+def table(results, meta):
+    sg = meta["sgemm"]["gflops"]
+    lines = [f"### ctransformer vs PyTorch {meta['torch']}, {meta['date']}, {meta['threads']} threads each "
+             f"(torch with OMP_WAIT_POLICY={meta['omp_wait_policy']})", "",
+             "Training steps (forward + label-smoothed cross-entropy + backward + Adam/AdamW step):", "",
+             "| case | ct | torch | torch/ct | ct GFLOP/s | torch GFLOP/s | ct % of sgemm | peak RSS MiB ct / torch | step rise MiB ct / torch |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
-        mem = ""
+        if r["kind"] != "train":
+            continue
+        mem = rise = ""
         if "memory" in r:
             m = r["memory"]
-            mem = (f"{m['ct']['peak_kib'] / 1024:.0f} / {m['torch']['peak_kib'] / 1024:.0f} "
-                   f"({(m['ct']['step_kib'] or 0) / 1024:.0f} / {(m['torch']['step_kib'] or 0) / 1024:.0f})")
-        rates = (f"{r['ct_gflops']:.1f} | {r['torch_gflops']:.1f} | {100 * r['ct_gflops'] / sgemm['gflops']:.0f}%"
-                 if r["flops"] else "- | - | -")
-        print(f"| {r['case']} | {fmt_ms(r['ct_s'])} ms | {fmt_ms(r['torch_s'])} ms | **{r['ratio']:.2f}x** | "
-              f"{rates} | {mem} |")
-    print(f"\nOpenBLAS sgemm limit (base shapes, {THREADS} threads): {sgemm['gflops']:.0f} GFLOP/s. "
-          "FLOPs: matmuls only, counted analytically. Memory: peak RSS (VmHWM) of a fresh process holding one "
-          "side, and in brackets its rise over the RSS before the first step.")
-    print(f"Wall time {meta['wall_s']:.0f} s; JSON: {os.path.relpath(out)}")
+            mem = f"{m['ct']['peak_kib'] / 1024:.0f} / {m['torch']['peak_kib'] / 1024:.0f}"
+            rise = f"{(m['ct']['step_kib'] or 0) / 1024:.0f} / {(m['torch']['step_kib'] or 0) / 1024:.0f}"
+        lines.append(f"| {r['case']} | {fmt_s(r['ct_s'])} | {fmt_s(r['torch_s'])} | **{r['ratio']:.2f}x** | "
+                     f"{r['ct_gflops']:.1f} | {r['torch_gflops']:.1f} | {100 * r['ct_gflops'] / sg:.0f}% | {mem} | {rise} |")
+    dec = [r for r in results if r["kind"] == "decode"]
+    if dec:
+        lines += ["", f"Greedy decoding of {cases.DECODE_STEPS} tokens (torch: seed 002's full-prefix loop; ct: the same "
+                      "loop, and ct's key/value-cached decoder):", "",
+                  "| case | ct full prefix | torch | torch/ct | ct cached | torch/ct cached |", "|---|---:|---:|---:|---:|---:|"]
+        for r in dec:
+            lines.append(f"| {r['case']} | {fmt_s(r['ct_s'])} | {fmt_s(r['torch_s'])} | **{r['ratio']:.2f}x** | "
+                         f"{fmt_s(r['ct_cached_s'])} | **{r['ratio_cached']:.2f}x** |")
+    lines += ["", f"OpenBLAS sgemm at the base model's Linear shapes, {meta['threads']} threads, this run: "
+                  f"{sg:.0f} GFLOP/s (the practical limit). FLOPs: matmuls only, counted analytically (backward = 2x "
+                  "forward). Memory: peak RSS (VmHWM) of a fresh process holding one side, and its rise over the RSS "
+                  "before the first step (VmHWM reset via /proc/self/clear_refs). Machine load (1-min average, "
+                  f"other users included): {meta['loadavg_1min']['start']:.1f} at the start, "
+                  f"{meta['loadavg_1min']['end']:.1f} at the end."]
+    pc = meta.get("policy_check")
+    if pc:
+        p, d = pc["PASSIVE"], pc["default"]
+        lines.append(f"OMP_WAIT_POLICY, {pc['case']} timed as above in fresh processes: PASSIVE torch {fmt_s(p['torch_s'])} "
+                     f"(ct {fmt_s(p['ct_s'])}); unset torch {fmt_s(d['torch_s'])} (ct {fmt_s(d['ct_s'])}).")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

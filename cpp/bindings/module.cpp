@@ -1,5 +1,6 @@
 // ctransformer._core: the pybind11 layer over the C++ core. The maths lives in cpp/src.
 #include "bindings.hpp"
+#include "ctransformer/allocator.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/random.hpp"
 #include "ctransformer/threads.hpp"
@@ -20,7 +21,24 @@ PYBIND11_MODULE(_core, m) {
           "Seed the generator behind parameter initialisation and dropout.");
     m.def("get_rng_state", &ct::get_rng_state, "The generator's state (a string), for set_rng_state.");
     m.def("set_rng_state", &ct::set_rng_state, py::arg("state"), "Restore a state from get_rng_state().");
-    m.def("set_num_threads", &ct::set_num_threads, py::arg("n"), "Threads used by BLAS.");
+    m.def("set_num_threads", &ct::set_num_threads, py::arg("n"),
+          "Threads used by the library: BLAS products and ct's own kernels alike.");
+    m.def("memory_stats", [] {
+        const ct::AllocatorStats s = ct::allocator_stats();
+        py::dict d;
+        d["live_bytes"] = s.live_bytes;
+        d["cached_bytes"] = s.cached_bytes;
+        d["peak_bytes"] = s.peak_bytes;
+        d["system_allocs"] = s.system_allocs;
+        d["cache_hits"] = s.cache_hits;
+        d["cache_limit"] = ct::cache_limit();
+        return d;
+    }, "The tensor allocator's counters: bytes held by tensors (live) and kept for reuse (cached), the peak of "
+       "their sum since reset_peak_memory_stats(), and how many blocks came from the system vs the cache.");
+    m.def("reset_peak_memory_stats", &ct::reset_peak_allocator_stats);
+    m.def("empty_cache", &ct::empty_cache, "Return every cached tensor buffer to the system.");
+    m.def("set_cache_limit", &ct::set_cache_limit, py::arg("bytes"),
+          "Most bytes of freed tensor buffers kept for reuse (default 1 GiB or CTRANSFORMER_CACHE_LIMIT_MB).");
     m.def("get_num_threads", &ct::get_num_threads);
     ctpy::bind_tensor(m);
     auto functional = m.def_submodule("functional", "Functional ops, each with its backward.");

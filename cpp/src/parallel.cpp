@@ -33,7 +33,7 @@ long spin_ns() {
     return ns;
 }
 
-thread_local bool t_in_worker = false;  // nested parallel_for runs inline
+thread_local bool t_in_worker = false;  // inside a piece: nested parallel_for runs inline
 
 // Pieces are claimed dynamically: every thread, the caller included, takes the next unclaimed
 // piece until none is left. On a loaded machine a worker may not get a core for a while; the
@@ -70,7 +70,16 @@ public:
             task_.store(task, std::memory_order_release);
         }
         if (sleeping_.load(std::memory_order_acquire) > 0) cv_.notify_all();
-        work(task);
+        // While it runs pieces the caller counts as a worker: a piece that calls parallel_for runs
+        // it inline (taking run_mu_ again would deadlock).
+        struct InPiece {
+            InPiece() { t_in_worker = true; }
+            ~InPiece() { t_in_worker = false; }
+        };
+        {
+            InPiece in_piece;
+            work(task);
+        }
         // The last pieces run on other threads: spin briefly, then sleep until the last one
         // finishes (a worker the machine preempted may hold one for a scheduler tick, and a
         // spinning caller would keep the core it needs).

@@ -5,11 +5,15 @@ leaf's ``.grad``, as in PyTorch. Token ids are NumPy integer arrays.
 """
 from ._core import (
     Tensor,
+    empty_cache,
     get_num_threads,
     get_rng_state,
     is_grad_enabled,
     manual_seed,
+    memory_stats,
     ones,
+    reset_peak_memory_stats,
+    set_cache_limit,
     set_grad_enabled,
     set_num_threads,
     set_rng_state,
@@ -21,6 +25,7 @@ from .grad_mode import no_grad
 
 __all__ = [
     "Tensor", "tensor", "zeros", "ones", "no_grad", "is_grad_enabled", "set_grad_enabled",
-    "manual_seed", "get_rng_state", "set_rng_state", "set_num_threads", "get_num_threads", "decode", "functional", "nn", "optim", "training",
+    "manual_seed", "get_rng_state", "set_rng_state", "set_num_threads", "get_num_threads", "memory_stats",
+    "reset_peak_memory_stats", "empty_cache", "set_cache_limit", "decode", "functional", "nn", "optim", "training",
 ]
 __version__ = "0.1.0"

@@ -9,8 +9,8 @@
 // rounding). The cache holds at most `cache_limit()` bytes (default 1 GiB, or the environment
 // variable CTRANSFORMER_CACHE_LIMIT_MB); blocks freed beyond it go back to the system. When a
 // new block must come from the system and live + cached + new would exceed the most bytes ever
-// live at once, cached blocks of other sizes are released first (largest first): the cache never
-// raises the peak footprint above the peak of live tensors.
+// live at once plus 1/16, cached blocks of other sizes are released first: the cache raises the
+// peak footprint at most 1/16 above the peak of live tensors.
 #pragma once
 #include <cstddef>
 

@@ -71,9 +71,10 @@ Tensor Transformer::project(const Tensor& dec_output) const {
     if (dec_output.dim() < 1 || dec_output.size(-1) != config.d_model)
         throw ValueError("Transformer.project: dec_output must end in d_model = " + std::to_string(config.d_model) +
                          ", got " + shape_str(dec_output.shape()));
-    Tensor logits = trg_word_prj->forward(dec_output);
-    if (config.scale_prj()) logits = scale(logits, float(std::pow(double(config.d_model), -0.5)));   // *= d_model ** -0.5
-    return logits;
+    if (!config.scale_prj()) return trg_word_prj->forward(dec_output);
+    // logits * d_model ** -0.5, the scale folded into the product (ops/linear.hpp)
+    return linear(dec_output, trg_word_prj->weight, trg_word_prj->has_bias ? &trg_word_prj->bias : nullptr,
+                  float(std::pow(double(config.d_model), -0.5)));
 }
 
 TransformerOutput Transformer::forward(const IndexArray& src_seq, const IndexArray& trg_seq, bool return_attns) const {
@@ -88,8 +89,10 @@ TransformerOutput Transformer::forward(const IndexArray& src_seq, const IndexArr
     EncoderOutput enc = encoder->forward(src_seq, &src_mask, return_attns);
     DecoderOutput dec = decoder->forward(trg_seq, &trg_mask, enc.output, &src_mask, return_attns);
     TransformerOutput out;
-    out.logits = project(dec.output);
-    if (config.flatten_logits) out.logits = reshape(out.logits, {-1, std::int64_t(config.n_trg_vocab)});
+    // Flattened before the projection, the same rows: a copy of (b*lt, d_model) instead of the
+    // logits' (b*lt, n_trg_vocab).
+    out.logits = config.flatten_logits ? project(reshape(dec.output, {-1, std::int64_t(config.d_model)}))
+                                       : project(dec.output);
     out.enc_slf_attns = std::move(enc.slf_attns);
     out.dec_slf_attns = std::move(dec.slf_attns);
     out.dec_enc_attns = std::move(dec.enc_attns);

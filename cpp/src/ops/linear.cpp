@@ -11,11 +11,14 @@ namespace ct {
 
 namespace {
 
-// x is viewed as (N, in) with N = all leading dimensions; one gemm each way.
+// x is viewed as (N, in) with N = all leading dimensions; one gemm each way. With y = alpha x W^T + b:
+// dx = alpha g W, dW = alpha g^T x, db = sum over rows of g.
 struct LinearBackward : Node {
     std::size_t rows, in, out;
     bool has_bias;
-    LinearBackward(std::size_t r, std::size_t i, std::size_t o, bool b) : rows(r), in(i), out(o), has_bias(b) {}
+    float alpha;
+    LinearBackward(std::size_t r, std::size_t i, std::size_t o, bool b, float a)
+        : rows(r), in(i), out(o), has_bias(b), alpha(a) {}
     const char* name() const override { return "linear"; }
     void backward(const Array& g) override {
         const Tensor& x = inputs[0];
@@ -23,11 +26,11 @@ struct LinearBackward : Node {
         const int N = int(rows), I = int(in), O = int(out);
         if (GradBuffer gx = grad_buffer(x)) {  // dx (N, in) = g (N, out) @ W (out, in)
             if (O == 0 && !gx.accumulate) std::fill_n(gx.data, x.numel(), 0.0f);
-            blas::gemm(false, false, N, I, O, 1.0f, g.data(), O, w.data(), I, gx.beta(), gx.data, I);
+            blas::gemm(false, false, N, I, O, alpha, g.data(), O, w.data(), I, gx.beta(), gx.data, I);
         }
         if (GradBuffer gw = grad_buffer(w)) {  // dW (out, in) = g^T @ x
             if (N == 0 && !gw.accumulate) std::fill_n(gw.data, w.numel(), 0.0f);
-            blas::gemm(true, false, O, I, N, 1.0f, g.data(), O, x.data(), I, gw.beta(), gw.data, I);
+            blas::gemm(true, false, O, I, N, alpha, g.data(), O, x.data(), I, gw.beta(), gw.data, I);
         }
         if (has_bias)
             if (GradBuffer gb = grad_buffer(inputs[2])) {  // db = sum over rows of g, columns split over threads
@@ -45,7 +48,9 @@ struct LinearBackward : Node {
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) { return linear(x, weight, bias, 1.0f); }
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float alpha) {
     if (weight.dim() != 2)
         throw ValueError("linear: weight must have rank 2 (out_features, in_features), got shape " +
                          shape_str(weight.shape()));
@@ -70,10 +75,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) {
     } else if (in_f == 0) {
         out.array().fill(0.0f);
     }
-    blas::gemm(false, true, int(rows), int(out_f), int(in_f), 1.0f, x.data(), int(in_f), weight.data(), int(in_f),
+    blas::gemm(false, true, int(rows), int(out_f), int(in_f), alpha, x.data(), int(in_f), weight.data(), int(in_f),
                bias ? 1.0f : 0.0f, y, int(out_f));
     if (needs_grad({&x, &weight, bias}))
-        attach(out, std::make_shared<LinearBackward>(rows, in_f, out_f, bias != nullptr), {&x, &weight, bias});
+        attach(out, std::make_shared<LinearBackward>(rows, in_f, out_f, bias != nullptr, alpha), {&x, &weight, bias});
     return out;
 }
 

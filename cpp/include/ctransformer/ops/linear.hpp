@@ -5,5 +5,8 @@
 namespace ct {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias = nullptr);
+// y = alpha x @ W^T + b: a scale of the product folded into the gemm (no extra pass, no extra
+// buffer), e.g. seed 000's logits * d_model^-0.5.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float alpha);
 
 }  // namespace ct
