@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -38,6 +39,20 @@ thread_local bool t_in_worker = false;  // inside a piece: nested parallel_for r
 // Pieces are claimed dynamically: every thread, the caller included, takes the next unclaimed
 // piece until none is left. On a loaded machine a worker may not get a core for a while; the
 // caller then does its pieces instead of waiting for it.
+// A ticket is (task, pieces, next piece) in one word. The piece count must travel with it: read
+// from a field, a worker still looking at a finished task's exhausted ticket could see the next
+// task's larger count, claim a piece past the old end, and run one of the new task's pieces twice
+// (its done count then passes `pieces` and the caller waits forever; seen once in a training run).
+constexpr unsigned kPieceBits = 20;
+constexpr std::uint64_t kPieceMask = (std::uint64_t(1) << kPieceBits) - 1;
+constexpr std::uint32_t kTaskMask = (std::uint32_t(1) << (64 - 2 * kPieceBits)) - 1;
+std::uint64_t make_ticket(std::uint32_t task, std::size_t pieces) {
+    return (std::uint64_t(task & kTaskMask) << (2 * kPieceBits)) | (std::uint64_t(pieces) << kPieceBits);
+}
+std::uint32_t ticket_task(std::uint64_t t) { return std::uint32_t(t >> (2 * kPieceBits)); }
+std::size_t ticket_pieces(std::uint64_t t) { return std::size_t((t >> kPieceBits) & kPieceMask); }
+std::uint32_t ticket_piece(std::uint64_t t) { return std::uint32_t(t & kPieceMask); }
+
 class Pool {
 public:
     explicit Pool(int workers) {
@@ -55,9 +70,9 @@ public:
     std::size_t workers() const { return threads_.size(); }
 
     void run(std::size_t n, std::size_t pieces, ChunkFn fn, void* ctx) {
+        if (pieces > kPieceMask) throw std::logic_error("parallel::run: too many pieces");
         std::lock_guard<std::mutex> serial(run_mu_);  // one task at a time (callers from several threads)
         n_ = n;
-        pieces_ = pieces;
         fn_ = fn;
         ctx_ = ctx;
         done_.store(0, std::memory_order_relaxed);
@@ -65,8 +80,8 @@ public:
         {
             std::lock_guard<std::mutex> lock(mu_);
             task = task_.load(std::memory_order_relaxed) + 1;
-            // The ticket (task, next piece) is what threads claim from; publish it, then the task.
-            ticket_.store(std::uint64_t(task) << 32, std::memory_order_release);
+            // The ticket is what threads claim from; publish it, then the task.
+            ticket_.store(make_ticket(task, pieces), std::memory_order_release);
             task_.store(task, std::memory_order_release);
         }
         if (sleeping_.load(std::memory_order_acquire) > 0) cv_.notify_all();
@@ -101,13 +116,13 @@ private:
     void work(std::uint32_t task) {
         std::uint64_t t = ticket_.load(std::memory_order_acquire);
         for (;;) {
-            if (std::uint32_t(t >> 32) != task) return;
-            const std::uint32_t i = std::uint32_t(t);
-            if (i >= pieces_) return;
+            if (ticket_task(t) != (task & kTaskMask)) return;
+            const std::uint32_t i = ticket_piece(t);
+            const std::size_t total = ticket_pieces(t);
+            if (i >= total) return;
             if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-            // The claim succeeded, so the task is still current: its fields are stable until its
-            // last piece is done (read them before that).
-            const std::size_t total = pieces_;
+            // The claim succeeded on a piece that exists, so the task is still running: its fields
+            // are stable until its last piece is done (read them before that).
             fn_(ctx_, i, n_ * i / total, n_ * (i + 1) / total);
             if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == total && caller_waiting_.load(std::memory_order_seq_cst)) {
                 std::lock_guard<std::mutex> lock(done_mu_);  // the caller is asleep (or about to be): wake it
@@ -149,7 +164,7 @@ private:
     std::atomic<std::size_t> done_{0};
     std::atomic<int> sleeping_{0};
     std::atomic<bool> stop_{false};
-    std::size_t n_ = 0, pieces_ = 1;
+    std::size_t n_ = 0;
     ChunkFn fn_ = nullptr;
     void* ctx_ = nullptr;
 };
