@@ -2,6 +2,7 @@
 #include "ctransformer/error.hpp"
 #include "ctransformer/threads.hpp"
 #include "parallel.hpp"
+#include "simd.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -37,6 +38,46 @@ constexpr std::size_t kPiecesPerThread = 2;
 // at 4 rows), so incremental decoding at batch 1 would be bound by packing.
 constexpr int kGemvRows = 2;
 
+// Products up to this many multiply-adds skip BLAS: a call costs 0.2-1 us before any work, and an
+// incremental decoding step's attention is hundreds of 1 x len x d_k products per layer (tiny model:
+// 4 heads x 32 rows, len <= 50, d_k 8), which spent most of the step in call overhead.
+constexpr std::size_t kDirectMacs = 8192;
+
+// C += alpha op(A) op(B), straight loops (C already scaled by beta).
+void gemm_direct(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                 const float* b, int ldb, float* c, int ldc) {
+    const auto A = [&](int i, int p) { return trans_a ? a[std::size_t(p) * lda + i] : a[std::size_t(i) * lda + p]; };
+    for (int i = 0; i < m; ++i) {
+        float* ci = c + std::size_t(i) * std::size_t(ldc);
+        if (!trans_b) {  // C[i] += (alpha A[i, p]) B[p], over the contiguous rows of B
+            for (int p = 0; p < k; ++p) {
+                const simd::B aip(alpha * A(i, p));
+                const float* bp = b + std::size_t(p) * std::size_t(ldb);
+                simd::blocks(std::size_t(n), [&](std::size_t j, std::size_t cnt) {
+                    simd::store(ci + j, simd::load(ci + j, cnt) + aip * simd::load(bp + j, cnt), cnt);
+                });
+            }
+        } else if (!trans_a) {  // C[i, j] += alpha <A[i], B[j]>, both rows contiguous
+            const float* ai = a + std::size_t(i) * std::size_t(lda);
+            for (int j = 0; j < n; ++j) {
+                const float* bj = b + std::size_t(j) * std::size_t(ldb);
+                simd::B acc(0.0f);
+                simd::blocks(std::size_t(k), [&](std::size_t p, std::size_t cnt) {
+                    acc += simd::load(ai + p, cnt) * simd::load(bj + p, cnt);
+                });
+                ci[j] += alpha * simd::hsum(acc);
+            }
+        } else {
+            for (int j = 0; j < n; ++j) {
+                const float* bj = b + std::size_t(j) * std::size_t(ldb);
+                float acc = 0.0f;
+                for (int p = 0; p < k; ++p) acc += A(i, p) * bj[p];
+                ci[j] += alpha * acc;
+            }
+        }
+    }
+}
+
 }  // namespace
 
 void gemm_serial(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
@@ -50,6 +91,12 @@ void gemm_serial(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
         else  // rows of a wider matrix (an attention head's columns): short rows, no call per row
             for (int i = 0; i < m; ++i) std::fill_n(c + std::size_t(i) * std::size_t(ldc), n, 0.0f);
         beta = 1.0f;
+    }
+    if (std::size_t(m) * std::size_t(n) * std::size_t(k) <= kDirectMacs) {
+        if (beta != 1.0f)
+            for (int i = 0; i < m; ++i)
+                for (int j = 0; j < n; ++j) c[std::size_t(i) * std::size_t(ldc) + j] *= beta;
+        return gemm_direct(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc);
     }
     if (m <= kGemvRows && k > 0) {
         // One row of C per sgemv: C[i] = alpha * op(B)^T-row-product + C[i]. Row i of op(A) is a row
