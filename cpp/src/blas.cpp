@@ -37,6 +37,7 @@ constexpr std::size_t kPiecesPerThread = 2;
 // for one row of a decoding step costs ~4.6x the product (8000x256 weight: 888 us vs 191 us; equal
 // at 4 rows), so incremental decoding at batch 1 would be bound by packing.
 constexpr int kGemvRows = 2;
+constexpr std::size_t kSplitGemvElements = std::size_t(1) << 17;
 
 // Products up to this many multiply-adds skip BLAS: a call costs 0.2-1 us before any work, and an
 // incremental decoding step's attention is hundreds of 1 x len x d_k products per layer (tiny model:
@@ -121,7 +122,11 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
     init();
     if (m == 0 || n == 0) return;
     const std::size_t threads = std::size_t(parallel::threads());
-    if (threads <= 1 || 2.0 * m * n * k < kSplitFlops || (m < 2 * kMinBlock && n < 2 * kMinBlock))
+    // sgemv rows are bound by reading B, not by arithmetic: two threads reading halves of a weight of
+    // 512 KiB or more beat one (the FFN and vocabulary projections of a decoding step at batch 1).
+    const bool gemv_worth_splitting = m <= kGemvRows && std::size_t(n) * std::size_t(k) >= kSplitGemvElements;
+    if (threads <= 1 || (2.0 * m * n * k < kSplitFlops && !gemv_worth_splitting) ||
+        (m < 2 * kMinBlock && n < 2 * kMinBlock))
         return gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (m >= 2 * kMinBlock) {  // rows of C: rows of op(A)
         parallel::parallel_for(std::size_t(m), kMinBlock, [&](std::size_t i0, std::size_t i1) {
