@@ -73,6 +73,33 @@ py::object decoder_result(const DecoderOutput& r, bool return_attns) {
     return py::make_tuple(r.output, tensor_list(r.slf_attns), tensor_list(r.enc_attns));
 }
 
+// Encoder.forward and Transformer.encode: convert and check the arguments, run without the GIL.
+template <class Run>
+py::object run_encoder(py::object src_seq, py::object src_mask, bool return_attns, Run run) {
+    IndexArray ids = to_index_array(src_seq, "src_seq");
+    auto msk = opt_mask(src_mask, "src_mask");
+    EncoderOutput r;
+    {
+        py::gil_scoped_release release;
+        r = run(ids, ptr(msk));
+    }
+    return encoder_result(r, return_attns);
+}
+
+// Decoder.forward and Transformer.decode, likewise.
+template <class Run>
+py::object run_decoder(py::object trg_seq, py::object trg_mask, py::object src_mask, bool return_attns, Run run) {
+    IndexArray ids = to_index_array(trg_seq, "trg_seq");
+    auto tm = opt_mask(trg_mask, "trg_mask");
+    auto sm = opt_mask(src_mask, "src_mask");
+    DecoderOutput r;
+    {
+        py::gil_scoped_release release;
+        r = run(ids, ptr(tm), ptr(sm));
+    }
+    return decoder_result(r, return_attns);
+}
+
 }  // namespace
 
 void bind_nn_transformer(py::module_& nn) {
@@ -301,14 +328,8 @@ void bind_nn_transformer(py::module_& nn) {
 
     // --- encoder, decoder --------------------------------------------------------------------------
     auto encode = [](const Encoder& m, py::object src_seq, py::object src_mask, bool return_attns) {
-        IndexArray ids = to_index_array(src_seq, "src_seq");
-        auto msk = opt_mask(src_mask, "src_mask");
-        EncoderOutput r;
-        {
-            py::gil_scoped_release release;
-            r = m.forward(ids, ptr(msk), return_attns);
-        }
-        return encoder_result(r, return_attns);
+        return run_encoder(src_seq, src_mask, return_attns,
+                           [&](const IndexArray& ids, const Mask* msk) { return m.forward(ids, msk, return_attns); });
     };
     py::class_<Encoder, Module, std::shared_ptr<Encoder>>(nn, "Encoder",
         "Embedding -> (* sqrt(d_model)) -> + positional encoding -> dropout -> LayerNorm -> EncoderLayers "
@@ -332,15 +353,10 @@ void bind_nn_transformer(py::module_& nn) {
 
     auto decode = [](const Decoder& m, py::object trg_seq, py::object trg_mask, const Tensor& enc_output,
                      py::object src_mask, bool return_attns) {
-        IndexArray ids = to_index_array(trg_seq, "trg_seq");
-        auto tm = opt_mask(trg_mask, "trg_mask");
-        auto sm = opt_mask(src_mask, "src_mask");
-        DecoderOutput r;
-        {
-            py::gil_scoped_release release;
-            r = m.forward(ids, ptr(tm), enc_output, ptr(sm), return_attns);
-        }
-        return decoder_result(r, return_attns);
+        return run_decoder(trg_seq, trg_mask, src_mask, return_attns,
+                           [&](const IndexArray& ids, const Mask* tm, const Mask* sm) {
+                               return m.forward(ids, tm, enc_output, sm, return_attns);
+                           });
     };
     py::class_<Decoder, Module, std::shared_ptr<Decoder>>(nn, "Decoder",
         "The Encoder's front on the target, then DecoderLayers (seed 000). forward(trg_seq, trg_mask, enc_output, "
@@ -377,26 +393,15 @@ void bind_nn_transformer(py::module_& nn) {
                               tensor_list(r.dec_enc_attns));
     };
     auto model_encode = [](const Transformer& m, py::object src_seq, py::object src_mask, bool return_attns) {
-        IndexArray ids = to_index_array(src_seq, "src_seq");
-        auto msk = opt_mask(src_mask, "src_mask");
-        EncoderOutput r;
-        {
-            py::gil_scoped_release release;
-            r = m.encode(ids, ptr(msk), return_attns);
-        }
-        return encoder_result(r, return_attns);
+        return run_encoder(src_seq, src_mask, return_attns,
+                           [&](const IndexArray& ids, const Mask* msk) { return m.encode(ids, msk, return_attns); });
     };
     auto model_decode = [](const Transformer& m, py::object trg_seq, py::object trg_mask, const Tensor& enc_output,
                            py::object src_mask, bool return_attns) {
-        IndexArray ids = to_index_array(trg_seq, "trg_seq");
-        auto tm = opt_mask(trg_mask, "trg_mask");
-        auto sm = opt_mask(src_mask, "src_mask");
-        DecoderOutput r;
-        {
-            py::gil_scoped_release release;
-            r = m.decode(ids, ptr(tm), enc_output, ptr(sm), return_attns);
-        }
-        return decoder_result(r, return_attns);
+        return run_decoder(trg_seq, trg_mask, src_mask, return_attns,
+                           [&](const IndexArray& ids, const Mask* tm, const Mask* sm) {
+                               return m.decode(ids, tm, enc_output, sm, return_attns);
+                           });
     };
     py::class_<Transformer, Module, std::shared_ptr<Transformer>>(nn, "Transformer",
         R"doc(The encoder-decoder Transformer of seed 000 (jadore801120), or seed 003's toy translator
