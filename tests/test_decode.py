@@ -18,15 +18,13 @@ Tolerances (float32; the cached decode multiplies (rows, d) matrices where the u
 - ids: identical. Every test also checks that the smallest gap between a step's best and second-best
   logit is above 10x the tolerance (>= 50x the errors seen), so identical ids are a fair demand, not luck.
 """
-import threading
-import time
 
 import numpy as np
 import pytest
 import torch
 
 import ctransformer as ct
-from helpers import assert_close
+from helpers import assert_close, assert_releases_gil
 from reference import seed000 as R0
 from reference import seed003 as R3
 from reference.parity import ct_to_torch, single_threaded_torch  # noqa: F401 (autouse fixture)
@@ -311,24 +309,12 @@ def test_decoding_releases_the_gil():
     interpreter: its longest wait stays far below the calls' duration."""
     model = seed003_model()
     x, src_mask = seed003_batch(b=32, seed=1)
-    span = {}
 
     def work():
-        start = time.perf_counter()
         ct.decode.greedy_decode(model, x, src_mask, 50, 0)
         ct.decode.beam_search(model, x[:8], src_mask[:8], 50, 0, 1, beam_size=4)
-        span["call"] = time.perf_counter() - start
 
-    worker = threading.Thread(target=work)
-    last, longest = time.perf_counter(), 0.0
-    worker.start()
-    while worker.is_alive():
-        time.sleep(0.0005)
-        now = time.perf_counter()
-        longest, last = max(longest, now - last), now
-    worker.join()
-    assert span["call"] > 0.05
-    assert longest < 0.5 * span["call"], f"waited {longest:.3f}s during a {span['call']:.3f}s call"
+    assert_releases_gil(work)
 
 
 # ---- bad arguments ------------------------------------------------------------------------------------
