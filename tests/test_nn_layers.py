@@ -176,9 +176,8 @@ def test_multi_head_attention_matches_seed003_multihead(self_attention):
 
 
 # ---- feed-forward and layers ---------------------------------------------------------------------
-def test_positionwise_feed_forward_matches_seed000():
-    ref = R0.PositionwiseFeedForward(32, 64).eval()
-    m = ct.nn.PositionwiseFeedForward(32, 64).eval()
+def check_feed_forward(m, ref):
+    """Same weights in (torch's, loaded into m): same outputs, input gradient and weight gradients out."""
     assert_state_dict_layout(m, ref)
     torch_to_ct(ref, m)
     x, tx = pair(rand((3, 5, 32), seed=1))
@@ -189,22 +188,19 @@ def test_positionwise_feed_forward_matches_seed000():
     weighted_sum(rout, w).backward()
     assert_close(x.grad, tx.grad)
     assert_grads_close(m, ref, rel=1e-5)
+
+
+def test_positionwise_feed_forward_matches_seed000():
+    ref = R0.PositionwiseFeedForward(32, 64).eval()
+    m = ct.nn.PositionwiseFeedForward(32, 64).eval()
+    check_feed_forward(m, ref)
 
 
 def test_positionwise_feed_forward_matches_seed003_fully_connected_output():
     ref = R3.FullyConnectedOutput(32, 64).eval()
     m = ct.nn.PositionwiseFeedForward(32, 64, 0.1, **SEED003_OPTIONS).eval()
     assert list(m.state_dict()) == ["fc.0.weight", "fc.0.bias", "fc.2.weight", "fc.2.bias", "norm.weight", "norm.bias"]
-    assert_state_dict_layout(m, ref)
-    torch_to_ct(ref, m)
-    x, tx = pair(rand((3, 5, 32), seed=1))
-    out, rout = m(x), ref(tx)
-    assert_close(out, rout)
-    w = rand(out.shape, seed=2)
-    weighted_sum(out, w).backward()
-    weighted_sum(rout, w).backward()
-    assert_close(x.grad, tx.grad)
-    assert_grads_close(m, ref, rel=1e-5)
+    check_feed_forward(m, ref)
 
 
 @pytest.mark.parametrize("family", ["seed000", "seed003"])

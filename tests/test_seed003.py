@@ -117,17 +117,22 @@ def test_positional_table_is_the_seeds():
     np.testing.assert_array_equal(model.embed_y.pe.numpy(), ref.embed_y.pe.numpy())
 
 
-@pytest.mark.parametrize("size", ["seed", "base"])
-def test_torch_to_ctransformer_parity(size):
-    model, ref = build(size)
-    torch_to_ct(ref, model)
-    x, y = R3.get_batch(SIZES[size]["batch"], seed=0)
+def check_parity(size, model, ref, batch_seed):
+    """Same weights on both sides: outputs and attention maps, then every gradient (also against float64)."""
+    x, y = R3.get_batch(SIZES[size]["batch"], seed=batch_seed)
     ours, theirs = run_both(model, ref, x, y)
     assert_same(ours, theirs, SIZES[size])
     ours[4].backward()
     theirs[4].backward()
     assert_grads_close(model, ref, rel=SIZES[size]["grad"])
     assert_grads_close(model, float64_grads(ref, size, x, y), rel=1e-5)
+
+
+@pytest.mark.parametrize("size", ["seed", "base"])
+def test_torch_to_ctransformer_parity(size):
+    model, ref = build(size)
+    torch_to_ct(ref, model)
+    check_parity(size, model, ref, batch_seed=0)
 
 
 @pytest.mark.parametrize("size", ["seed", "base"])
@@ -135,13 +140,7 @@ def test_ctransformer_to_torch_parity(size):
     ct.manual_seed(3)
     model, ref = build(size)
     ct_to_torch(model, ref)
-    x, y = R3.get_batch(SIZES[size]["batch"], seed=1)
-    ours, theirs = run_both(model, ref, x, y)
-    assert_same(ours, theirs, SIZES[size])
-    ours[4].backward()
-    theirs[4].backward()
-    assert_grads_close(model, ref, rel=SIZES[size]["grad"])
-    assert_grads_close(model, float64_grads(ref, size, x, y), rel=1e-5)
+    check_parity(size, model, ref, batch_seed=1)
 
 
 def test_state_dict_round_trip():
