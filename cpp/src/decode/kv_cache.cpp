@@ -23,6 +23,18 @@ void check_rows(std::size_t have, const std::vector<std::size_t>& rows, const ch
                              std::to_string(have) + " rows");
 }
 
+// The rows `rows` of a {data, shape} array (Mask, IndexArray), in that order.
+template <class A>
+A gather_rows(const A& x, const std::vector<std::size_t>& rows, const char* what) {
+    check_rows(x.shape[0], rows, what);
+    const std::size_t n = row_size(x.shape);
+    A out{decltype(x.data)(rows.size() * n), x.shape};
+    out.shape[0] = rows.size();
+    for (std::size_t i = 0; i < rows.size(); ++i)
+        std::copy_n(x.data.begin() + std::ptrdiff_t(rows[i] * n), n, out.data.begin() + std::ptrdiff_t(i * n));
+    return out;
+}
+
 }  // namespace
 
 Tensor append_positions(const Tensor& cache, const Tensor& fresh) {
@@ -66,25 +78,13 @@ KeyValue select_rows(const KeyValue& kv, const std::vector<std::size_t>& rows) {
 }
 
 Mask select_rows(const Mask& m, const std::vector<std::size_t>& rows) {
-    if (m.shape.empty() || m.shape[0] == 1) return m;
-    check_rows(m.shape[0], rows, "mask");
-    const std::size_t n = row_size(m.shape);
-    Mask out{std::vector<std::uint8_t>(rows.size() * n), m.shape};
-    out.shape[0] = rows.size();
-    for (std::size_t i = 0; i < rows.size(); ++i)
-        std::copy_n(m.data.begin() + std::ptrdiff_t(rows[i] * n), n, out.data.begin() + std::ptrdiff_t(i * n));
-    return out;
+    if (m.shape.empty() || m.shape[0] == 1) return m;   // broadcast over the rows: nothing to pick
+    return gather_rows(m, rows, "mask");
 }
 
 IndexArray select_rows(const IndexArray& ids, const std::vector<std::size_t>& rows) {
     if (ids.shape.empty()) throw ValueError("select_rows: ids of rank >= 1 are needed");
-    check_rows(ids.shape[0], rows, "token-id array");
-    const std::size_t n = row_size(ids.shape);
-    IndexArray out{std::vector<std::int64_t>(rows.size() * n), ids.shape};
-    out.shape[0] = rows.size();
-    for (std::size_t i = 0; i < rows.size(); ++i)
-        std::copy_n(ids.data.begin() + std::ptrdiff_t(rows[i] * n), n, out.data.begin() + std::ptrdiff_t(i * n));
-    return out;
+    return gather_rows(ids, rows, "token-id array");
 }
 
 }  // namespace ct::decode
