@@ -100,6 +100,18 @@ py::object run_decoder(py::object trg_seq, py::object trg_mask, py::object src_m
     return decoder_result(r, return_attns);
 }
 
+// EncoderLayer/DecoderLayer(d_model, d_inner, n_head, d_k, d_v, dropout, *, sub-layer options).
+template <class Layer>
+auto layer_init(const char* fn) {
+    return py::init([fn](std::size_t d_model, std::size_t d_inner, std::size_t n_head, std::size_t d_k,
+                         std::size_t d_v, float dropout, const std::string& layout, bool norm_first, bool qkv_bias,
+                         bool proj_bias, float eps, float attn_dropout, float mask_fill, bool after) {
+        return std::make_shared<Layer>(
+            d_model, d_inner, n_head, d_k, d_v, dropout,
+            make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after, fn));
+    });
+}
+
 }  // namespace
 
 void bind_nn_transformer(py::module_& nn) {
@@ -273,14 +285,7 @@ void bind_nn_transformer(py::module_& nn) {
     py::class_<EncoderLayer, Module, std::shared_ptr<EncoderLayer>>(nn, "EncoderLayer",
         (std::string("Self-attention then feed-forward; forward returns (enc_output, enc_slf_attn). ") + kSublayerDoc)
             .c_str())
-        .def(py::init([](std::size_t d_model, std::size_t d_inner, std::size_t n_head, std::size_t d_k,
-                         std::size_t d_v, float dropout, const std::string& layout, bool norm_first, bool qkv_bias,
-                         bool proj_bias, float eps, float attn_dropout, float mask_fill, bool after) {
-            return std::make_shared<EncoderLayer>(
-                d_model, d_inner, n_head, d_k, d_v, dropout,
-                make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after,
-                             "EncoderLayer"));
-        }), py::arg("d_model"), py::arg("d_inner"), py::arg("n_head"), py::arg("d_k"), py::arg("d_v"),
+        .def(layer_init<EncoderLayer>("EncoderLayer"), py::arg("d_model"), py::arg("d_inner"), py::arg("n_head"), py::arg("d_k"), py::arg("d_v"),
              py::arg("dropout") = 0.1f, CT_SUBLAYER_KWARGS)
         .def("forward", enc_layer, py::arg("enc_input"), py::arg("slf_attn_mask") = py::none())
         .def("__call__", enc_layer, py::arg("enc_input"), py::arg("slf_attn_mask") = py::none())
@@ -297,14 +302,7 @@ void bind_nn_transformer(py::module_& nn) {
     py::class_<DecoderLayer, Module, std::shared_ptr<DecoderLayer>>(nn, "DecoderLayer",
         (std::string("Masked self-attention, encoder-decoder attention, feed-forward; forward returns "
                      "(dec_output, dec_slf_attn, dec_enc_attn). ") + kSublayerDoc).c_str())
-        .def(py::init([](std::size_t d_model, std::size_t d_inner, std::size_t n_head, std::size_t d_k,
-                         std::size_t d_v, float dropout, const std::string& layout, bool norm_first, bool qkv_bias,
-                         bool proj_bias, float eps, float attn_dropout, float mask_fill, bool after) {
-            return std::make_shared<DecoderLayer>(
-                d_model, d_inner, n_head, d_k, d_v, dropout,
-                make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after,
-                             "DecoderLayer"));
-        }), py::arg("d_model"), py::arg("d_inner"), py::arg("n_head"), py::arg("d_k"), py::arg("d_v"),
+        .def(layer_init<DecoderLayer>("DecoderLayer"), py::arg("d_model"), py::arg("d_inner"), py::arg("n_head"), py::arg("d_k"), py::arg("d_v"),
              py::arg("dropout") = 0.1f, CT_SUBLAYER_KWARGS)
         .def("forward", dec_layer, py::arg("dec_input"), py::arg("enc_output"), py::arg("slf_attn_mask") = py::none(),
              py::arg("dec_enc_attn_mask") = py::none())
