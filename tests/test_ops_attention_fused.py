@@ -110,6 +110,39 @@ def test_dropout_uses_one_mask_forward_and_backward():
         assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-5, what=f"grad {name}")
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_kv_length_reads_only_the_held_positions(causal):
+    """A decoding cache: k and v with room past kv_length, the room full of 1e30 (any read of it would
+    swamp the output), give torch's attention over the first kv_length positions, and q its gradient.
+    Tolerances as above."""
+    b, lq, lk, room, h, d = 3, 2, 5, 4, 2, 4
+    q, tq = pair(rand((b, lq, h * d), seed=61))
+    k, v = rand((b, lk, h * d), seed=62), rand((b, lk, h * d), seed=63)
+    held = lambda x: np.concatenate([x, np.full((b, room, h * d), 1e30, np.float32)], axis=1)
+    mask = np.ones((b, 1, lk), bool)
+    mask[0, 0, 1] = mask[2, 0, 4] = False
+    out, attn = F.multi_head_attention(q, ct.tensor(held(k)), ct.tensor(held(v)), h, mask=mask[:, None],
+                                       causal=causal, kv_length=lk)
+    tout, tattn = reference(tq, torch.from_numpy(k), torch.from_numpy(v), h, d ** -0.5, mask[:, None], causal=causal)
+    assert attn.shape == (b, h, lq, lk)
+    assert_close(attn, tattn, rtol=1e-5, atol=1e-6, what="attn")
+    assert_close(out, tout, rtol=1e-5, atol=1e-6, what="out")
+    g = upstream(tuple(tout.shape), 64)
+    out.backward(ct.tensor(g))
+    tout.backward(torch.from_numpy(g))
+    assert_close(q.grad, tq.grad, rtol=1e-5, atol=1e-5, what="grad q")
+
+
+def test_kv_length_bad_values_name_the_problem():
+    t = lambda s, grad=False: ct.tensor(rand(s, seed=1), requires_grad=grad)
+    with pytest.raises(ValueError, match="kv_length 4 is more than the 3 positions"):
+        F.multi_head_attention(t((1, 2, 4)), t((1, 3, 4)), t((1, 3, 4)), 2, kv_length=4)
+    with pytest.raises(ValueError, match="kv_length must be at least 1"):
+        F.multi_head_attention(t((1, 2, 4)), t((1, 3, 4)), t((1, 3, 4)), 2, kv_length=0)
+    with pytest.raises(ValueError, match="take no gradient"):   # the room would get no gradient written
+        F.multi_head_attention(t((1, 2, 4)), t((1, 3, 4), True), t((1, 3, 4)), 2, kv_length=2)
+
+
 def test_bad_shapes_name_the_problem():
     t = lambda s: ct.tensor(rand(s, seed=1))
     with pytest.raises(ValueError, match="n_head"):

@@ -78,7 +78,7 @@ void bind_functional(py::module_& f) {
        "(..., Lq, Lk), e.g. from (b, 1, Lk) or (b, 1, Lq, Lk).");
     f.def("multi_head_attention", [](const Tensor& q, const Tensor& k, const Tensor& v, std::size_t n_head,
                                      py::object scale, py::object mask, float fill_value, bool causal, float dropout_p,
-                                     bool training) {
+                                     bool training, py::object kv_length) {
         ct::Mask m;
         ct::AttentionConfig c;
         c.n_head = n_head;
@@ -92,14 +92,21 @@ void bind_functional(py::module_& f) {
         c.causal = causal;
         c.dropout_p = dropout_p;
         c.training = training;
+        if (!kv_length.is_none()) {
+            const auto n = kv_length.cast<std::int64_t>();
+            if (n < 1) throw ct::ValueError("multi_head_attention: kv_length must be at least 1, got " + std::to_string(n));
+            c.kv_length = std::size_t(n);
+        }
         py::gil_scoped_release release;
         return ct::multi_head_attention(q, k, v, c);
     }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("n_head"), py::arg("scale") = py::none(),
        py::arg("mask") = py::none(), py::arg("fill_value") = -1e9f, py::arg("causal") = false,
-       py::arg("dropout_p") = 0.0f, py::arg("training") = true,
+       py::arg("dropout_p") = 0.0f, py::arg("training") = true, py::arg("kv_length") = py::none(),
        "Attention over heads interleaved in the last dimension: q (b, Lq, n_head*d_k), k (b, Lk, n_head*d_k), "
        "v (b, Lk, n_head*d_v), as projections produce them (no split/merge copies). scale defaults to d_k**-0.5; "
        "mask (True = may attend) broadcasts to (b, n_head, Lq, Lk); causal also masks keys after each query. "
+       "kv_length reads only the first kv_length positions of k and v (Lk = kv_length; a decoding cache with "
+       "room to grow; no gradient for k and v then). "
        "Returns (output (b, Lq, n_head*d_v), attention_weights (b, n_head, Lq, Lk)).");
     f.def("reshape", [](const Tensor& x, const std::vector<std::int64_t>& shape) { return ct::reshape(x, shape); },
           py::arg("input"), py::arg("shape"), release_gil());

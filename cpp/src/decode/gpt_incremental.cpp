@@ -25,9 +25,9 @@ Tensor GPTIncremental::step(const IndexArray& ids) {
     for (std::size_t l = 0; l < cache_.size(); ++l) {
         const nn::gpt::TransformerLayer& layer = (*model_.transformer)[l];
         // x_attn = attn(norm1(x)) + x, the attention reading every cached position.
-        const nn::gpt::SelfAttention::Heads h = layer.attn->project(layer.norm1->forward(x));
-        cache_[l] = append_positions(cache_[l], KeyValue{h.k, h.v});
-        Tensor x_attn = layer.attn->merge(layer.attn->attend(h.q, cache_[l].k, cache_[l].v).first);
+        const Tensor xn = layer.norm1->forward(x);
+        append_positions(cache_[l], layer.attn->k_layer->forward(xn), layer.attn->v_layer->forward(xn));
+        Tensor x_attn = layer.attn->attend(xn, cache_[l].k, cache_[l].v, cache_[l].length).first;
         if (!layer.no_res) x_attn = add(x_attn, x);
         const Tensor x_ffn = layer.ffn->forward(layer.norm2->forward(x_attn));
         x = layer.no_res ? x_ffn : add(x_ffn, x_attn);

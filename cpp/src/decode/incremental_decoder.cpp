@@ -44,7 +44,8 @@ Tensor IncrementalDecoder::step(const std::vector<std::int64_t>& ids) {
         const nn::DecoderLayer& layer = *dec.layers[l];
         // Self-attention: this position's keys/values join the earlier ones; the new query may see all
         // of them (no mask needed: nothing later exists yet).
-        self_[l] = append_positions(self_[l], project_kv(*layer.slf_attn, x));
+        const KeyValue fresh = project_kv(*layer.slf_attn, x);
+        append_positions(self_[l], fresh.k, fresh.v);
         x = attend_projected(*layer.slf_attn, x, self_[l]).first;
         x = attend_projected(*layer.enc_attn, x, cross_[l], src_mask).first;
         x = layer.pos_ffn->forward(x);

@@ -53,13 +53,26 @@ std::pair<Tensor, Tensor> MultiHeadAttention::forward(const Tensor& q, const Ten
     check_input(q, "q");
     check_input(k, "k");
     check_input(v, "v");
-    const std::size_t sz_b = q.size(0), len_q = q.size(1), len_k = k.size(1), len_v = v.size(1);
+    const std::size_t sz_b = q.size(0), len_k = k.size(1), len_v = v.size(1);
     if (k.size(0) != sz_b || v.size(0) != sz_b)
         throw ValueError(fn + "q, k and v must share the batch size, got " + shape_str(q.shape()) + ", " +
                          shape_str(k.shape()) + ", " + shape_str(v.shape()));
     if (len_k != len_v)
         throw ValueError(fn + "k and v must have the same length, got " + std::to_string(len_k) + " and " +
                          std::to_string(len_v));
+    Tensor qn = q, kn = k, vn = v;
+    if (options.norm_first) {   // seed 003: one LayerNorm on each of Q, K and V (computed once per distinct input)
+        qn = layer_norm->forward(q);
+        kn = k.same_as(q) ? qn : layer_norm->forward(k);
+        vn = v.same_as(q) ? qn : v.same_as(k) ? kn : layer_norm->forward(v);
+    }
+    return attend(q, qn, w_ks->forward(kn), w_vs->forward(vn), mask);
+}
+
+std::pair<Tensor, Tensor> MultiHeadAttention::attend(const Tensor& q, const Tensor& q_in, const Tensor& keys,
+                                                     const Tensor& values, const Mask* mask, std::size_t kv_length) const {
+    const std::string fn = "MultiHeadAttention.attend: ";
+    const std::size_t sz_b = q.size(0), len_q = q.size(1), len_k = kv_length ? kv_length : keys.size(1);
     Mask head_mask;
     if (mask) {
         const Shape& s = mask->shape;
@@ -68,13 +81,6 @@ std::pair<Tensor, Tensor> MultiHeadAttention::forward(const Tensor& q, const Ten
                              std::to_string(len_q) + ", " + std::to_string(len_k) + "), got " + shape_str(s));
         head_mask = *mask;
         head_mask.shape = {s[0], 1, s[1], s[2]};   // mask.unsqueeze(1): broadcast over the heads
-    }
-
-    Tensor qn = q, kn = k, vn = v;
-    if (options.norm_first) {   // seed 003: one LayerNorm on each of Q, K and V (computed once per distinct input)
-        qn = layer_norm->forward(q);
-        kn = k.same_as(q) ? qn : layer_norm->forward(k);
-        vn = v.same_as(q) ? qn : v.same_as(k) ? kn : layer_norm->forward(v);
     }
     // The seed splits the heads (b x len x (n*d) -> b x n x len x d), runs its ScaledDotProductAttention
     // and concatenates them back; the fused op does the same maths on the projections' layout
@@ -87,7 +93,8 @@ std::pair<Tensor, Tensor> MultiHeadAttention::forward(const Tensor& q, const Ten
     c.fill_value = attention->mask_fill;
     c.dropout_p = attention->dropout->p;
     c.training = attention->dropout->is_training();
-    auto [heads, attn] = multi_head_attention(w_qs->forward(qn), w_ks->forward(kn), w_vs->forward(vn), c);
+    c.kv_length = kv_length;
+    auto [heads, attn] = multi_head_attention(w_qs->forward(q_in), keys, values, c);
     Tensor out = add(dropout->forward(fc->forward(heads)), q);   // the residual is the un-normalised query
     if (!options.norm_first) out = layer_norm->forward(out);
     return {out, attn};

@@ -350,15 +350,21 @@ std::pair<Tensor, Tensor> multi_head_attention(const Tensor& q, const Tensor& k,
     geo->H = H;
     geo->G = b * H;
     geo->Lq = q.size(1);
-    geo->Lk = k.size(1);
+    geo->Lk = c.kv_length ? c.kv_length : k.size(1);
+    if (geo->Lk > k.size(1))
+        throw ValueError(std::string(fn) + ": kv_length " + std::to_string(c.kv_length) + " is more than the " +
+                         std::to_string(k.size(1)) + " positions k and v hold");
+    if (geo->Lk < k.size(1) && needs_grad({&k, &v}))   // the backward would leave the unused room unwritten
+        throw ValueError(std::string(fn) + ": keys/values read up to kv_length take no gradient (a decoding cache); "
+                         "pass k and v of exactly the attended length");
     geo->dk = q.size(2) / H;
     geo->dv = v.size(2) / H;
     if (c.causal && geo->Lk < geo->Lq)
         throw ValueError(std::string(fn) + ": causal attention needs at least as many keys as queries, got " +
                          std::to_string(geo->Lk) + " keys and " + std::to_string(geo->Lq) + " queries");
     geo->q = {geo->Lq * H * geo->dk, geo->dk, H * geo->dk};
-    geo->k = {geo->Lk * H * geo->dk, geo->dk, H * geo->dk};
-    geo->v = {geo->Lk * H * geo->dv, geo->dv, H * geo->dv};
+    geo->k = {k.size(1) * H * geo->dk, geo->dk, H * geo->dk};   // a batch entry spans all k.size(1) positions
+    geo->v = {v.size(1) * H * geo->dv, geo->dv, H * geo->dv};
     geo->out = {geo->Lq * H * geo->dv, geo->dv, H * geo->dv};
     geo->scale = c.scale;
     geo->fill = c.fill_value;

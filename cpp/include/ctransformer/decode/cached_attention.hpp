@@ -13,11 +13,12 @@
 
 namespace ct::decode {
 
-// The keys and values of kv_input (b, L, d_model) split into heads: w_ks / w_vs of LN(kv_input)
-// when the sub-layer is pre-norm (seed 003's one LayerNorm on Q, K and V), of kv_input otherwise.
+// The keys and values of kv_input (b, L, d_model), (b, L, n_head * d) each, full (capacity = length
+// = L): w_ks / w_vs of LN(kv_input) when the sub-layer is pre-norm (seed 003's one LayerNorm on Q, K
+// and V), of kv_input otherwise.
 KeyValue project_kv(const nn::MultiHeadAttention& mha, const Tensor& kv_input);
 
-// The rest of the sub-layer for the queries q (b, Lq, d_model) over kv (b, n_head, Lk, d): the query
+// The rest of the sub-layer for the queries q (b, Lq, d_model) over the kv.length = Lk positions of kv: the query
 // projection, the scaled dot-product attention with its mask fill (-1e9 or -inf) where mask == 0,
 // the output projection, dropout, the residual (the un-normalised q) and, post-norm, the LayerNorm.
 // mask is (b or 1, Lq or 1, Lk), or null. Returns (output (b, Lq, d_model), attn (b, n_head, Lq, Lk)).

@@ -1,8 +1,8 @@
 // GPTIncremental: seed 004's GPT fed a few positions at a time, with each layer's self-attention
 // keys/values cached. step(ids) embeds ids at positions length() .. length() + s - 1 (GPT::embed with
-// a start position), and in each pre-norm layer projects them (SelfAttention::project), appends their
-// keys/values to the cache and attends over every cached position (SelfAttention::attend, whose causal
-// mask lets the s queries sit at the last s key positions); the rest works position by position.
+// a start position), and in each pre-norm layer appends their keys/values (k_layer / v_layer of the
+// normalised input) to the cache and attends over every cached position (SelfAttention::attend, whose
+// causal mask puts the s queries at the last s positions); the rest works position by position.
 #pragma once
 #include <vector>
 
@@ -24,7 +24,7 @@ public:
 
 private:
     const nn::gpt::GPT& model_;
-    std::vector<KeyValue> cache_;   // per layer, (rows, num_head, length, head_dim)
+    std::vector<KeyValue> cache_;   // per layer, (rows, capacity, embed_dim) each
     std::size_t length_ = 0, rows_ = 0;
 };
 

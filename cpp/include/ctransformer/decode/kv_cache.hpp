@@ -16,19 +16,23 @@
 
 namespace ct::decode {
 
-// One attention's keys k (rows, n_head, t, d_k) and values v (rows, n_head, t, d_v); empty before
-// the first position.
+// One attention's keys k (rows, capacity, n_head * d_k) and values v (rows, capacity, n_head * d_v),
+// in the projections' layout (head h in columns [h d, (h + 1) d)), which the fused attention reads in
+// place (AttentionConfig::kv_length). Positions [0, length) are held; the rest is room, so appending a
+// position writes only that position instead of copying the cache. Copies share storage, as torch
+// tensors do: append to one of them only.
 struct KeyValue {
     Tensor k, v;
-    bool empty() const { return k.dim() != 4; }
-    std::size_t rows() const { return empty() ? 0 : k.size(0); }
-    std::size_t length() const { return empty() ? 0 : k.size(2); }   // positions held
+    std::size_t length = 0;   // positions held
+    bool empty() const { return length == 0; }
+    std::size_t rows() const { return k.dim() == 3 ? k.size(0) : 0; }
+    std::size_t capacity() const { return k.dim() == 3 ? k.size(1) : 0; }   // room allocated, held or not
 };
 
-// cache followed by fresh along the positions (dim 2) of (rows, heads, t, d) tensors; an empty cache
-// gives fresh. A constant (no graph): decoding runs under no-grad.
-Tensor append_positions(const Tensor& cache, const Tensor& fresh);
-KeyValue append_positions(const KeyValue& cache, const KeyValue& fresh);
+// Appends the positions of k (rows, s, n_head * d_k) and v (rows, s, n_head * d_v) to the cache, in
+// place; when the room runs out the capacity doubles (one copy of what is held). A constant (no graph):
+// decoding runs under no-grad.
+void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v);
 
 // Slices rows[0], rows[1], ... of dimension 0, in that order (repeats allowed).
 Tensor select_rows(const Tensor& t, const std::vector<std::size_t>& rows);

@@ -24,6 +24,12 @@ public:
     // broadcast over the heads. Returns (output (b, Lq, d_model), attn (b, n_head, Lq, Lk)).
     std::pair<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                       const Mask* mask = nullptr) const;
+    // forward() after its key/value projections: q_in is what w_qs reads (LN(q) pre-norm, else q),
+    // keys (b, capacity, n_head * d_k) and values (b, capacity, n_head * d_v) are w_ks / w_vs of the
+    // keys'/values' input, of which positions [0, kv_length) are attended (0: all); the mask's Lk is
+    // that length. A decoding cache feeds its keys/values here (decode/cached_attention.hpp).
+    std::pair<Tensor, Tensor> attend(const Tensor& q, const Tensor& q_in, const Tensor& keys, const Tensor& values,
+                                     const Mask* mask = nullptr, std::size_t kv_length = 0) const;
     std::string type_name() const override { return "MultiHeadAttention"; }
 
     const std::size_t n_head, d_model, d_k, d_v;

@@ -4,9 +4,8 @@
 // attn = attn_drop(softmax(masked_fill(q @ k^T / sqrt(d), causal, -inf)));
 // out = proj_drop(proj_layer(concat_heads(attn @ v))). Returns (out, attn).
 //
-// The three steps are public so that a key/value cache can slot in between them: keys and
-// values of earlier positions are appended along dimension 2 of the split heads before attend(),
-// whose causal mask already lets the Lq queries sit at the last Lq of Lk key positions.
+// attend() takes the keys/values as arguments, so a key/value cache can hold those of earlier
+// positions and feed them back.
 #pragma once
 #include <memory>
 #include <utility>
@@ -24,21 +23,21 @@ public:
     // x (b, t, embed_dim) -> (out (b, t, embed_dim), attn (b, num_head, t, t)).
     std::pair<Tensor, Tensor> forward(const Tensor& x) const;
 
-    struct Heads {
-        Tensor q, k, v;  // each (b, num_head, t, head_dim)
-    };
-    Heads project(const Tensor& x) const;
-    // Causal attention of q (b, h, Lq, d) over k, v (b, h, Lk, d), Lk >= Lq: query i (at absolute
-    // position Lk - Lq + i) sees keys 0 .. Lk - Lq + i. Returns (attn @ v, attn).
-    std::pair<Tensor, Tensor> attend(const Tensor& q, const Tensor& k, const Tensor& v) const;
-    // (b, h, t, d) -> (b, t, h * d) -> proj_layer -> proj_drop.
-    Tensor merge(const Tensor& heads) const;
+    // forward() with the keys/values given: the queries of x (b, s, embed_dim) attend over positions
+    // [0, kv_length) (0: all) of keys and values (b, capacity, embed_dim), k_layer / v_layer of the
+    // inputs so far; query i sits at position kv_length - s + i (causal). forward(x) is
+    // attend(x, k_layer(x), v_layer(x)); a key/value cache passes its own (decode/gpt_incremental.hpp).
+    std::pair<Tensor, Tensor> attend(const Tensor& x, const Tensor& keys, const Tensor& values,
+                                     std::size_t kv_length = 0) const;
 
     std::string type_name() const override { return "SelfAttention"; }
 
     std::shared_ptr<Linear> q_layer, k_layer, v_layer, proj_layer;
     std::shared_ptr<Dropout> attn_drop, proj_drop;
     const std::size_t embed_dim, num_head, head_dim;
+
+private:
+    void check_input(const Tensor& x) const;
 };
 
 }  // namespace ct::nn::gpt
