@@ -27,6 +27,8 @@ MATMUL_SHAPES = [
     ((2, 1, 3, 4), (5, 4, 6)),   # batch dimensions broadcast to (2, 5)
     ((1, 3, 4), (4, 4, 2)),      # batch of 1 broadcast
     ((3, 1, 2, 17), (1, 4, 17, 2)),
+    ((3, 40), (40, 37)),         # small products take straight SIMD loops: C in blocks of 32 columns
+    ((2, 2, 9), (2, 9, 70)),     # (two blocks and a 6-wide tail), B^T rows 8 at a time (+ a tail)
 ]
 
 
