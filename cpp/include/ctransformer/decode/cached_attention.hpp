@@ -18,10 +18,11 @@ namespace ct::decode {
 // and V), of kv_input otherwise.
 KeyValue project_kv(const nn::MultiHeadAttention& mha, const Tensor& kv_input);
 
-// The rest of the sub-layer for the queries q (b, Lq, d_model) over the kv.length = Lk positions of kv: the query
-// projection, the scaled dot-product attention with its mask fill (-1e9 or -inf) where mask == 0,
-// the output projection, dropout, the residual (the un-normalised q) and, post-norm, the LayerNorm.
-// mask is (b or 1, Lq or 1, Lk), or null. Returns (output (b, Lq, d_model), attn (b, n_head, Lq, Lk)).
+// The rest of the sub-layer for the queries q (b, Lq, d_model) over the Lk = kv.length positions
+// of kv (MultiHeadAttention::attend, reading the cache in place): the query projection, the scaled
+// dot-product attention with its mask fill (-1e9 or -inf) where mask == 0, the output projection,
+// dropout, the residual (the un-normalised q) and, post-norm, the LayerNorm. mask is
+// (b or 1, Lq or 1, Lk), or null. Returns (output (b, Lq, d_model), attn (b, n_head, Lq, Lk)).
 std::pair<Tensor, Tensor> attend_projected(const nn::MultiHeadAttention& mha, const Tensor& q, const KeyValue& kv,
                                            const Mask* mask = nullptr);
 
