@@ -3,12 +3,17 @@
 //
 // xsimd's exp, log and tanh are vectorised Cephes-style polynomials, within 1-2 ulp of libm's and
 // 12x (exp) to 23x (tanh) faster on this machine. Loops walk `W` floats at a time and finish with
-// one partial batch (padded; AVX2's masked loads and stores touch only the tail's own elements),
+// one partial batch (padded; masked loads and stores touch only the tail's own elements),
 // so the tail gets exactly the same arithmetic as the body.
 #pragma once
 #include <xsimd/xsimd.hpp>
 
-#if defined(__AVX2__)
+// Masked tails are the one place that needs raw intrinsics (xsimd 8 has no masked load/store).
+// Each variant sits behind the preprocessor macro of the instruction set it uses, and is taken
+// only when xsimd's default batch is that set's width; every other target (SSE2/SSE4, a plain
+// x86-64 build, NEON on aarch64) pads the tail through a small buffer. All give the same numbers:
+// the tail's lanes get the same arithmetic as the body's whatever way they are loaded.
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -20,42 +25,71 @@ namespace ct::simd {
 using B = xsimd::batch<float>;
 constexpr std::size_t W = B::size;
 
-#if defined(__AVX2__)
-// Lane i of the mask is set when i < count (AVX2's masked loads and stores read and write only those).
+#if defined(__AVX512F__)
+// AVX-512: the tail is a mask register, lane i set when i < count.
+static_assert(W == 16, "with AVX-512 enabled, xsimd's default float batch is 16 lanes");
+inline __mmask16 lanes_below(std::size_t count) { return __mmask16((1u << count) - 1u); }
+
+inline B load_partial(const float* p, std::size_t count, float fill) {
+    return B(_mm512_mask_loadu_ps(_mm512_set1_ps(fill), lanes_below(count), p));
+}
+inline void store_partial(float* p, const B& v, std::size_t count) {
+    _mm512_mask_storeu_ps(p, lanes_below(count), v);
+}
+#elif defined(__AVX2__)
+// AVX2: lane i of an integer mask is all ones when i < count; maskload/maskstore touch only those.
+static_assert(W == 8, "with AVX2 (and no AVX-512) enabled, xsimd's default float batch is 8 lanes");
 inline __m256i lanes_below(std::size_t count) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
-#endif
 
-inline B load(const float* p, std::size_t count, float fill = 0.0f) {
-    if (count == W) return B::load_unaligned(p);
-#if defined(__AVX2__)
-    if constexpr (W == 8) {
-        const __m256i m = lanes_below(count);
-        const __m256 v = _mm256_maskload_ps(p, m);
-        return fill == 0.0f ? B(v) : B(_mm256_blendv_ps(_mm256_set1_ps(fill), v, _mm256_castsi256_ps(m)));
-    }
-#endif
+inline B load_partial(const float* p, std::size_t count, float fill) {
+    const __m256i m = lanes_below(count);
+    const __m256 v = _mm256_maskload_ps(p, m);
+    return fill == 0.0f ? B(v) : B(_mm256_blendv_ps(_mm256_set1_ps(fill), v, _mm256_castsi256_ps(m)));
+}
+inline void store_partial(float* p, const B& v, std::size_t count) { _mm256_maskstore_ps(p, lanes_below(count), v); }
+#else
+// Any other target: the tail goes through a padded buffer.
+inline B load_partial(const float* p, std::size_t count, float fill) {
     alignas(64) float buf[W];
     for (std::size_t i = 0; i < W; ++i) buf[i] = i < count ? p[i] : fill;
     return B::load_aligned(buf);
 }
-
-inline void store(float* p, const B& v, std::size_t count) {
-    if (count == W) {
-        v.store_unaligned(p);
-        return;
-    }
-#if defined(__AVX2__)
-    if constexpr (W == 8) {
-        _mm256_maskstore_ps(p, lanes_below(count), v);
-        return;
-    }
-#endif
+inline void store_partial(float* p, const B& v, std::size_t count) {
     alignas(64) float buf[W];
     v.store_aligned(buf);
     for (std::size_t i = 0; i < count; ++i) p[i] = buf[i];
 }
+#endif
+
+// count floats from p (count <= W); the lanes past count hold fill.
+inline B load(const float* p, std::size_t count, float fill = 0.0f) {
+    return count == W ? B::load_unaligned(p) : load_partial(p, count, fill);
+}
+
+// The first count lanes of v to p (count <= W); nothing past p + count is touched.
+inline void store(float* p, const B& v, std::size_t count) {
+    if (count == W)
+        v.store_unaligned(p);
+    else
+        store_partial(p, v, count);
+}
+
+// a * b + c rounded once where the CPU has a fused multiply-add. xsimd 8 has no AVX-512 fma: its
+// generic fallback rounds twice, so Adam's moments drifted an ulp from torch's fused kernels.
+// Without hardware FMA (plain x86-64, SSE4) this rounds twice too: a software fma per lane
+// would cost more than the optimizer step it serves.
+#if defined(__AVX512F__)
+inline B fma(const B& a, const B& b, const B& c) { return B(_mm512_fmadd_ps(a, b, c)); }
+#else
+inline B fma(const B& a, const B& b, const B& c) { return xsimd::fma(a, b, c); }
+#endif
+#if defined(__FMA__) || defined(__AVX512F__) || defined(__ARM_FEATURE_FMA)
+constexpr bool fused_multiply_add = true;
+#else
+constexpr bool fused_multiply_add = false;
+#endif
 
 // body(i, count) for i = 0, W, 2W, ...; count is W except for the last, partial block.
 template <class Body>

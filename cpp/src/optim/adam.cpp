@@ -61,12 +61,12 @@ void adam_update(float* p, const float* grad, float* m, float* v, std::size_t n,
         B pi = simd::load(p + i, c);
         if (decay_p) pi = pi * vdecay;
         const B gr = simd::load(grad + i, c);
-        const B gi = l2 ? xsimd::fma(pi, vwd, gr) : gr;
+        const B gi = l2 ? simd::fma(pi, vwd, gr) : gr;
         const B mo = simd::load(m + i, c);
         // lerp: self + w (end - self) for w < 0.5, else end - (end - self) (1 - w)
         const B diff = gi - mo;
-        const B mi = lerp_low ? xsimd::fma(vw1, diff, mo) : xsimd::fma(-diff, vone_minus_w1, gi);
-        const B vi = xsimd::fma(vomb2 * gi, gi, simd::load(v + i, c) * vb2);
+        const B mi = lerp_low ? simd::fma(vw1, diff, mo) : simd::fma(-diff, vone_minus_w1, gi);
+        const B vi = simd::fma(vomb2 * gi, gi, simd::load(v + i, c) * vb2);
         const B denom = xsimd::sqrt(vi) / vbc2s + veps;
         simd::store(m + i, mi, c);
         simd::store(v + i, vi, c);
