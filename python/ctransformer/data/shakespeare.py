@@ -3,7 +3,7 @@ import gzip
 
 import numpy as np
 
-from .paths import data_dir
+from .download import fetch
 
 
 class CharDataset:
@@ -11,7 +11,8 @@ class CharDataset:
 
     def __init__(self, text=None, train_fraction=0.9):
         if text is None:
-            with gzip.open(data_dir() / "tinyshakespeare" / "input.txt.gz", "rt", encoding="utf-8") as f:
+            # A local copy, or downloaded once into the user cache (download.fetch).
+            with gzip.open(fetch("tinyshakespeare/input.txt.gz"), "rt", encoding="utf-8") as f:
                 text = f.read()
         self.chars = sorted(set(text))
         self.stoi = {c: i for i, c in enumerate(self.chars)}
