@@ -86,6 +86,18 @@ def linear_gemms(rows, d_in, d_out, count=1):
 
 
 # --- peak memory ----------------------------------------------------------------------------------
+def cpu_model():
+    """The CPU's model name (Linux), for figures that depend on it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def rss_kib():
     with open("/proc/self/status") as f:
         for line in f:

@@ -3,11 +3,14 @@
     python benchmarks/run.py            # the whole suite (under 10 minutes on 2 vCPUs)
     python benchmarks/run.py --quick    # fewer repeats, no decoding of the base model at batch 32
     python benchmarks/run.py --cases gpt/train,tiny/train --no-memory
+    python benchmarks/run.py --levels x86-64-v3,x86-64   # also time ct built for other CPU levels
 
 Both sides use 2 threads (torch.set_num_threads(2), ctransformer.set_num_threads(2)); torch runs with
 OMP_WAIT_POLICY=PASSIVE (set here before torch is imported; --policy-check measures what it buys).
 Times are medians of interleaved repeats after a warm-up; the ratio is torch_time / ct_time.
-Results go to benchmarks/results/<date>.json and a Markdown table is printed.
+Results go to benchmarks/results/<date>.json and a Markdown table is printed. On an AVX-512 build the
+run also builds ctransformer for AVX2 (x86-64-v3) and times both builds' own kernels (simd_levels.py),
+to show what AVX-512 changes; --levels names other levels, --levels none skips it.
 """
 import argparse
 import datetime
@@ -25,6 +28,7 @@ sys.path.insert(0, HERE)
 
 import cases  # noqa: E402
 import measure  # noqa: E402
+import simd_levels  # noqa: E402
 
 THREADS = 2
 
@@ -130,6 +134,9 @@ def main():
     p.add_argument("--no-policy-check", action="store_true", help="skip the OMP_WAIT_POLICY comparison")
     p.add_argument("--budget", type=float, help="seconds of timed repeats per case")
     p.add_argument("--out", help="JSON file (default benchmarks/results/<date>.json)")
+    p.add_argument("--levels", default="auto",
+                   help="-march levels to build and time ct at besides this build (comma-separated; 'none'; "
+                        "'auto' = x86-64-v3 when this build uses AVX-512)")
     p.add_argument("--probe-memory", nargs=2, metavar=("CASE", "SIDE"), help=argparse.SUPPRESS)
     p.add_argument("--probe-time", metavar="CASE", help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
@@ -186,11 +193,20 @@ def main():
               f"{fmt_s(policy['PASSIVE']['ct_s'])}, unset {fmt_s(policy['default']['torch_s'])} / "
               f"{fmt_s(policy['default']['ct_s'])}", flush=True)
 
+    levels = [] if a.levels == "none" else a.levels.split(",") if a.levels != "auto" else \
+        ["x86-64-v3"] if ct.build_info()["float_lanes"] == 16 else []
+    simd = None
+    if levels:
+        simd = simd_levels.compare(levels, ["kernels", "tiny/train"] if a.quick else simd_levels.DEFAULT_CASES,
+                                   rounds=2 if a.quick else 3, repeats=5 if a.quick else 10)
+        print(simd_levels.table(simd), flush=True)
+
     date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    meta = {"date": date, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+    meta = {"date": date, "machine": platform.processor() or platform.machine(), "cpu": measure.cpu_model(),
+            "cpus": os.cpu_count(),
             "threads": THREADS, "torch": torch.__version__, "ctransformer": ct.__version__,
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "sgemm": sgemm, "policy_check": policy,
-            "quick": a.quick, "wall_s": time.time() - started,
+            "quick": a.quick, "wall_s": time.time() - started, "build": ct.build_info(), "simd_levels": simd,
             "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}
     out = a.out or os.path.join(HERE, "results", datetime.datetime.now().strftime("%Y-%m-%d_%H%M") +
                                 ("_quick" if a.quick else "") + ".json")
@@ -233,6 +249,13 @@ def table(results, meta):
                   "before the first step (VmHWM reset via /proc/self/clear_refs). Machine load (1-min average, "
                   f"other users included): {meta['loadavg_1min']['start']:.1f} at the start, "
                   f"{meta['loadavg_1min']['end']:.1f} at the end."]
+    simd = meta.get("simd_levels")
+    if simd:
+        lines += ["", f"What the CPU level of the build changes: ctransformer alone, this build against the same sources "
+                      f"built for other levels (fresh processes, levels alternating, medians of {simd['rounds']} rounds; "
+                      "OpenBLAS picks its own kernels at run time, so only ct's kernels differ; 'kernels' is "
+                      "layer norm, GELU, dropout, softmax, cross-entropy and Adam on 8 MiB without products):", "",
+                  simd_levels.table(simd)]
     pc = meta.get("policy_check")
     if pc:
         p, d = pc["PASSIVE"], pc["default"]

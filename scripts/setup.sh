@@ -7,8 +7,11 @@ cd "$(dirname "$0")/.."
 
 extras="${1:-}"
 
+packages=(g++ libxtensor-dev libxtensor-blas-dev libopenblas-dev)
+# The tests also compile the SIMD kernels for aarch64, so an x86-only intrinsic cannot slip in.
+[[ ",$extras," == *",test,"* ]] && packages+=(g++-aarch64-linux-gnu)
 need=()
-for pkg in g++ libxtensor-dev libxtensor-blas-dev libopenblas-dev; do
+for pkg in "${packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -71,9 +71,11 @@ def test_trajectory_matches_torch(name, kwargs):
 
 
 FMA_CPU = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+FMA_BUILD = ct.build_info()["fused_multiply_add"]
 
 
 @pytest.mark.skipif(not FMA_CPU, reason="torch's kernels fuse multiply-adds only on AVX2/AVX512 builds")
+@pytest.mark.skipif(not FMA_BUILD, reason="this build of ctransformer targets a CPU level without FMA")
 @pytest.mark.parametrize("name,kwargs", [c for c in CONFIGS if not (c[0] == "Adam" and c[1].get("weight_decay"))]
                          + [("AdamW", dict(betas=(0.4, 0.9), weight_decay=0.2))])
 def test_moments_are_bit_identical_to_torch(name, kwargs):

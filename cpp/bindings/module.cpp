@@ -1,6 +1,7 @@
 // ctransformer._core: the pybind11 layer over the C++ core. The maths lives in cpp/src.
 #include "bindings.hpp"
 #include "ctransformer/allocator.hpp"
+#include "ctransformer/build_info.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/random.hpp"
 #include "ctransformer/threads.hpp"
@@ -40,6 +41,17 @@ PYBIND11_MODULE(_core, m) {
     m.def("set_cache_limit", &ct::set_cache_limit, py::arg("bytes"),
           "Most bytes of freed tensor buffers kept for reuse (default 1 GiB or CTRANSFORMER_CACHE_LIMIT_MB).");
     m.def("get_num_threads", &ct::get_num_threads);
+    m.def("build_info", [] {
+        const ct::BuildInfo b = ct::build_info();
+        py::dict d;
+        d["march"] = b.march;
+        d["simd"] = b.simd;
+        d["float_lanes"] = b.float_lanes;
+        d["fused_multiply_add"] = b.fused_multiply_add;
+        d["masked_tails"] = b.masked_tails;
+        return d;
+    }, "What the core was compiled for: -march, the kernels' instruction set and vector width, whether "
+       "multiply-adds are fused and vector tails masked.");
     ctpy::bind_tensor(m);
     auto functional = m.def_submodule("functional", "Functional ops, each with its backward.");
     ctpy::bind_functional(functional);

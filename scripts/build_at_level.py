@@ -1,0 +1,54 @@
+"""Build the package for one CPU level into a folder of its own, beside the installed one.
+
+    python scripts/build_at_level.py --arch x86-64-v3 --out build/level-v3
+    PYTHONPATH=build/level-v3/pkg python -c "import ctransformer as ct; print(ct.build_info())"
+
+--arch native is what `pip install .` builds; --arch default is the compiler's own level (plain
+x86-64 on x86-64: CTRANSFORMER_NATIVE=OFF); any other value is passed to -march. The tests use it
+to check the portable build against PyTorch, the benchmarks to measure what a level buys.
+"""
+import argparse
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def build(arch, out):
+    """CMake-build the extension at `arch` into out/build; returns out/pkg, which holds a copy of the
+    Python package with that extension (put it first on PYTHONPATH)."""
+    import pybind11
+
+    out = pathlib.Path(out).resolve()
+    package = out / "pkg" / "ctransformer"
+    if package.exists():
+        shutil.rmtree(package)
+    shutil.copytree(ROOT / "python" / "ctransformer", package,
+                    ignore=shutil.ignore_patterns("_core*.so", "_build_config.py", "__pycache__"))
+    level = ["-DCTRANSFORMER_NATIVE=ON"] if arch == "native" else ["-DCTRANSFORMER_NATIVE=OFF",
+                                                                   f"-DCTRANSFORMER_ARCH={'' if arch == 'default' else arch}"]
+    configure = ["cmake", "-S", str(ROOT), "-B", str(out / "build"), "-DCMAKE_BUILD_TYPE=Release", *level,
+                 f"-DCTRANSFORMER_PYTHON_OUTPUT_DIR={package}", f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+                 f"-DPython_EXECUTABLE={sys.executable}"]
+    if shutil.which("ninja") and not (out / "build" / "CMakeCache.txt").exists():
+        configure += ["-G", "Ninja"]
+    for cmd in [configure, ["cmake", "--build", str(out / "build"), "-j", str(os.cpu_count() or 1)]]:
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+    return out / "pkg"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", required=True, help="native, default, or a -march value such as x86-64-v3")
+    p.add_argument("--out", required=True, help="folder for the build and the package copy")
+    a = p.parse_args()
+    print(build(a.arch, a.out))
+
+
+if __name__ == "__main__":
+    main()

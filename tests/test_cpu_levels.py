@@ -1,0 +1,229 @@
+"""The core builds for every CPU it may meet, not only the one it was written on.
+
+A wheel built with -march=native on an AVX2 machine, and the same sources on an AVX-512 one, take
+different branches of cpp/src/simd.hpp: code behind the other machine's macros is never compiled
+where it is written. So the files that use SIMD are compiled here for every x86-64 level (and for
+aarch64 when a cross compiler is installed), whatever this machine's CPU; and the whole extension
+is built once at the baseline level (CTRANSFORMER_NATIVE=OFF) and checked against PyTorch.
+"""
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SRC = ROOT / "cpp" / "src"
+INCLUDE = ROOT / "cpp" / "include"
+CXX = shutil.which("g++")
+
+X86_LEVELS = ["x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", "native"]
+
+# What marks a file as CPU-specific: our SIMD helpers, or intrinsics used directly.
+SIMD_MARKERS = re.compile(r"simd\.hpp|random_bits\.hpp|immintrin|__AVX|__SSE|_mm(256|512)?_|__m(128|256|512)")
+# An intrinsic or one of its vector types.
+INTRINSIC = re.compile(r"\b(_mm(256|512)?_\w+|__m(128|256|512)[di]?|__mmask\d+|_pdep_u\d+|_pext_u\d+)\b")
+# A preprocessor condition that only holds on x86.
+X86_GUARD = re.compile(r"__(AVX\w*|SSE\w*|FMA|BMI2?|x86_64)__|__i386__|_M_X64")
+
+
+def simd_sources():
+    """Every .cpp whose code depends on the target's instruction set, the BLAS door and the pool included."""
+    files = {SRC / "blas.cpp", SRC / "parallel.cpp", SRC / "build_info.cpp"}
+    for path in SRC.rglob("*.cpp"):
+        if SIMD_MARKERS.search(path.read_text()):
+            files.add(path)
+    return sorted(files)
+
+
+def cblas_include():
+    for candidate in ["/usr/include/x86_64-linux-gnu/openblas-pthread", "/usr/include/openblas",
+                      "/usr/include/x86_64-linux-gnu", "/usr/include"]:
+        if (pathlib.Path(candidate) / "cblas.h").exists():
+            return candidate
+    pytest.skip("cblas.h was not found (apt-get install libopenblas-dev)")
+
+
+def compile_all(compiler, flags, files):
+    """Compile each file (object code to /dev/null: -O0 still inlines the intrinsics' always_inline
+    wrappers, so a target mismatch fails as it would in a real build). Returns the failures."""
+    def one(path):
+        cmd = [compiler, "-std=gnu++17", "-c", "-O0", "-w", *flags, "-I", str(INCLUDE), "-I", str(SRC),
+               str(path), "-o", os.devnull]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        return None if run.returncode == 0 else f"{path.relative_to(ROOT)}:\n{run.stderr[-2000:]}"
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return [f for f in pool.map(one, files) if f]
+
+
+def test_the_simd_sources_are_found():
+    names = {p.name for p in simd_sources()}
+    # The kernels that use simd.hpp, and both users of the dropout hash.
+    assert {"simd.hpp"} <= {p.name for p in SRC.glob("*.hpp")}
+    assert {"softmax.cpp", "layer_norm.cpp", "activation.cpp", "attention.cpp", "dropout.cpp", "adam.cpp",
+            "cross_entropy.cpp", "blas.cpp"} <= names
+
+
+@pytest.mark.skipif(CXX is None, reason="g++ is needed")
+@pytest.mark.parametrize("level", X86_LEVELS)
+def test_simd_sources_compile_for_every_x86_64_level(level):
+    if not (sys.platform.startswith("linux") and os.uname().machine == "x86_64"):
+        pytest.skip("x86-64 levels are compiled on an x86-64 host")
+    failures = compile_all(CXX, [f"-march={level}", "-I", cblas_include()], simd_sources())
+    assert not failures, f"-march={level}:\n" + "\n".join(failures)
+
+
+def test_every_intrinsic_sits_behind_an_x86_guard():
+    """No x86 intrinsic outside an #if on an x86 feature macro: an aarch64 build must never see one.
+    (The aarch64 compile below proves the same where a cross compiler is installed.)"""
+    offenders = []
+    for path in sorted([*SRC.rglob("*.cpp"), *SRC.rglob("*.hpp"), *INCLUDE.rglob("*.hpp")]):
+        guards = []  # one entry per open #if: does it (or an enclosing one) require x86?
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            directive = line.strip()
+            if re.match(r"#\s*if", directive):
+                guards.append(bool(X86_GUARD.search(directive)))
+            elif re.match(r"#\s*(elif|else)", directive):
+                if guards:
+                    guards[-1] = bool(X86_GUARD.search(directive))
+            elif re.match(r"#\s*endif", directive):
+                if guards:
+                    guards.pop()
+            elif INTRINSIC.search(line.split("//")[0]) and not any(guards):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offenders, "x86 intrinsics outside an x86 guard:\n" + "\n".join(offenders)
+
+
+def test_the_guard_check_can_fail(tmp_path, monkeypatch):
+    """The check above flags an unguarded intrinsic (so it is not vacuous)."""
+    fake_src = tmp_path / "src"
+    fake_src.mkdir()
+    (fake_src / "k.cpp").write_text("#if defined(__AVX2__)\nauto a = _mm256_setzero_ps();\n#else\n"
+                                    "auto b = _mm_setzero_ps();\n#endif\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", fake_src)
+    monkeypatch.setattr(sys.modules[__name__], "INCLUDE", tmp_path / "none")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    with pytest.raises(AssertionError, match=r"k.cpp:4"):
+        test_every_intrinsic_sits_behind_an_x86_guard()
+
+
+AARCH64_CXX = shutil.which("aarch64-linux-gnu-g++")
+
+
+@pytest.mark.skipif(AARCH64_CXX is None, reason="no aarch64 cross compiler (apt-get install g++-aarch64-linux-gnu)")
+def test_simd_sources_compile_for_aarch64(tmp_path):
+    # The cross compiler has its own C library; only the header-only libraries come from the host.
+    headers = tmp_path / "include"
+    headers.mkdir()
+    for name in ["xtensor", "xtensor-blas", "xsimd", "xtl", "xflens"]:
+        if (pathlib.Path("/usr/include") / name).exists():
+            (headers / name).symlink_to(pathlib.Path("/usr/include") / name)
+    for name in ["cblas.h", "openblas_config.h"]:
+        source = pathlib.Path(cblas_include()) / name
+        if source.exists():
+            (headers / name).symlink_to(source.resolve())
+    failures = compile_all(AARCH64_CXX, ["-march=armv8-a", "-isystem", str(headers)], simd_sources())
+    assert not failures, "aarch64:\n" + "\n".join(failures)
+
+
+# --- the whole extension at the baseline level -----------------------------------------------------
+
+PARITY_TESTS = [
+    "tests/test_ops_softmax_layernorm.py", "tests/test_ops_activation_dropout.py", "tests/test_ops_attention_fused.py",
+    "tests/test_ops_matmul_linear.py", "tests/test_losses.py", "tests/test_optim.py", "tests/test_decode.py",
+    "tests/test_transformer.py::test_torch_to_ctransformer_parity",
+]
+
+
+@pytest.fixture(scope="module")
+def baseline_package(tmp_path_factory):
+    """The package with its extension built by CMake with CTRANSFORMER_NATIVE=OFF (plain x86-64 on an
+    x86-64 host: SSE2, no FMA), in a folder that goes first on PYTHONPATH."""
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is needed")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import build_at_level
+    finally:
+        sys.path.pop(0)
+    return build_at_level.build("default", tmp_path_factory.mktemp("baseline"))
+
+
+def baseline_env(package_dir):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(package_dir), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_baseline_build_targets_the_plain_level(baseline_package):
+    code = "import ctransformer as ct, json; print(ct.__file__); print(json.dumps(ct.build_info()))"
+    run = subprocess.run([sys.executable, "-c", code], env=baseline_env(baseline_package), capture_output=True,
+                         text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    where, info = run.stdout.splitlines()
+    assert where.startswith(str(baseline_package)), where
+    import json
+
+    info = json.loads(info)
+    assert info["march"] == ""
+    if os.uname().machine == "x86_64":
+        # SSE2 only: 4 floats a vector, tails through the padded buffer, unfused multiply-adds.
+        assert info == {"march": "", "simd": "sse2", "float_lanes": 4, "fused_multiply_add": False,
+                        "masked_tails": False}
+
+
+def test_baseline_build_matches_torch(baseline_package):
+    """The op, loss, optimizer, decoding and model parity tests, run on the baseline build: the padded
+    tails and the unfused multiply-adds hold to the same tolerances as the native build."""
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *PARITY_TESTS],
+                         env=baseline_env(baseline_package), capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
+    assert re.search(r"\d+ passed", run.stdout), run.stdout[-2000:]
+
+
+# --- a build copied to another CPU -------------------------------------------------------------------
+
+def test_this_build_records_what_it_needs_and_this_cpu_has_it():
+    from ctransformer import _build_config, _cpu_check
+
+    import ctransformer as ct
+
+    assert _build_config.MARCH == ct.build_info()["march"]
+    if ct.build_info()["float_lanes"] == 16 and os.uname().machine == "x86_64":
+        assert "avx512f" in _build_config.CPU_FLAGS
+    assert _cpu_check.missing_features(_build_config.CPU_FLAGS, _cpu_check.cpu_flags()) == []
+
+
+def test_import_on_a_cpu_without_the_builds_features_is_a_clear_import_error():
+    """The package is imported in a fresh process whose CPU seems to have only SSE2: the import stops
+    before the extension loads, naming what is missing and how to rebuild (not a SIGILL later on)."""
+    code = """
+import importlib.util, sys
+spec = importlib.util.find_spec("ctransformer")
+path = spec.submodule_search_locations[0] + "/_cpu_check.py"
+check = importlib.util.spec_from_file_location("ctransformer._cpu_check", path)
+module = importlib.util.module_from_spec(check)
+check.loader.exec_module(module)
+module.cpu_flags = lambda: {"sse", "sse2"}
+module.platform.machine = lambda: "x86_64"
+sys.modules["ctransformer._cpu_check"] = module
+try:
+    import ctransformer
+except ImportError as e:
+    print("ImportError:", e)
+    print("core loaded:", "ctransformer._core" in sys.modules)
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    from ctransformer import _build_config
+
+    if not _build_config.CPU_FLAGS:
+        pytest.skip("this build needs nothing beyond SSE2")
+    assert "ImportError: this build of ctransformer was compiled for another CPU" in run.stdout, run.stdout
+    assert _build_config.CPU_FLAGS[-1] in run.stdout and "CTRANSFORMER_NATIVE=OFF" in run.stdout
+    assert "core loaded: False" in run.stdout
