@@ -1,8 +1,10 @@
 #include "ctransformer/allocator.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -80,6 +82,20 @@ struct Cache {
     }
 };
 
+// "12345678 bytes (11.8 MiB)": the exact figure and a readable one.
+std::string describe_bytes(std::size_t bytes) {
+    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = double(bytes);
+    int u = 0;
+    while (v >= 1024 && u < 6) {
+        v /= 1024;
+        ++u;
+    }
+    char readable[32];
+    std::snprintf(readable, sizeof readable, "%.1f %s", v, units[u]);
+    return std::to_string(bytes) + " bytes (" + readable + ")";
+}
+
 Cache& cache() {
     static Cache* c = new Cache();  // never destroyed: tensors may be freed during static destruction
     return *c;
@@ -87,9 +103,21 @@ Cache& cache() {
 
 }  // namespace
 
+std::size_t physical_memory_bytes() {
+    static const std::size_t bytes = [] {
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+        return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : std::size_t(-1);
+    }();
+    return bytes;
+}
+
 namespace detail {
 
 void* cached_alloc(std::size_t bytes) {
+    if (bytes > physical_memory_bytes())
+        throw OutOfMemory("out of memory: a tensor buffer of " + describe_bytes(bytes) +
+                          " was requested, more than this machine's physical memory, " +
+                          describe_bytes(physical_memory_bytes()));
     std::size_t rounded;
     const int c = class_of(bytes, rounded);
     Cache& k = cache();
@@ -126,7 +154,9 @@ void* cached_alloc(std::size_t bytes) {
             k.release_for(k.stats.cached_bytes, -1);  // give everything back and try once more
         }
         p = system_alloc(rounded);
-        if (!p) throw std::bad_alloc();
+        if (!p)
+            throw OutOfMemory("out of memory: could not allocate a tensor buffer of " + describe_bytes(rounded) +
+                              " (live tensors hold " + describe_bytes(allocator_stats().live_bytes) + ")");
         std::lock_guard<std::mutex> lock(k.mu);
         k.stats.live_bytes += rounded;
     }
