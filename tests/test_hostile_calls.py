@@ -130,6 +130,15 @@ def test_memory_error_names_what_was_allocated():
     ''')
 
 
+def test_parameters_too_large_to_count_or_hold_are_refused():
+    run('''
+    for make in [lambda: ct.nn.Linear(2**40, 2**40), lambda: ct.nn.Embedding(2**33, 2**33),
+                 lambda: ct.nn.PositionalEncoding(2**32, 2**32), lambda: ct.nn.PositionalEncoding(2**20, 2**20),
+                 lambda: ct.nn.GPT(2**40, 8, 1, 2**40, 2, 16, 0.0)]:
+        expect((ValueError, MemoryError), r"shape \\(", make)
+    ''')
+
+
 def test_reshape_sizes_are_validated():
     run('''
     x = ct.zeros([2, 3])

@@ -27,6 +27,8 @@ std::int64_t to_int(const py::handle& obj, const std::string& arg);
 // An integer argument >= minimum (a count, a size): below it, or below -2**63, "arg must be at least
 // minimum, got v"; beyond 2**63 - 1 "arg = v is too large".
 std::int64_t to_int_at_least(const py::handle& obj, const std::string& arg, std::int64_t minimum);
+// A size (an int >= 0, at most 2**63 - 1), as to_int_at_least(obj, arg, 0).
+inline std::size_t to_size(const py::handle& obj, const std::string& arg) { return std::size_t(to_int_at_least(obj, arg, 0)); }
 // A dimension index of a tensor of rank `rank`: any Python int, refused with the core's IndexError
 // (naming `what` and the range [-rank, rank - 1]) when out of range, however large.
 std::int64_t to_dim(const py::handle& obj, std::size_t rank, const char* what);

@@ -102,7 +102,17 @@ Token + learned position embeddings, dropout, ``num_layer`` pre-norm Transformer
 LayerNorm and a bias-free ``language_model_head`` whose weight is the token embedding's weight.
 Weights ~ N(0, 0.02), biases 0, attention output projections ~ N(0, 0.02 / sqrt(2 num_layer)),
 drawn from the generator seeded by ``ctransformer.manual_seed``.)doc")
-        .def(py::init<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, float, bool, bool>(),
+        .def(py::init([](py::object vocab_size, py::object max_seq_len, py::object num_layer, py::object embed_dim,
+                         py::object num_head, py::object feedforward_dim, float dropout, bool no_res, bool no_pos) {
+                 const std::size_t v = to_size(vocab_size, "GPT: vocab_size");
+                 const std::size_t t = to_size(max_seq_len, "GPT: max_seq_len");
+                 const std::size_t l = to_size(num_layer, "GPT: num_layer");
+                 const std::size_t e = to_size(embed_dim, "GPT: embed_dim");
+                 const std::size_t h = to_size(num_head, "GPT: num_head");
+                 const std::size_t f = to_size(feedforward_dim, "GPT: feedforward_dim");
+                 py::gil_scoped_release release;
+                 return std::make_shared<GPT>(v, t, l, e, h, f, dropout, no_res, no_pos);
+             }),
              py::arg("vocab_size"), py::arg("max_seq_len"), py::arg("num_layer"), py::arg("embed_dim"),
              py::arg("num_head"), py::arg("feedforward_dim"), py::arg("dropout"), py::arg("no_res") = false,
              py::arg("no_pos") = false)

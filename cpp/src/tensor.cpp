@@ -101,15 +101,15 @@ Array new_array(const Shape& shape, const std::string& what) {
     const std::size_t n = checked_numel(shape, what);
     std::size_t bytes;
     if (__builtin_mul_overflow(n, sizeof(float), &bytes))
-        throw ValueError(what + ": shape " + shape_str(shape) + " needs more bytes than a 64-bit count holds (the byte count overflows)");
-    const std::string which = what + ": shape " + shape_str(shape) + " (" + std::to_string(n) + " float32 elements)";
-    check_fits_in_memory(bytes, which);
+        throw ValueError(what + ": shape " + shape_str(shape) +
+                         " needs more bytes than a 64-bit count holds (the byte count overflows)");
+    auto which = [&] { return what + ": shape " + shape_str(shape) + " (" + std::to_string(n) + " float32 elements)"; };
+    const std::size_t total = physical_memory_bytes();
+    if (total != 0 && bytes > total) check_fits_in_memory(bytes, which());
     try {
         return Array::from_shape(shape);
-    } catch (const MemoryError&) {
-        throw MemoryError(which + " needs " + std::to_string(bytes) + " bytes: out of memory");
-    } catch (const std::bad_alloc&) {
-        throw MemoryError(which + " needs " + std::to_string(bytes) + " bytes: out of memory");
+    } catch (const std::bad_alloc&) {   // ct::MemoryError included: say which tensor it was
+        throw MemoryError(which() + " needs " + std::to_string(bytes) + " bytes: out of memory");
     }
 }
 

@@ -19,7 +19,7 @@ GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, 
     result.ids = {std::vector<std::int64_t>(b * max_len, model.config.trg_pad_idx), {b, max_len}};
     for (std::size_t r = 0; r < b; ++r) result.ids.data[r * max_len] = start_symbol;
     if (return_logits) {
-        result.logits = Array::from_shape({b, max_len - 1, V});
+        result.logits = new_array({b, max_len - 1, V}, "greedy_decode: the logits (return_logits=True)");
         result.logits->fill(std::numeric_limits<float>::quiet_NaN());
     }
     if (max_len == 1) return result;
