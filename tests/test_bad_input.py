@@ -216,3 +216,45 @@ def test_errors_leave_no_half_built_graph():
         F.matmul(x, x)
     (x * 2.0).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 3), 2.0, np.float32))
+
+
+# ---- integers from Python: any int is taken, then range-checked with the argument's name (issue 13) --
+
+@pytest.mark.parametrize("make,arg", [
+    (lambda v: ct.nn.Linear(v, 2), "Linear: in_features"),
+    (lambda v: ct.nn.Linear(2, v), "Linear: out_features"),
+    (lambda v: ct.nn.Embedding(v, 2), "Embedding: num_embeddings"),
+    (lambda v: ct.nn.Embedding(2, v), "Embedding: embedding_dim"),
+    (lambda v: ct.nn.LayerNorm(v), "LayerNorm: normalized_shape"),
+    (lambda v: ct.nn.PositionalEncoding(4, v), "PositionalEncoding: n_position"),
+    (lambda v: ct.nn.GPT(v, 8, 1, 8, 2, 16, 0.0), "GPT: vocab_size"),
+    (lambda v: ct.nn.GPT(10, 8, 1, 8, 2, v, 0.0), "GPT: feedforward_dim"),
+    (lambda v: ct.optim.StepLR(ct.optim.Adam([ct.zeros([1], requires_grad=True)]), v), "StepLR: step_size"),
+])
+@pytest.mark.parametrize("value", [-1, -(2**64), 2**64, 2**200])
+def test_integer_arguments_are_range_checked_by_name(make, arg, value):
+    with pytest.raises(ValueError, match=arg):
+        make(value)
+
+
+def test_size_arguments_of_ops_are_range_checked():
+    x = t((2, 4))
+    with pytest.raises(ValueError, match="multi_head_attention: n_head"):
+        F.multi_head_attention(x.reshape(1, 2, 4), x.reshape(1, 2, 4), x.reshape(1, 2, 4), 2**64)
+    with pytest.raises(ValueError, match="multi_head_attention: n_head must be at least 1"):
+        F.multi_head_attention(x.reshape(1, 2, 4), x.reshape(1, 2, 4), x.reshape(1, 2, 4), 0)
+    with pytest.raises(ValueError, match="cross_entropy: ignore_index"):
+        F.cross_entropy(x, np.array([0, 1]), ignore_index=2**63)
+    with pytest.raises(ValueError, match="padding_idx"):
+        F.embedding(np.array([0]), t((3, 2)), padding_idx=-(2**63) - 1)
+    with pytest.raises(ValueError, match="zeros: shape: negative dimension -3"):
+        ct.zeros([2, -3])
+    with pytest.raises(TypeError, match="zeros: shape"):
+        ct.zeros(3)
+
+
+def test_uint64_token_ids_beyond_int64_are_reported_as_themselves():
+    with pytest.raises(IndexError, match="18446744073709551615"):
+        F.embedding(np.array([1, 2**64 - 1], dtype=np.uint64), t((4, 2)))
+    with pytest.raises(IndexError, match="9223372036854775808"):
+        F.cross_entropy(t((1, 3)), np.array([2**63], dtype=np.uint64))

@@ -125,7 +125,7 @@ def test_a_huge_request_raises_memory_error_naming_the_bytes(what, code):
     """)
     assert done.returncode == 0, f"{what}: the process died ({done.returncode}): {done.stderr[-2000:]}"
     assert done.stdout.startswith("MemoryError:"), f"{what}: {done.stdout}"
-    assert f"{HUGE} bytes" in done.stdout and "100.0 GiB" in done.stdout, f"{what}: {done.stdout}"
+    assert f"{HUGE} bytes" in done.stdout, f"{what}: {done.stdout}"
 
 
 def test_a_request_within_memory_but_over_the_address_cap_raises_memory_error():
@@ -153,4 +153,4 @@ def test_physical_memory_check_is_below_the_request():
         except MemoryError as e:
             print(e)
     """)
-    assert "physical memory" in done.stdout, done.stdout
+    assert "more than this machine's memory" in done.stdout, done.stdout

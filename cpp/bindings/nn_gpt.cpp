@@ -4,6 +4,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "interrupt.hpp"
 #include "ctransformer/decode/gpt_generate.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/nn/gpt/gpt.hpp"
@@ -101,7 +102,17 @@ Token + learned position embeddings, dropout, ``num_layer`` pre-norm Transformer
 LayerNorm and a bias-free ``language_model_head`` whose weight is the token embedding's weight.
 Weights ~ N(0, 0.02), biases 0, attention output projections ~ N(0, 0.02 / sqrt(2 num_layer)),
 drawn from the generator seeded by ``ctransformer.manual_seed``.)doc")
-        .def(py::init<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, float, bool, bool>(),
+        .def(py::init([](py::object vocab_size, py::object max_seq_len, py::object num_layer, py::object embed_dim,
+                         py::object num_head, py::object feedforward_dim, float dropout, bool no_res, bool no_pos) {
+                 const std::size_t v = to_size(vocab_size, "GPT: vocab_size");
+                 const std::size_t t = to_size(max_seq_len, "GPT: max_seq_len");
+                 const std::size_t l = to_size(num_layer, "GPT: num_layer");
+                 const std::size_t e = to_size(embed_dim, "GPT: embed_dim");
+                 const std::size_t h = to_size(num_head, "GPT: num_head");
+                 const std::size_t f = to_size(feedforward_dim, "GPT: feedforward_dim");
+                 py::gil_scoped_release release;
+                 return std::make_shared<GPT>(v, t, l, e, h, f, dropout, no_res, no_pos);
+             }),
              py::arg("vocab_size"), py::arg("max_seq_len"), py::arg("num_layer"), py::arg("embed_dim"),
              py::arg("num_head"), py::arg("feedforward_dim"), py::arg("dropout"), py::arg("no_res") = false,
              py::arg("no_pos") = false)
@@ -127,16 +138,22 @@ being cross-entropy with ignore_index=0; otherwise (logits, [attention weights o
            R"doc([{"params": Linear weights, "weight_decay": weight_decay},
  {"params": biases, LayerNorm and Embedding weights, "weight_decay": 0.0}], each sorted by
 parameter name; the tied head weight appears once (as word_token_embedding.weight, no decay).)doc")
-        .def("generate", [](const GPT& m, py::object idx, std::int64_t max_new_tokens, float temperature,
-                            std::optional<std::int64_t> top_k, bool use_cache) {
-            if (max_new_tokens < 0)
-                throw ct::ValueError("GPT.generate: max_new_tokens must be >= 0, got " + std::to_string(max_new_tokens));
+        .def("generate", [](const GPT& m, py::object idx, py::object max_new_tokens_obj, float temperature,
+                            py::object top_k_obj, bool use_cache) {
+            if (PyIndex_Check(max_new_tokens_obj.ptr()) && !py::isinstance<py::bool_>(max_new_tokens_obj) &&
+                py::int_(max_new_tokens_obj) < py::int_(0))
+                throw ct::ValueError("GPT.generate: max_new_tokens must be >= 0, got " +
+                                     py::str(max_new_tokens_obj).cast<std::string>());
+            const auto max_new_tokens = std::size_t(to_int_at_least(max_new_tokens_obj, "GPT.generate: max_new_tokens", 0));
+            std::optional<std::int64_t> top_k;
+            if (!top_k_obj.is_none()) top_k = to_int(top_k_obj, "GPT.generate: top_k");
             const ct::IndexArray ids = to_index_array(idx, "idx");
+            const auto should_stop = python_should_stop();
             ct::IndexArray out;
             {
                 py::gil_scoped_release release;
-                out = use_cache ? ct::decode::generate(m, ids, std::size_t(max_new_tokens), temperature, top_k)
-                                : m.generate(ids, std::size_t(max_new_tokens), temperature, top_k);
+                out = use_cache ? ct::decode::generate(m, ids, max_new_tokens, temperature, top_k, should_stop)
+                                : m.generate(ids, max_new_tokens, temperature, top_k, should_stop);
             }
             // As the seed: idx.squeeze().cpu().numpy().
             return ids_to_numpy(out).attr("squeeze")();

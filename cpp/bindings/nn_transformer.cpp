@@ -202,7 +202,9 @@ void bind_nn_transformer(py::module_& nn) {
     // --- layers ------------------------------------------------------------------------------------
     py::class_<PositionalEncoding, Module, std::shared_ptr<PositionalEncoding>>(nn, "PositionalEncoding",
         "Adds the fixed sinusoid table, a buffer 'pos_table' of shape (1, n_position, d_hid).")
-        .def(py::init([](std::size_t d_hid, std::size_t n_position, const std::string& pe_formula) {
+        .def(py::init([](py::object d_hid_obj, py::object n_position_obj, const std::string& pe_formula) {
+            const std::size_t d_hid = to_size(d_hid_obj, "PositionalEncoding: d_hid");
+            const std::size_t n_position = to_size(n_position_obj, "PositionalEncoding: n_position");
             return std::make_shared<PositionalEncoding>(d_hid, n_position,
                                                         parse_positional_formula(pe_formula, "PositionalEncoding"));
         }), py::arg("d_hid"), py::arg("n_position") = 200, py::arg("pe_formula") = "paired")

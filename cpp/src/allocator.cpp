@@ -4,12 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <new>
 #include <string>
 #include <vector>
+
+#include "ctransformer/error.hpp"
 
 namespace ct {
 
@@ -82,20 +83,6 @@ struct Cache {
     }
 };
 
-// "12345678 bytes (11.8 MiB)": the exact figure and a readable one.
-std::string describe_bytes(std::size_t bytes) {
-    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    double v = double(bytes);
-    int u = 0;
-    while (v >= 1024 && u < 6) {
-        v /= 1024;
-        ++u;
-    }
-    char readable[32];
-    std::snprintf(readable, sizeof readable, "%.1f %s", v, units[u]);
-    return std::to_string(bytes) + " bytes (" + readable + ")";
-}
-
 Cache& cache() {
     static Cache* c = new Cache();  // never destroyed: tensors may be freed during static destruction
     return *c;
@@ -105,19 +92,33 @@ Cache& cache() {
 
 std::size_t physical_memory_bytes() {
     static const std::size_t bytes = [] {
-        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-        return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : std::size_t(-1);
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : std::size_t(0);
     }();
     return bytes;
 }
 
+void check_fits_in_memory(std::size_t bytes, const std::string& what) {
+    const std::size_t total = physical_memory_bytes();
+    if (total != 0 && bytes > total)
+        throw MemoryError(what + " needs " + std::to_string(bytes) + " bytes, more than this machine's memory (" +
+                          std::to_string(total) + " bytes)");
+}
+
 namespace detail {
 
+std::size_t bytes_of(std::size_t n, std::size_t size) {
+    std::size_t bytes;
+    if (__builtin_mul_overflow(n, size, &bytes))
+        throw MemoryError("cannot allocate a tensor buffer of " + std::to_string(n) + " elements of " +
+                          std::to_string(size) + " bytes: the byte count does not fit in 64 bits");
+    return bytes;
+}
+
 void* cached_alloc(std::size_t bytes) {
-    if (bytes > physical_memory_bytes())
-        throw OutOfMemory("out of memory: a tensor buffer of " + describe_bytes(bytes) +
-                          " was requested, more than this machine's physical memory, " +
-                          describe_bytes(physical_memory_bytes()));
+    // Before the size classes round it (which would overflow near 2^64), and before the system
+    // overcommits a buffer that can never be backed.
+    check_fits_in_memory(bytes, "a tensor buffer");
     std::size_t rounded;
     const int c = class_of(bytes, rounded);
     Cache& k = cache();
@@ -155,8 +156,8 @@ void* cached_alloc(std::size_t bytes) {
         }
         p = system_alloc(rounded);
         if (!p)
-            throw OutOfMemory("out of memory: could not allocate a tensor buffer of " + describe_bytes(rounded) +
-                              " (live tensors hold " + describe_bytes(allocator_stats().live_bytes) + ")");
+            throw MemoryError("out of memory: could not allocate a tensor buffer of " + std::to_string(bytes) +
+                              " bytes");
         std::lock_guard<std::mutex> lock(k.mu);
         k.stats.live_bytes += rounded;
     }

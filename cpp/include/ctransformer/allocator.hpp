@@ -11,32 +11,22 @@
 // new block must come from the system and live + cached + new would exceed the most bytes ever
 // live at once plus 1/16, cached blocks of other sizes are released first: the cache raises the
 // peak footprint at most 1/16 above the peak of live tensors.
-//
-// A single request larger than the machine's physical memory is refused up front (OutOfMemory):
-// on Linux such a request can succeed (overcommit) and the process then dies to the OOM killer as
-// the pages are touched, instead of raising.
 #pragma once
 #include <cstddef>
-#include <new>
 #include <string>
 
 namespace ct {
 
-// A tensor buffer that cannot be had, with the bytes asked for. A std::bad_alloc, so pybind11
-// raises MemoryError with this message.
-class OutOfMemory : public std::bad_alloc {
-public:
-    explicit OutOfMemory(std::string message) : message_(std::move(message)) {}
-    const char* what() const noexcept override { return message_.c_str(); }
-
-private:
-    std::string message_;
-};
-
-// Physical memory in bytes (sysconf), the cap on a single tensor buffer.
+// The machine's physical memory in bytes (0 where the system does not say). No single buffer larger
+// than this can be used, so asking for one fails at once with ct::MemoryError instead of
+// overcommitting and being killed (or page-faulting for minutes) later.
 std::size_t physical_memory_bytes();
+// Throws ct::MemoryError naming `what` when `bytes` exceeds the physical memory.
+void check_fits_in_memory(std::size_t bytes, const std::string& what);
 
 namespace detail {
+// n * size, or ct::MemoryError when the product does not fit in 64 bits.
+std::size_t bytes_of(std::size_t n, std::size_t size);
 void* cached_alloc(std::size_t bytes);
 void cached_free(void* p, std::size_t bytes) noexcept;
 }  // namespace detail
@@ -47,12 +37,7 @@ struct CachingAllocator {
     CachingAllocator() noexcept = default;
     template <class U>
     CachingAllocator(const CachingAllocator<U>&) noexcept {}
-    T* allocate(std::size_t n) {
-        if (n > std::size_t(-1) / sizeof(T))  // n * sizeof(T) would wrap to a small number
-            throw OutOfMemory("out of memory: a tensor buffer of " + std::to_string(n) + " elements of " +
-                              std::to_string(sizeof(T)) + " bytes does not fit in 64 bits");
-        return static_cast<T*>(detail::cached_alloc(n * sizeof(T)));
-    }
+    T* allocate(std::size_t n) { return static_cast<T*>(detail::cached_alloc(detail::bytes_of(n, sizeof(T)))); }
     void deallocate(T* p, std::size_t n) noexcept { detail::cached_free(p, n * sizeof(T)); }
     template <class U>
     bool operator==(const CachingAllocator<U>&) const noexcept { return true; }

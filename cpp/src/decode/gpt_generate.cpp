@@ -8,6 +8,7 @@
 #include "ctransformer/decode/sampling.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/random.hpp"
+#include "generate_checks.hpp"
 
 namespace ct::decode {
 
@@ -31,12 +32,12 @@ void check_generate_args(const nn::gpt::GPT& model, const IndexArray& idx, float
 }  // namespace
 
 IndexArray generate(const nn::gpt::GPT& model, const IndexArray& idx, std::size_t max_new_tokens, float temperature,
-                    std::optional<std::int64_t> top_k) {
+                    std::optional<std::int64_t> top_k, const ShouldStop& should_stop) {
     check_generate_args(model, idx, temperature, top_k);
     NoGradGuard no_grad;
     const std::size_t b = idx.shape[0], t0 = idx.shape[1], V = model.vocab_size, C = model.max_seq_len;
     const std::size_t k = top_k ? std::min<std::size_t>(std::size_t(*top_k), V) : V;
-    const std::size_t T_end = t0 + max_new_tokens;
+    const std::size_t T_end = detail::checked_generate_length(b, t0, max_new_tokens, "generate");
     IndexArray out{std::vector<std::int64_t>(b * T_end), {b, T_end}};
     for (std::size_t r = 0; r < b; ++r) std::copy_n(idx.data.begin() + std::ptrdiff_t(r * t0), t0, out.data.begin() + std::ptrdiff_t(r * T_end));
 
@@ -51,6 +52,7 @@ IndexArray generate(const nn::gpt::GPT& model, const IndexArray& idx, std::size_
 
     GPTIncremental cache(model);
     for (std::size_t T = t0; T < T_end; ++T) {   // T ids so far; the cache holds the window minus the last id
+        check_should_stop(should_stop, "generate");
         Tensor logits;
         if (cache.length() > 0 && cache.length() + 1 <= C) {
             logits = cache.step(columns(T - 1, T));   // the one id the cache has not seen
