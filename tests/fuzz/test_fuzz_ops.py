@@ -47,7 +47,7 @@ def test_tensor_copies_any_float_array_in_any_layout(dtype, data):
 def test_tensor_refuses_nan_naming_the_argument(dtype, data):
     array = data.draw(float_arrays(data.draw(shapes(min_dims=0, max_dims=3, min_side=1, max_side=4)),
                                    dtype=dtype, elements=st.floats(width=16, allow_nan=True)))
-    array = np.array(array)
+    array = np.array(array, order="C")  # reshape(-1) below must be a view
     array.reshape(-1)[data.draw(st.integers(0, array.size - 1))] = np.nan
     with pytest.raises(ValueError) as info:
         ct.tensor(array)
