@@ -56,7 +56,8 @@ if [[ $which == all || $which == address ]]; then
     tests/test_ops_softmax_layernorm.py tests/test_losses.py tests/test_label_smoothing.py \
     tests/test_nn_layers.py tests/test_transformer.py tests/test_gpt.py tests/test_gpt_generate_cache.py \
     tests/test_optim.py tests/test_schedules.py tests/test_decode.py tests/test_beam_search.py \
-    tests/test_checkpoint.py tests/test_bad_input.py tests/test_batch.py tests/test_thread_pool.py
+    tests/test_checkpoint.py tests/test_checkpoint_faults.py tests/test_bad_input.py tests/test_hostile_calls.py \
+    tests/test_batch.py tests/test_thread_pool.py
 fi
 
 if [[ $which == all || $which == thread ]]; then

@@ -156,11 +156,12 @@ def test_greedy_and_beam_search_at_and_past_their_limits(max_len, beam_size, alp
     model = transformer()
     src_ok = src.size > 0 and ((src >= 0) & (src < 9)).all()
     mask = ct.nn.get_pad_mask(src, 0) if src.ndim == 2 and src.size else None
-    small = 1 <= max_len <= 5 and (not beam or (1 <= beam_size <= 4 and math.isfinite(alpha)))
+    small = 1 <= max_len <= 5 and (not beam or (1 <= beam_size <= 4 and math.isfinite(alpha) and alpha >= 0))
     valid = small and src_ok and 0 <= start < 9
     # Valid but long (huge max_len or beam_size) is a long run, not an error: not run.
     assume(valid or not (src_ok and 0 <= start < 9 and max_len >= 1 and (not beam or (beam_size >= 1
-                                                                                        and math.isfinite(alpha)))))
+                                                                                        and math.isfinite(alpha)
+                                                                                        and alpha >= 0))))
     try:
         if beam:
             ids, scores = ct.decode.beam_search(model, src, mask, max_len, start, 1, beam_size, alpha,
@@ -208,7 +209,14 @@ def test_step_lr_limits(step_size, gamma, steps):
     assert step_size >= 1, f"step_size {step_size} accepted"
     for _ in range(steps):
         opt.step()
-        sched.step()
+        before = opt.param_groups[0]["lr"]
+        try:
+            sched.step()
+        except ValueError as error:  # the schedule's lr left the finite non-negative numbers
+            assert not (0 <= before * gamma < math.inf) or not (0 <= gamma < math.inf), error
+            assert_names(error, "lr")
+            assert opt.param_groups[0]["lr"] == before  # and the optimizer kept its lr
+            return
     lr = opt.param_groups[0]["lr"]
     assert not math.isnan(lr), f"NaN lr from StepLR(step_size={step_size}, gamma={gamma})"
     assert lr == pytest.approx(0.1 * gamma ** (steps // step_size), rel=1e-6, nan_ok=False) or not math.isfinite(gamma)

@@ -18,6 +18,11 @@ from strategies import (CLEAR_ERRORS, assert_names, float_arrays, floats, hostil
                         shapes)
 
 
+def c_array(a, dtype=None):
+    """A C-ordered copy (torch.from_numpy takes no negative strides; 0-d stays 0-d)."""
+    return np.array(a, dtype=dtype, order="C", copy=True)
+
+
 def same(actual, expected, rtol=0.0, atol=0.0, what=""):
     """Equal shapes; NaN where expected is NaN, inf of the same sign, else within the tolerance."""
     a = actual.numpy() if isinstance(actual, ct.Tensor) else np.asarray(actual)
@@ -98,7 +103,7 @@ def test_binary_ops_broadcast_like_torch(op, shapes_, finite, data):
     ours, theirs = BINARY[op]
     out = ours(ct.tensor(a), ct.tensor(b))
     # One rounding per element on both sides: exact (div included: both divide, IEEE).
-    same(out, theirs(torch.from_numpy(np.array(a)), torch.from_numpy(np.array(b))), what=op)
+    same(out, theirs(torch.from_numpy(c_array(a)), torch.from_numpy(c_array(b))), what=op)
 
 
 @given(op=st.sampled_from(sorted(BINARY)), shapes_=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=1,
@@ -146,7 +151,7 @@ UNARY = {"relu": (F.relu, torch.relu, 0, 0), "gelu": (F.gelu, lambda t: torch.nn
 @given(op=st.sampled_from(sorted(UNARY)), array=float_arrays(finite=False))
 def test_activations_like_torch_including_nan_and_inf(op, array):
     ours, theirs, rtol, atol = UNARY[op]
-    same(ours(ct.tensor(array)), theirs(torch.from_numpy(np.array(array))), rtol=rtol, atol=atol, what=op)
+    same(ours(ct.tensor(array)), theirs(torch.from_numpy(c_array(array))), rtol=rtol, atol=atol, what=op)
 
 
 @given(op=st.sampled_from(["softmax", "log_softmax"]), data=st.data())
@@ -154,7 +159,7 @@ def test_softmax_like_torch_on_any_valid_dim(op, data):
     array = data.draw(float_arrays(data.draw(shapes(min_dims=1, max_dims=4, max_side=6))))
     dim = data.draw(st.integers(-array.ndim, array.ndim - 1))
     out = getattr(F, op)(ct.tensor(array), dim)
-    same(out, getattr(torch, op)(torch.from_numpy(np.array(array)), dim), rtol=1e-5, atol=1e-5, what=op)
+    same(out, getattr(torch, op)(torch.from_numpy(c_array(array)), dim), rtol=1e-5, atol=1e-5, what=op)
 
 
 @given(op=st.sampled_from(["softmax", "log_softmax", "sum", "mean"]), ndim=st.integers(0, 3),
@@ -176,7 +181,7 @@ def test_reductions_like_torch(op, keepdim, data):
     # (a known difference, README "Fuzzing").
     dims = st.integers(-array.ndim, array.ndim - 1) if array.ndim else st.nothing()
     dim = data.draw(st.one_of(st.none(), dims))
-    t = torch.from_numpy(np.array(array))
+    t = torch.from_numpy(c_array(array))
     expected = getattr(torch, op)(t) if dim is None else getattr(torch, op)(t, dim, keepdim=keepdim)
     out = getattr(F, op)(ct.tensor(array), dim, keepdim) if dim is not None else getattr(F, op)(ct.tensor(array))
     scale = float(np.abs(array).sum(initial=1.0))
@@ -227,12 +232,12 @@ def test_matmul_and_linear_like_torch(n, k, m, batch, data):
     a = data.draw(float_arrays(batch + (n, k)))
     b = data.draw(float_arrays((k, m)))
     bias = data.draw(float_arrays((m,)))
-    ta, tb = torch.from_numpy(np.array(a)), torch.from_numpy(np.array(b))
+    ta, tb = torch.from_numpy(c_array(a)), torch.from_numpy(c_array(b))
     scale = float(np.abs(a).max(initial=1.0) * np.abs(b).max(initial=1.0) * max(k, 1))
     same(F.matmul(ct.tensor(a), ct.tensor(b)), ta @ tb, rtol=1e-5, atol=1e-6 * scale, what="matmul")
-    w = np.ascontiguousarray(b.T)
+    w = c_array(b.T)
     same(F.linear(ct.tensor(a), ct.tensor(w), ct.tensor(bias)),
-         torch.nn.functional.linear(ta, torch.from_numpy(w), torch.from_numpy(np.array(bias))),
+         torch.nn.functional.linear(ta, torch.from_numpy(w), torch.from_numpy(c_array(bias))),
          rtol=1e-5, atol=1e-6 * (scale + 1e3), what="linear")
 
 
@@ -254,8 +259,8 @@ def test_layer_norm_like_torch(shape, eps, data):
     array = data.draw(float_arrays(shape))
     w, b = data.draw(float_arrays(shape[-1:])), data.draw(float_arrays(shape[-1:]))
     out = F.layer_norm(ct.tensor(array), ct.tensor(w), ct.tensor(b), eps)
-    expected = torch.nn.functional.layer_norm(torch.from_numpy(np.array(array)), shape[-1:],
-                                              torch.from_numpy(np.array(w)), torch.from_numpy(np.array(b)), eps)
+    expected = torch.nn.functional.layer_norm(torch.from_numpy(c_array(array)), shape[-1:],
+                                              torch.from_numpy(c_array(w)), torch.from_numpy(c_array(b)), eps)
     scale = float(np.abs(w).max(initial=1.0) * (1 + np.abs(array).max(initial=0) / np.sqrt(eps)) + 1e3)
     same(out, expected, rtol=1e-4, atol=1e-5 * scale, what="layer_norm")
 
@@ -316,7 +321,7 @@ def test_masked_fill_with_masks_of_every_shape(shape, mask_shape, mask_dtype, da
         assert_names(error, "mask")
     else:
         assert fits, f"mask {mask_shape} accepted for input {shape}"
-        expected = torch.from_numpy(np.array(array)).masked_fill(torch.from_numpy(np.array(mask, bool)), -1e9)
+        expected = torch.from_numpy(c_array(array)).masked_fill(torch.from_numpy(c_array(mask, bool)), -1e9)
         same(out, expected, what="masked_fill")
 
 
@@ -341,10 +346,10 @@ def test_attention_masks_of_every_shape(b, h, lq, lk, d, mask_shape, data):
         return
     assert fits, f"mask {mask_shape} accepted for scores {(b, h, lq, lk)}"
     out = out[0] if isinstance(out, tuple) else out
-    tq, tk, tv = (torch.from_numpy(np.array(a)) for a in (q, k, v))
+    tq, tk, tv = (torch.from_numpy(c_array(a)) for a in (q, k, v))
     scores = tq @ tk.transpose(-1, -2) / np.sqrt(d)  # ct's scale (1/sqrt(d)), masked with -1e9 (seed 000)
     if mask is not None:
-        scores = scores.masked_fill(~torch.from_numpy(np.array(mask)), -1e9)
+        scores = scores.masked_fill(~torch.from_numpy(c_array(mask)), -1e9)
     expected = torch.softmax(scores, -1) @ tv
     scale = float(np.abs(v).max(initial=1.0))
     same(out, expected, rtol=1e-4, atol=1e-5 * scale, what="attention")
@@ -364,7 +369,7 @@ def test_cross_entropy_like_torch_and_names_bad_targets(n, c, ignore_index, labe
         assert_names(error, "target")
         return
     assert valid, f"targets {targets} accepted for {c} classes"
-    expected = torch.nn.functional.cross_entropy(torch.from_numpy(np.array(logits)), torch.from_numpy(targets),
+    expected = torch.nn.functional.cross_entropy(torch.from_numpy(c_array(logits)), torch.from_numpy(targets),
                                                  ignore_index=ignore_index, reduction=reduction,
                                                  label_smoothing=label_smoothing)
     same(out, expected, rtol=1e-5, atol=1e-5 * float(np.abs(logits).max(initial=1.0)), what="cross_entropy")
