@@ -49,7 +49,9 @@ if [[ $which == all || $which == address ]]; then
   export ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:abort_on_error=0:detect_stack_use_after_return=0"
   # halt_on_error: the first undefined behaviour ends the run (the build also has -fno-sanitize-recover).
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-  run_under address build/asan "$(g++ -print-file-name=libasan.so)" \
+  # libstdc++ preloaded too: else it loads after the ASan runtime, whose __cxa_throw interceptor then
+  # finds no real __cxa_throw and aborts at the first C++ exception ("CHECK failed ... real___cxa_throw").
+  run_under address build/asan "$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
     tests/test_autograd.py tests/test_ops_activation_dropout.py tests/test_ops_attention.py \
     tests/test_ops_attention_fused.py tests/test_ops_elementwise.py tests/test_ops_embedding.py \
     tests/test_ops_masked_fill.py tests/test_ops_matmul_linear.py tests/test_ops_shape_reduce.py \
