@@ -89,7 +89,7 @@ def _remove_stale_temp_files(folder, name):
 
 def save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, config=None, extra=None):
     """Write model (+ optimizer, scheduler) state, the step, the config and `extra` atomically."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     tensors = {f"model.{k}": np.ascontiguousarray(v) for k, v in model.state_dict().items()}
     metadata = {"format": FORMAT, "step": json.dumps(int(step)), "config": json.dumps(config or {}),
@@ -103,10 +103,13 @@ def save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, config=
     folder = os.path.dirname(os.path.abspath(path))
     _remove_stale_temp_files(folder, os.path.basename(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp", dir=folder)
-    os.close(fd)
     try:
-        save_file(tensors, tmp, metadata=metadata)
-        with open(tmp, "rb") as f:
+        # The bytes are built in memory and written to our own temp file: safetensors' save_file
+        # writes through a temp file of its own (".tmpXXXXXX"), which a kill mid-save left behind
+        # with no pid to tell it from another process's (tests/test_checkpoint_faults.py).
+        with os.fdopen(fd, "wb") as f:
+            f.write(save(tensors, metadata=metadata))
+            f.flush()
             os.fsync(f.fileno())  # the bytes are on disk before the name points at them
         os.replace(tmp, path)
     except BaseException:
