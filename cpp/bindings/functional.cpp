@@ -50,7 +50,7 @@ void bind_functional(py::module_& f) {
         const Tensor* pb = optional_tensor(b, bias, "bias");
         py::gil_scoped_release release;
         return ct::layer_norm(x, pw, pb, eps);
-    }, py::arg("input"), py::arg("weight") = py::none(), py::arg("bias") = py::none(), py::arg("eps") = 1e-5f,
+    }, py::arg("input"), py::arg("weight") = py::none(), py::arg("bias") = py::none(), py::arg("eps") = 1e-5,
        "Normalise over the last dimension, then scale by weight and shift by bias.");
     f.def("embedding", [](py::object ids, const Tensor& weight, py::object padding_idx) {
         ct::IndexArray idx = to_index_array(ids, "input");

@@ -32,8 +32,9 @@ std::string module_repr(const Module& m, const std::string& indent = "") {
 }  // namespace
 
 void bind_nn_module(py::module_& nn) {
+    // module= names its home, as for the classes (namedtuple guesses from the caller's frame, and finds none here).
     auto load_result = py::module_::import("collections").attr("namedtuple")(
-        "IncompatibleKeys", py::make_tuple("missing_keys", "unexpected_keys"));
+        "IncompatibleKeys", py::make_tuple("missing_keys", "unexpected_keys"), py::arg("module") = nn.attr("__name__"));
     nn.attr("IncompatibleKeys") = load_result;
 
     py::class_<Module, std::shared_ptr<Module>>(nn, "Module", "Base of every layer: a tree of named parameters.")
@@ -106,7 +107,7 @@ void bind_nn_module(py::module_& nn) {
         .def_readonly("padding_idx", &Embedding::padding_idx);
 
     py::class_<LayerNorm, Module, std::shared_ptr<LayerNorm>>(nn, "LayerNorm")
-        .def(py::init<std::size_t, float>(), py::arg("normalized_shape"), py::arg("eps") = 1e-5f)
+        .def(py::init<std::size_t, float>(), py::arg("normalized_shape"), py::arg("eps") = 1e-5)
         .def("forward", &LayerNorm::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
         .def("__call__", &LayerNorm::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
         .def_readwrite("weight", &LayerNorm::weight)

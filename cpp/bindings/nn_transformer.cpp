@@ -56,7 +56,7 @@ SublayerOptions make_options(const std::string& layout, bool norm_first, bool qk
 // The keyword-only sub-layer options, seed 000's defaults.
 #define CT_SUBLAYER_KWARGS                                                                                 \
     py::kw_only(), py::arg("layout") = "seed000", py::arg("norm_first") = false, py::arg("qkv_bias") = false, \
-        py::arg("proj_bias") = false, py::arg("layer_norm_eps") = 1e-6f, py::arg("attn_dropout") = 0.1f,    \
+        py::arg("proj_bias") = false, py::arg("layer_norm_eps") = 1e-6, py::arg("attn_dropout") = 0.1,      \
         py::arg("mask_fill") = -1e9f, py::arg("scale_after_matmul") = false
 
 const char* kSublayerDoc =
@@ -180,7 +180,7 @@ void bind_nn_transformer(py::module_& nn) {
         .def("validate", &TransformerConfig::validate)
         .def_static("seed003", &TransformerConfig::seed003, py::arg("n_src_vocab") = 39, py::arg("n_trg_vocab") = 39,
                     py::arg("pad_idx") = 2, py::arg("d_model") = 32, py::arg("n_head") = 4, py::arg("d_inner") = 64,
-                    py::arg("n_layers") = 3, py::arg("n_position") = 50, py::arg("dropout") = 0.1f,
+                    py::arg("n_layers") = 3, py::arg("n_position") = 50, py::arg("dropout") = 0.1,
                     "Seed 003's toy translator: pre-norm, d_model 32, 4 heads, FFN 64, 3 + 3 layers, vocabulary 39, "
                     "<PAD> = 2, length <= 50.")
         .def("__repr__", [](py::object self) {
@@ -221,7 +221,7 @@ void bind_nn_transformer(py::module_& nn) {
     py::class_<ScaledDotProductAttention, Module, std::shared_ptr<ScaledDotProductAttention>>(
         nn, "ScaledDotProductAttention",
         "softmax(q / temperature @ k^T, masked) -> dropout -> @ v; forward returns (output, attn).")
-        .def(py::init<float, float, float, bool>(), py::arg("temperature"), py::arg("attn_dropout") = 0.1f,
+        .def(py::init<float, float, float, bool>(), py::arg("temperature"), py::arg("attn_dropout") = 0.1,
              py::arg("mask_fill") = -1e9f, py::arg("scale_after_matmul") = false)
         .def("forward", sdpa, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
         .def("__call__", sdpa, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
@@ -243,7 +243,7 @@ void bind_nn_transformer(py::module_& nn) {
                 n_head, d_model, d_k, d_v, dropout,
                 make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after,
                              "MultiHeadAttention"));
-        }), py::arg("n_head"), py::arg("d_model"), py::arg("d_k"), py::arg("d_v"), py::arg("dropout") = 0.1f,
+        }), py::arg("n_head"), py::arg("d_model"), py::arg("d_k"), py::arg("d_v"), py::arg("dropout") = 0.1,
              CT_SUBLAYER_KWARGS)
         .def("forward", mha, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
         .def("__call__", mha, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
@@ -269,7 +269,7 @@ void bind_nn_transformer(py::module_& nn) {
                 d_in, d_hid, dropout,
                 make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after,
                              "PositionwiseFeedForward"));
-        }), py::arg("d_in"), py::arg("d_hid"), py::arg("dropout") = 0.1f, CT_SUBLAYER_KWARGS)
+        }), py::arg("d_in"), py::arg("d_hid"), py::arg("dropout") = 0.1, CT_SUBLAYER_KWARGS)
         .def("forward", &PositionwiseFeedForward::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
         .def("__call__", &PositionwiseFeedForward::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
         .def_readonly("w_1", &PositionwiseFeedForward::w_1)
@@ -286,7 +286,7 @@ void bind_nn_transformer(py::module_& nn) {
         (std::string("Self-attention then feed-forward; forward returns (enc_output, enc_slf_attn). ") + kSublayerDoc)
             .c_str())
         .def(layer_init<EncoderLayer>("EncoderLayer"), py::arg("d_model"), py::arg("d_inner"), py::arg("n_head"), py::arg("d_k"), py::arg("d_v"),
-             py::arg("dropout") = 0.1f, CT_SUBLAYER_KWARGS)
+             py::arg("dropout") = 0.1, CT_SUBLAYER_KWARGS)
         .def("forward", enc_layer, py::arg("enc_input"), py::arg("slf_attn_mask") = py::none())
         .def("__call__", enc_layer, py::arg("enc_input"), py::arg("slf_attn_mask") = py::none())
         .def_readonly("slf_attn", &EncoderLayer::slf_attn)
@@ -303,7 +303,7 @@ void bind_nn_transformer(py::module_& nn) {
         (std::string("Masked self-attention, encoder-decoder attention, feed-forward; forward returns "
                      "(dec_output, dec_slf_attn, dec_enc_attn). ") + kSublayerDoc).c_str())
         .def(layer_init<DecoderLayer>("DecoderLayer"), py::arg("d_model"), py::arg("d_inner"), py::arg("n_head"), py::arg("d_k"), py::arg("d_v"),
-             py::arg("dropout") = 0.1f, CT_SUBLAYER_KWARGS)
+             py::arg("dropout") = 0.1, CT_SUBLAYER_KWARGS)
         .def("forward", dec_layer, py::arg("dec_input"), py::arg("enc_output"), py::arg("slf_attn_mask") = py::none(),
              py::arg("dec_enc_attn_mask") = py::none())
         .def("__call__", dec_layer, py::arg("dec_input"), py::arg("enc_output"),
@@ -336,7 +336,7 @@ void bind_nn_transformer(py::module_& nn) {
         .def(py::init<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
                       std::size_t, std::int64_t, float, std::size_t, bool>(),
              py::arg("n_src_vocab"), py::arg("d_word_vec"), py::arg("n_layers"), py::arg("n_head"), py::arg("d_k"),
-             py::arg("d_v"), py::arg("d_model"), py::arg("d_inner"), py::arg("pad_idx"), py::arg("dropout") = 0.1f,
+             py::arg("d_v"), py::arg("d_model"), py::arg("d_inner"), py::arg("pad_idx"), py::arg("dropout") = 0.1,
              py::arg("n_position") = 200, py::arg("scale_emb") = false)
         .def(py::init<const TransformerConfig&, bool>(), py::arg("config"), py::arg("scale_emb") = false)
         .def("forward", encode, py::arg("src_seq"), py::arg("src_mask") = py::none(), py::arg("return_attns") = false)
@@ -363,7 +363,7 @@ void bind_nn_transformer(py::module_& nn) {
                       std::size_t, std::int64_t, std::size_t, float, bool>(),
              py::arg("n_trg_vocab"), py::arg("d_word_vec"), py::arg("n_layers"), py::arg("n_head"), py::arg("d_k"),
              py::arg("d_v"), py::arg("d_model"), py::arg("d_inner"), py::arg("pad_idx"), py::arg("n_position") = 200,
-             py::arg("dropout") = 0.1f, py::arg("scale_emb") = false)
+             py::arg("dropout") = 0.1, py::arg("scale_emb") = false)
         .def(py::init<const TransformerConfig&, bool>(), py::arg("config"), py::arg("scale_emb") = false)
         .def("forward", decode, py::arg("trg_seq"), py::arg("trg_mask"), py::arg("enc_output"), py::arg("src_mask"),
              py::arg("return_attns") = false)
@@ -414,7 +414,7 @@ for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it retu
              py::arg("n_src_vocab"), py::arg("n_trg_vocab"), py::arg("src_pad_idx"), py::arg("trg_pad_idx"),
              py::arg("d_word_vec") = 512, py::arg("d_model") = 512, py::arg("d_inner") = 2048,
              py::arg("n_layers") = 6, py::arg("n_head") = 8, py::arg("d_k") = 64, py::arg("d_v") = 64,
-             py::arg("dropout") = 0.1f, py::arg("n_position") = 200, py::arg("trg_emb_prj_weight_sharing") = true,
+             py::arg("dropout") = 0.1, py::arg("n_position") = 200, py::arg("trg_emb_prj_weight_sharing") = true,
              py::arg("emb_src_trg_weight_sharing") = true, py::arg("scale_emb_or_prj") = "prj")
         .def(py::init<const TransformerConfig&>(), py::arg("config"))
         .def_static("seed003", [](std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t pad_idx,
@@ -424,7 +424,7 @@ for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it retu
                 n_src_vocab, n_trg_vocab, pad_idx, d_model, n_head, d_inner, n_layers, n_position, dropout));
         }, py::arg("n_src_vocab") = 39, py::arg("n_trg_vocab") = 39, py::arg("pad_idx") = 2, py::arg("d_model") = 32,
            py::arg("n_head") = 4, py::arg("d_inner") = 64, py::arg("n_layers") = 3, py::arg("n_position") = 50,
-           py::arg("dropout") = 0.1f, "Seed 003's toy translator (TransformerConfig.seed003()).")
+           py::arg("dropout") = 0.1, "Seed 003's toy translator (TransformerConfig.seed003()).")
         .def("forward", forward, py::arg("src_seq"), py::arg("trg_seq"), py::arg("return_attns") = false)
         .def("__call__", forward, py::arg("src_seq"), py::arg("trg_seq"), py::arg("return_attns") = false)
         .def("encode", model_encode, py::arg("src_seq"), py::arg("src_mask") = py::none(),
