@@ -202,3 +202,207 @@ def test_batcher_bad_input():
         TokenBatcher(src, tgt, 5, seed=0)
     with pytest.raises(ValueError, match="9 targets"):
         TokenBatcher(src, tgt[:9], 100, seed=0)
+
+
+# --- the multi30k task on a small corpus made here ----------------------------------------------------------
+
+TINY = {"vocab_size": 300, "d_model": 32, "d_inner": 64, "n_layers": 1, "n_head": 4, "batch_tokens": 600,
+        "lr_factor": 0.5, "warmup": 30, "log_every": 10, "val_sentences": 20, "eval_batch_size": 20,
+        "beam_size": 2, "max_len_ratio": 1.2, "n_position": 64, "max_len": 60, "average_last": 2}
+
+
+@pytest.fixture(scope="module")
+def corpus_files(tmp_path_factory):
+    """300 training and 40 validation pairs of Multi30k as the user's own files (plain and gzipped)."""
+    folder = tmp_path_factory.mktemp("corpus")
+    train, val = multi30k("train"), multi30k("val")
+    return {"train_src": _write(folder / "train.de", train.src[:300]),
+            "train_tgt": _write(folder / "train.en.gz", train.tgt[:300], gz=True),
+            "valid_src": _write(folder / "valid.de.gz", val.src[:40], gz=True),
+            "valid_tgt": _write(folder / "valid.en", val.tgt[:40]),
+            "folder": folder}
+
+
+def _tiny(corpus_files, **more):
+    return {**TINY, **{k: v for k, v in corpus_files.items() if k != "folder"}, **more}
+
+
+def _quiet(*_):
+    pass
+
+
+@pytest.fixture(scope="module")
+def trained(corpus_files):
+    """A tiny model trained 60 steps (about 7 epochs) on the corpus files, with its checkpoint."""
+    from ctransformer.train import train
+
+    path = str(corpus_files["folder"] / "run.safetensors")
+    task, model, result = train("multi30k", _tiny(corpus_files, steps=60, eval_every=20), checkpoint=path,
+                                progress=False, log=_quiet)
+    return task, model, result, path
+
+
+def test_custom_corpus_trains_and_val_loss_falls(trained):
+    task, model, result, path = trained
+    validated = [h for h in result["history"] if "val_loss" in h]
+    assert [h["step"] for h in validated] == [20, 40, 60]
+    losses = [h["val_loss"] for h in validated]
+    assert losses[0] > losses[1] > losses[2], losses
+    assert losses[2] < np.log(300) - 1.0, losses         # well below a uniform guess over 300 subwords
+    assert np.isclose(validated[-1]["val_ppl"], np.exp(losses[-1]))
+    assert "test_bleu" not in result["evaluation"]      # a custom corpus names no test set here
+    assert 0.0 <= result["evaluation"]["val_bleu"] <= 100.0
+    assert result["evaluation"]["padding"] < 0.2
+    assert all(h["tok/s"] > 0 for h in result["history"][1:])
+    assert len(task.vocab) == 300
+
+
+def test_run_leaves_vocab_best_and_averaged_checkpoints(trained):
+    task, model, result, path = trained
+    stem = path[: -len(".safetensors")]
+    for suffix in (".spm.model", ".best.safetensors", ".averaged.safetensors", ".step40.safetensors",
+                   ".step60.safetensors"):
+        assert os.path.isfile(stem + suffix), suffix
+    assert not os.path.exists(stem + ".step20.safetensors")     # average_last=2 keeps the last two
+    assert result["evaluation"]["averaged_checkpoints"] == 2
+    with open(stem + ".spm.model", "rb") as f:
+        assert f.read() == task.vocab.model_bytes
+    from ctransformer.checkpoint import read_checkpoint
+
+    a, _ = read_checkpoint(stem + ".step40.safetensors")
+    b, _ = read_checkpoint(stem + ".step60.safetensors")
+    avg, _ = read_checkpoint(stem + ".averaged.safetensors")
+    key = "model.encoder.layer_stack.0.pos_ffn.w_1.weight"
+    np.testing.assert_allclose(avg[key], (a[key].astype(np.float64) + b[key]) / 2, rtol=0, atol=1e-7)
+    best = max((h for h in result["history"] if "val_bleu" in h), key=lambda h: h["val_bleu"])
+    assert task.best["step"] == best["step"]
+
+
+def test_checkpoint_carries_a_tied_model_and_its_vocab(trained):
+    from ctransformer.translate import load_translation_checkpoint
+
+    task, model, _, path = trained
+    loaded, vocab, cfg = load_translation_checkpoint(path)
+    assert vocab.model_bytes == task.vocab.model_bytes
+    # One matrix for source embedding, target embedding and output projection (system A's two sharings).
+    w = loaded.trg_word_prj.weight.numpy()
+    assert np.shares_memory(w, loaded.encoder.src_word_emb.weight.numpy())
+    assert np.shares_memory(w, loaded.decoder.trg_word_emb.weight.numpy())
+    np.testing.assert_array_equal(w, model.trg_word_prj.weight.numpy())
+    assert cfg["d_model"] == 32
+
+
+def test_resume_equals_never_stopping(tmp_path, corpus_files):
+    """12 steps straight == 5 steps, then resume for 7: same losses and weights, bitwise."""
+    from ctransformer.train import train
+
+    cfg = _tiny(corpus_files, steps=12, log_every=1, eval_every=6, val_sentences=4, beam_size=1)
+    a_path, b_path = str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")
+    _, model_a, result_a = train("multi30k", cfg, checkpoint=a_path, progress=False, log=_quiet)
+    train("multi30k", cfg, checkpoint=b_path, progress=False, log=_quiet, max_steps=5)
+    _, model_b, result_b = train("multi30k", cfg, checkpoint=b_path, resume=True, progress=False, log=_quiet)
+    assert [h["loss"] for h in result_a["history"]] == [h["loss"] for h in result_b["history"]]
+    assert [h.get("val_loss") for h in result_a["history"]] == [h.get("val_loss") for h in result_b["history"]]
+    a, b = model_a.state_dict(), model_b.state_dict()
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_beam_one_is_greedy_on_the_trained_model(trained):
+    from ctransformer.translate import Translator
+
+    task, model, _, _ = trained
+    model.eval()
+    sentences = task.valid_corpus.src[:12]
+    translator = Translator(model, task.vocab, beam_size=1, batch_size=5, max_len_ratio=1.2)
+    ids = translator.encode(sentences)
+    beam = translator.translate_ids(ids)
+    for s, out in zip(ids, beam):
+        src, _ = make_arrays([s], None)
+        greedy = ct.decode.greedy_decode(model, src, ct.nn.get_pad_mask(src, PAD_ID), translator.max_len(src.shape[1]),
+                                         BOS_ID, end_symbol=EOS_ID)[0, 1:]
+        end = np.flatnonzero((greedy == EOS_ID) | (greedy == PAD_ID))
+        assert out == (greedy[:end[0]] if len(end) else greedy).tolist()
+    assert any(len(out) > 3 for out in beam)       # it says something, not just end-of-sentence
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_beam_score_is_the_length_penalised_log_probability(trained, alpha):
+    """score = log P(y | x) / ((5 + |y|) / 6) ** alpha, log P from the model's own full forward pass."""
+    task, model, _, _ = trained
+    model.eval()
+    ids = [s[:30] for s in task.vocab.encode(task.valid_corpus.src[:6])]
+    src, _ = make_arrays(ids, None)
+    hyps, scores = ct.decode.beam_search(model, src, ct.nn.get_pad_mask(src, PAD_ID), 30, BOS_ID, EOS_ID,
+                                         beam_size=3, alpha=alpha)
+    for r in range(len(ids)):
+        y = hyps[r, 1:]
+        length = int(np.flatnonzero(y == EOS_ID)[0]) + 1 if (y == EOS_ID).any() else len(y)
+        y = y[:length]                                        # the tokens after <s>, </s> included
+        one, _ = make_arrays([ids[r]], None)
+        logits = model(one, np.concatenate([[BOS_ID], y[:-1]])[None]).numpy().astype(np.float64)
+        logp = logits - logits.max(-1, keepdims=True)
+        logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+        total = logp[np.arange(length), y].sum()
+        assert scores[r] == pytest.approx(total / ct.decode.length_penalty(length, alpha), abs=2e-4)
+
+
+def test_translate_cli_stdin_to_stdout_with_bleu(trained, corpus_files):
+    task, _, _, path = trained
+    sentences = task.valid_corpus.src[:6] + ["", "Ein Hund " * 40]          # an empty line and a too-long one
+    ref = corpus_files["folder"] / "ref.en"
+    ref.write_text("\n".join(task.valid_corpus.tgt[:6] + ["", "A dog"]) + "\n")
+    run = subprocess.run([sys.executable, "-m", "ctransformer.translate", "--checkpoint", path, "--beam-size", "2",
+                          "--batch-size", "3", "--bleu", str(ref)], input="\n".join(sentences) + "\n",
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout.split("\n")[:-1]
+    assert len(out) == 8 and out[6] == ""
+    assert "line 8 has 80 subwords" in run.stderr and "truncated" in run.stderr    # n_position 64
+    assert "BLEU = " in run.stderr and "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in run.stderr
+    # The same as translating in-process with the checkpoint's settings but beam 2.
+    from ctransformer.translate import Translator, load_translation_checkpoint
+
+    model, vocab, cfg = load_translation_checkpoint(path)
+    expected = Translator(model, vocab, beam_size=2, length_penalty=cfg["length_penalty"],
+                          max_len_ratio=cfg["max_len_ratio"], warn=_quiet).translate(sentences)
+    assert out == expected
+
+
+def test_translate_cli_files_and_errors(trained, tmp_path):
+    task, _, _, path = trained
+    source = _write(tmp_path / "in.de.gz", task.valid_corpus.src[:3], gz=True)
+    target = tmp_path / "out.en"
+    run = subprocess.run([sys.executable, "-m", "ctransformer.translate", "--checkpoint", path, "--input", source,
+                          "--output", str(target), "--beam-size", "1"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert len(target.read_text().split("\n")) == 4
+    run = subprocess.run([sys.executable, "-m", "ctransformer.translate", "--checkpoint", source],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "not a readable safetensors file" in run.stderr
+    short = _write(tmp_path / "short.en", ["x"])
+    run = subprocess.run([sys.executable, "-m", "ctransformer.translate", "--checkpoint", path, "--input", source,
+                          "--bleu", short], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "has 1 lines but the input has 3" in run.stderr
+
+
+def test_train_cli_runs_multi30k_on_a_named_corpus(tmp_path, corpus_files):
+    args = [sys.executable, "-m", "ctransformer.train", "multi30k", "--steps", "3", "--seed", "1", "--no-progress",
+            "--checkpoint", str(tmp_path / "m.safetensors"), "--json", str(tmp_path / "r.json")]
+    for key, value in _tiny(corpus_files, val_sentences=3, average_last=0).items():
+        args += ["--set", f"{key}={value}"]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "trained 3 steps" in run.stdout and "val BLEU" in run.stdout
+    assert "padding" in run.stdout and "training pairs (0 with an empty side and" in run.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["steps"] == 3
+
+
+def test_task_option_errors(corpus_files):
+    from ctransformer.train import train
+
+    with pytest.raises(ValueError, match="train_src and train_tgt go together"):
+        train("multi30k", {**TINY, "train_src": corpus_files["train_src"]}, progress=False, log=_quiet)
+    with pytest.raises(ValueError, match="n_position"):
+        train("multi30k", _tiny(corpus_files, max_len=80), progress=False, log=_quiet)

@@ -4,6 +4,8 @@ Tasks (``--list`` shows their defaults):
   copy           the Annotated Transformer's copy task on system A's Transformer
   toy-translate  seed 003's toy translation with its pre-norm model
   shakespeare    seed 004's GPT on Tiny Shakespeare characters, nanoGPT's CPU settings
+  multi30k       Multi30k German->English (or any parallel corpus: --set train_src=FILE ...) with
+                 subwords, token batches, validation BLEU; translate with ctransformer-translate
 
 Every run is reproducible from ``--seed``. ``--checkpoint PATH`` saves model, optimizer, schedule,
 step, history and both random generators' states (every ``--checkpoint-every`` steps and at the end);
@@ -47,6 +49,7 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
         raise ValueError(f"train: unknown option(s) for task {task_name!r}: {', '.join(sorted(unknown))}")
     ct.manual_seed(cfg["seed"])
     rng = np.random.default_rng(cfg["seed"])
+    task.checkpoint, task.resume, task.cfg, task.log = checkpoint, resume, cfg, log
     model, optimizer, scheduler = task.build(cfg)
     history, start = [], 0
     if resume:
@@ -56,10 +59,12 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
         start, history = info["step"], list(info["extra"]["history"])
         rng.bit_generator.state = info["extra"]["numpy_rng"]
         ct.set_rng_state(info["extra"]["ct_rng"])
+        task.restore_extra(info["extra"])
         log(f"resumed {task_name} from {checkpoint} at step {start}")
 
     def save(step):
-        extra = {"history": history, "numpy_rng": rng.bit_generator.state, "ct_rng": ct.get_rng_state()}
+        extra = {**task.checkpoint_extra(), "history": history, "numpy_rng": rng.bit_generator.state,
+                 "ct_rng": ct.get_rng_state()}
         save_checkpoint(checkpoint, model, optimizer, scheduler, step=step, config=cfg, extra=extra)
 
     total = cfg["steps"]
@@ -71,10 +76,16 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
         bar = tqdm(total=total, initial=start, desc=task_name, unit="step", dynamic_ncols=True,
                    disable=not sys.stderr.isatty() and os.environ.get("CTRANSFORMER_PROGRESS") != "1")
     began = time.perf_counter()
+    tokens = 0
     model.train()
     for step in range(start, stop):
         metrics = task.train_step(model, optimizer, scheduler, rng, step, cfg)
-        if (step + 1) % cfg["log_every"] == 0 or step == 0 or step + 1 == total:
+        if "tokens" in metrics:
+            tokens += metrics.pop("tokens")
+            if bar:
+                bar.set_postfix_str(f"{tokens / (time.perf_counter() - began):.0f} tok/s", refresh=False)
+        if ((step + 1) % cfg["log_every"] == 0 or step == 0 or step + 1 == total
+                or task.log_due(step + 1, cfg)):
             metrics = {"step": step + 1, **metrics, **task.periodic_eval(model, rng, step + 1, cfg)}
             history.append(metrics)
             message = f"step {step + 1:5d}/{total}  {_format(metrics)}"
