@@ -406,3 +406,46 @@ def test_task_option_errors(corpus_files):
         train("multi30k", {**TINY, "train_src": corpus_files["train_src"]}, progress=False, log=_quiet)
     with pytest.raises(ValueError, match="n_position"):
         train("multi30k", _tiny(corpus_files, max_len=80), progress=False, log=_quiet)
+
+
+def test_a_training_step_equals_torch(corpus_files):
+    """The task's recipe on one batch against seed 000's torch model with the same (tied) weights, dropout
+    off: the label-smoothed loss (torch's cross_entropy(label_smoothing=0.1, ignore_index=pad)) and the
+    weights after one Adam(0.9, 0.98, 1e-9) step at the Noam rate, two steps in a row.
+    Tolerances: loss rel 1e-5; weights 1e-5 absolute. Adam's first updates move each weight by about the
+    rate, 5.4e-4 then 1.1e-3 here, so a wrong rate, moment or tie shows 50-100 times over the bound."""
+    import torch
+
+    from reference import seed000 as R0
+    from reference.parity import ct_to_torch
+    from ctransformer.tasks.multi30k import Multi30k
+
+    cfg = {**Multi30k.defaults, **_tiny(corpus_files)}
+    task = Multi30k()
+    task.cfg, task.log = cfg, _quiet
+    ct.manual_seed(0)
+    model, optimizer, scheduler = task.build(cfg)
+    model.eval()
+    n = len(task.vocab)
+    ref = R0.Transformer(n, n, PAD_ID, PAD_ID, d_word_vec=32, d_model=32, d_inner=64, n_layers=1, n_head=4, d_k=8,
+                         d_v=8, n_position=cfg["n_position"]).eval()
+    ct_to_torch(model, ref)
+    assert ref.trg_word_prj.weight is ref.encoder.src_word_emb.weight          # tied in torch too
+    torch_opt = torch.optim.Adam(ref.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    torch_sched = torch.optim.lr_scheduler.LambdaLR(
+        torch_opt, lambda step: ct.training.rate(step, cfg["d_model"], cfg["lr_factor"], cfg["warmup"]))
+    for step in range(2):
+        metrics = task.train_step(model, optimizer, scheduler, None, step, cfg)
+        src, tgt = task.batcher.arrays(task.batcher.at_step(step)[2])
+        logits = ref(torch.from_numpy(src), torch.from_numpy(tgt[:, :-1]))
+        loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(tgt[:, 1:].reshape(-1)),
+                                                 ignore_index=PAD_ID, label_smoothing=0.1)
+        torch_opt.zero_grad()
+        loss.backward()
+        torch_opt.step()
+        torch_sched.step()
+        assert metrics["loss"] == pytest.approx(loss.item(), rel=1e-5)
+        assert metrics["tokens"] == int((tgt[:, 1:] != PAD_ID).sum())
+        ours = model.state_dict()
+        for name, value in ref.state_dict().items():
+            np.testing.assert_allclose(ours[name], value.detach().numpy(), rtol=0, atol=1e-5, err_msg=name)
