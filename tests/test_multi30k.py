@@ -388,15 +388,20 @@ def test_translate_cli_files_and_errors(trained, tmp_path):
 
 
 def test_train_cli_runs_multi30k_on_a_named_corpus(tmp_path, corpus_files):
-    args = [sys.executable, "-m", "ctransformer.train", "multi30k", "--steps", "3", "--seed", "1", "--no-progress",
+    args = [sys.executable, "-m", "ctransformer.train", "multi30k", "--epochs", "1", "--seed", "1", "--no-progress",
             "--checkpoint", str(tmp_path / "m.safetensors"), "--json", str(tmp_path / "r.json")]
     for key, value in _tiny(corpus_files, val_sentences=3, average_last=0).items():
         args += ["--set", f"{key}={value}"]
     run = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "trained 3 steps" in run.stdout and "val BLEU" in run.stdout
+    assert "val BLEU" in run.stdout
     assert "padding" in run.stdout and "training pairs (0 with an empty side and" in run.stdout
-    assert json.loads((tmp_path / "r.json").read_text())["steps"] == 3
+    batches = int(run.stdout.split(" batches of <= 600 tokens")[0].split()[-1])
+    assert f"trained {batches} steps" in run.stdout                  # --epochs 1: one pass over the batches
+    assert json.loads((tmp_path / "r.json").read_text())["steps"] == batches
+    missing = subprocess.run([sys.executable, "-m", "ctransformer.train", "multi30k", "--set", "train_src=nope.de",
+                              "--set", "train_tgt=nope.en"], capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "no file at 'nope.de'" in missing.stderr and "Traceback" not in missing.stderr
 
 
 def test_task_option_errors(corpus_files):

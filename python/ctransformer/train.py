@@ -20,7 +20,8 @@ import time
 import numpy as np
 
 import ctransformer as ct
-from ctransformer.checkpoint import load_checkpoint, save_checkpoint
+from ctransformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ctransformer.data.parallel_corpus import CorpusError
 from ctransformer.tasks import TASKS
 
 
@@ -157,13 +158,20 @@ def main(argv=None):
     if args.seed is not None:
         config["seed"] = args.seed
     if args.epochs is not None:
-        if "steps_per_epoch" not in defaults:
+        if "epochs" in defaults:        # the task turns epochs into steps once it has its batches
+            if args.steps is None:
+                config["epochs"] = args.epochs
+        elif "steps_per_epoch" in defaults:
+            config["steps"] = args.epochs * defaults["steps_per_epoch"]
+        else:
             parser.error(f"--epochs: task {args.task} counts steps, not epochs")
-        config["steps"] = args.epochs * defaults["steps_per_epoch"]
     if args.steps is not None:
         config["steps"] = args.steps
-    task, model, result = train(args.task, config, checkpoint=args.checkpoint, resume=args.resume,
-                                checkpoint_every=args.checkpoint_every, progress=not args.no_progress)
+    try:
+        task, model, result = train(args.task, config, checkpoint=args.checkpoint, resume=args.resume,
+                                    checkpoint_every=args.checkpoint_every, progress=not args.no_progress)
+    except (OSError, CorpusError, CheckpointError) as error:   # a missing or unreadable file: say which
+        parser.exit(2, f"ctransformer-train: error: {error}\n")
     print(f"trained {result['steps']} steps in {result['train_seconds']:.1f} s")
     evaluation = result.get("evaluation", {})
     if evaluation:

@@ -42,7 +42,7 @@ class Multi30k(Task):
     """Multi30k de→en (or --set train_src=... for any corpus) with subwords, token batches and BLEU."""
 
     defaults = {
-        "seed": 0, "steps": 4000, "log_every": 100,
+        "seed": 0, "steps": 4000, "log_every": 100, "epochs": 0,   # epochs > 0 (--epochs N) replaces steps
         # The corpus: Multi30k unless files are named; max_train_pairs > 0 keeps the first N pairs.
         "train_src": "", "train_tgt": "", "valid_src": "", "valid_tgt": "", "test_src": "", "test_tgt": "",
         "max_train_pairs": 0,
@@ -103,6 +103,8 @@ class Multi30k(Task):
                  f"over {cfg['max_len']} subwords left out), {len(self.vocab)} subwords, {len(self.batcher)} "
                  f"batches of <= {cfg['batch_tokens']} tokens an epoch, padding "
                  f"{100 * self.batcher.padding_fraction(0):.1f}%; {len(self.valid_corpus)} validation pairs")
+        if cfg["epochs"] > 0:
+            cfg["steps"] = cfg["epochs"] * len(self.batcher)
         model = build_model(cfg, len(self.vocab))
         optimizer = ct.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
         scheduler = ct.optim.LambdaLR(optimizer, ct.optim.NoamLambda(cfg["d_model"], cfg["lr_factor"], cfg["warmup"]))
