@@ -381,6 +381,9 @@ def test_translate_cli_files_and_errors(trained, tmp_path):
     run = subprocess.run([sys.executable, "-m", "ctransformer.translate", "--checkpoint", source],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "not a readable safetensors file" in run.stderr
+    latin1 = subprocess.run([sys.executable, "-m", "ctransformer.translate", "--checkpoint", path],
+                            input="Stra\xdfe\n".encode("latin-1"), capture_output=True, timeout=120)
+    assert latin1.returncode == 2 and b"not UTF-8" in latin1.stderr
     short = _write(tmp_path / "short.en", ["x"])
     run = subprocess.run([sys.executable, "-m", "ctransformer.translate", "--checkpoint", path, "--input", source,
                           "--bleu", short], capture_output=True, text=True, timeout=120)

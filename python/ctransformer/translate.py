@@ -5,7 +5,8 @@ translation a line to --output or stdout, in the input's order. Sentences are en
 sentencepiece model stored in the checkpoint, sorted by length into batches of --batch-size, and
 searched with the batched beam search of ``ctransformer.decode.beam_search`` (GNMT length penalty
 --length-penalty; --beam-size 1 is greedy decoding). A translation may have up to
-``max-len-ratio * source length + 10`` subwords, capped by the model's positions.
+``max-len-ratio * L + 10`` subwords, L the longest source of its batch (batches hold sentences of
+similar length), capped by the model's positions.
 
 Long sentences: a source of more subwords than the model has positions (n_position, counting the
 end-of-sentence id) is TRUNCATED to the positions it has, with a warning on stderr naming the line;
@@ -152,7 +153,8 @@ def main(argv=None):
     parser.add_argument("--max-len-ratio", type=float, default=None,
                         help="a translation has at most ratio * source subwords + 10 (default: the checkpoint's, "
                              "usually 1.5)")
-    parser.add_argument("--bleu", metavar="REF", help="print sacrebleu's corpus BLEU against this reference file")
+    parser.add_argument("--bleu", metavar="REF", help="print sacrebleu's corpus BLEU and signature against this reference file (on stderr when the "
+                             "translations go to stdout)")
     parser.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
     args = parser.parse_args(argv)
     if args.threads:
@@ -168,11 +170,16 @@ def main(argv=None):
                                 batch_size=args.batch_size)
         if args.input:
             sentences = read_lines(args.input)
-        else:
-            sentences = [line.rstrip("\n").strip() for line in sys.stdin]
+        else:   # UTF-8 whatever the locale says
+            text = sys.stdin.buffer.read().decode("utf-8")
+            sentences = [line.strip() for line in text.split("\n")]
+            if sentences[-1] == "":     # the last newline ends the last line; it does not start another
+                sentences.pop()
         references = read_lines(args.bleu) if args.bleu else None
         if references is not None and len(references) != len(sentences):
             raise ValueError(f"--bleu: {args.bleu} has {len(references)} lines but the input has {len(sentences)}")
+    except UnicodeDecodeError as error:
+        parser.exit(2, f"ctransformer-translate: error: the input is not UTF-8 text ({error})\n")
     except (OSError, ValueError) as error:
         parser.exit(2, f"ctransformer-translate: error: {error}\n")
     translations = translator.translate(sentences)
@@ -181,7 +188,7 @@ def main(argv=None):
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
     else:
-        sys.stdout.write(text)
+        sys.stdout.buffer.write(text.encode("utf-8"))
         sys.stdout.flush()
     if translator.truncated:
         print(f"warning: {translator.truncated} source sentence(s) truncated to the model's positions", file=sys.stderr)
