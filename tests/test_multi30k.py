@@ -307,6 +307,17 @@ def test_resume_equals_never_stopping(tmp_path, corpus_files):
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    # The cached vocabulary is only a cache: a resumed run that must retrain it gets the same bytes...
+    os.remove(str(tmp_path / "b.spm.model.json"))
+    train("multi30k", cfg, checkpoint=b_path, resume=True, progress=False, log=_quiet)
+    # ...and one that finds another model of the same size there is refused, not silently remapped.
+    from ctransformer.checkpoint import CheckpointError
+
+    corpus = read_parallel(corpus_files["train_src"], corpus_files["train_tgt"])
+    other = train_subword_vocab(corpus.src + corpus.tgt, vocab_size=300, model_type="unigram")
+    other.save(str(tmp_path / "b.spm.model"))
+    with pytest.raises(CheckpointError, match="another subword model"):
+        train("multi30k", cfg, checkpoint=b_path, resume=True, progress=False, log=_quiet)
 
 
 def test_beam_one_is_greedy_on_the_trained_model(trained):
@@ -416,7 +427,7 @@ def test_task_option_errors(corpus_files):
         train("multi30k", _tiny(corpus_files, max_len=80), progress=False, log=_quiet)
 
 
-def test_a_training_step_equals_torch(corpus_files):
+def test_a_training_step_equals_torch(corpus_files, tmp_path):
     """The task's recipe on one batch against seed 000's torch model with the same (tied) weights, dropout
     off: the label-smoothed loss (torch's cross_entropy(label_smoothing=0.1, ignore_index=pad)) and the
     weights after one Adam(0.9, 0.98, 1e-9) step at the Noam rate, two steps in a row.
@@ -430,7 +441,7 @@ def test_a_training_step_equals_torch(corpus_files):
 
     cfg = {**Multi30k.defaults, **_tiny(corpus_files)}
     task = Multi30k()
-    task.cfg, task.log = cfg, _quiet
+    task.cfg, task.log, task.checkpoint = cfg, _quiet, str(tmp_path / "run.safetensors")   # vocabulary cached here
     ct.manual_seed(0)
     model, optimizer, scheduler = task.build(cfg)
     model.eval()

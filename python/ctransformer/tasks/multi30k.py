@@ -118,6 +118,13 @@ class Multi30k(Task):
                 "snapshots": list(self.snapshots)}
 
     def restore_extra(self, extra):
+        stored = extra.get("sentencepiece")
+        if stored is not None and np.asarray(stored, dtype=np.uint8).tobytes() != self.vocab.model_bytes:
+            from ctransformer.checkpoint import CheckpointError
+
+            raise CheckpointError(f"multi30k: {self.checkpoint} was trained with another subword model than the one "
+                                  f"built now (another sentencepiece version, or the cached .spm.model changed); "
+                                  f"its token ids would not mean the same subwords")
         self.best = extra.get("best")
         self.snapshots = list(extra.get("snapshots", []))
 
