@@ -404,8 +404,7 @@ def test_translate_cli_files_and_errors(trained, tmp_path):
 def test_train_cli_runs_multi30k_on_a_named_corpus(tmp_path, corpus_files):
     args = [sys.executable, "-m", "ctransformer.train", "multi30k", "--epochs", "1", "--seed", "1", "--no-progress",
             "--checkpoint", str(tmp_path / "m.safetensors"), "--json", str(tmp_path / "r.json")]
-    for key, value in _tiny(corpus_files, val_sentences=3, average_last=0).items():
-        args += ["--set", f"{key}={value}"]
+    args += ["--set"] + [f"{key}={value}" for key, value in _tiny(corpus_files, val_sentences=3, average_last=0).items()]
     run = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "val BLEU" in run.stdout
@@ -416,6 +415,9 @@ def test_train_cli_runs_multi30k_on_a_named_corpus(tmp_path, corpus_files):
     missing = subprocess.run([sys.executable, "-m", "ctransformer.train", "multi30k", "--set", "train_src=nope.de",
                               "--set", "train_tgt=nope.en"], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "no file at 'nope.de'" in missing.stderr and "Traceback" not in missing.stderr
+    misplaced = subprocess.run([sys.executable, "-m", "ctransformer.train", "--set", "seed=1", "multi30k"],
+                               capture_output=True, text=True, timeout=120)
+    assert misplaced.returncode == 2 and "name the task before --set" in misplaced.stderr
 
 
 def test_task_option_errors(corpus_files):

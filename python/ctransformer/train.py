@@ -134,8 +134,9 @@ def main(argv=None):
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: all cores)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override any default shown by --list, e.g. --set lr=1e-3")
+    parser.add_argument("--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="override any default shown by --list, e.g. --set lr=1e-3 (several: --set a=1 b=2, "
+                             "or --set a=1 --set b=2)")
     parser.add_argument("--json", help="write the result (history, evaluation, samples, time) here")
     args = parser.parse_args(argv)
     if args.list:
@@ -144,6 +145,9 @@ def main(argv=None):
             for key, value in cls.defaults.items():
                 print(f"    {key} = {value!r}")
         return 0
+    for item in args.set:
+        if "=" not in item:
+            parser.error(f"--set takes KEY=VALUE items, got {item!r} (name the task before --set)")
     if not args.task:
         parser.error("a task is required (or --list)")
     if args.threads:
