@@ -327,12 +327,17 @@ def test_beam_one_is_greedy_on_the_trained_model(trained):
     translator = Translator(model, task.vocab, beam_size=1, batch_size=5, max_len_ratio=1.2)
     ids = translator.encode(sentences)
     beam = translator.translate_ids(ids)
-    for s, out in zip(ids, beam):
-        src, _ = make_arrays([s], None)
+    # Greedy decoding of the same batches (the translator sorts by length, 5 a batch; a batch's
+    # longest source sets its length limit).
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    for start in range(0, len(order), 5):
+        rows = order[start:start + 5]
+        src, _ = make_arrays([ids[i] for i in rows], None)
         greedy = ct.decode.greedy_decode(model, src, ct.nn.get_pad_mask(src, PAD_ID), translator.max_len(src.shape[1]),
-                                         BOS_ID, end_symbol=EOS_ID)[0, 1:]
-        end = np.flatnonzero((greedy == EOS_ID) | (greedy == PAD_ID))
-        assert out == (greedy[:end[0]] if len(end) else greedy).tolist()
+                                         BOS_ID, end_symbol=EOS_ID)[:, 1:]
+        for r, i in enumerate(rows):
+            end = np.flatnonzero((greedy[r] == EOS_ID) | (greedy[r] == PAD_ID))
+            assert beam[i] == (greedy[r, :end[0]] if len(end) else greedy[r]).tolist()
     assert any(len(out) > 3 for out in beam)       # it says something, not just end-of-sentence
 
 
@@ -447,7 +452,7 @@ def test_a_training_step_equals_torch(corpus_files, tmp_path):
     model.eval()
     n = len(task.vocab)
     ref = R0.Transformer(n, n, PAD_ID, PAD_ID, d_word_vec=32, d_model=32, d_inner=64, n_layers=1, n_head=4, d_k=8,
-                         d_v=8, n_position=cfg["n_position"]).eval()
+                         d_v=8, n_position=cfg["n_position"], scale_emb_or_prj=cfg["scale_emb_or_prj"]).eval()
     ct_to_torch(model, ref)
     assert ref.trg_word_prj.weight is ref.encoder.src_word_emb.weight          # tied in torch too
     torch_opt = torch.optim.Adam(ref.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)

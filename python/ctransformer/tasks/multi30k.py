@@ -49,8 +49,12 @@ class Multi30k(Task):
         # Subwords and batches. Pairs with a side of more than max_len subwords are left out of training.
         "vocab_size": 8000, "subword_model": "bpe", "max_len": 100, "batch_tokens": 4096,
         # The model (seed 000's Transformer, tied embeddings; d_k = d_v = d_model / n_head).
+        # scale_emb_or_prj 'emb' (the tied embedding times sqrt(d_model)), not the seed's default 'prj'
+        # (logits times d_model^-0.5): with 'prj' the Xavier-initialised embedding (std ~0.016 at 8000 x 256)
+        # is a whisper beside the +-1 sinusoids. Measured, 160 steps of warmup 150 / lr_factor 0.3 on
+        # Multi30k: val loss 5.36 / 4.77 at steps 80 / 160 with 'emb', 8.25 / 6.37 with 'prj'.
         "d_model": 256, "d_inner": 1024, "n_layers": 3, "n_head": 4, "dropout": 0.1, "n_position": 200,
-        "scale_emb_or_prj": "prj",
+        "scale_emb_or_prj": "emb",
         # Optimisation: lr = lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), peaking at
         # 1.1e-3 at step 800 with these values. Seed 000's 4000 warmup steps would be most of an hour
         # here (~120 batches of 4096 tokens an epoch); the hour-long recipe is still to be measured.
