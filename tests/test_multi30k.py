@@ -473,3 +473,23 @@ def test_a_training_step_equals_torch(corpus_files, tmp_path):
         ours = model.state_dict()
         for name, value in ref.state_dict().items():
             np.testing.assert_allclose(ours[name], value.detach().numpy(), rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_average_checkpoints_checks_its_inputs(trained, tmp_path):
+    from ctransformer.checkpoint import CheckpointError, average_checkpoints, read_checkpoint, save_checkpoint
+
+    _, _, _, path = trained
+    stem = path[: -len(".safetensors")]
+    out = str(tmp_path / "avg.safetensors")
+    average_checkpoints([stem + ".best.safetensors"] * 2, out)       # the mean of x and x is x, bit for bit
+    a, meta_a = read_checkpoint(stem + ".best.safetensors")
+    b, meta_b = read_checkpoint(out)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert meta_a["config"] == meta_b["config"] and "optimizer" not in meta_b
+    other = str(tmp_path / "linear.safetensors")
+    save_checkpoint(other, ct.nn.Linear(3, 2))
+    with pytest.raises(CheckpointError, match="does not hold the same weights"):
+        average_checkpoints([path, other], out)
+    with pytest.raises(ValueError, match="no checkpoint"):
+        average_checkpoints([], out)
