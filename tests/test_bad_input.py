@@ -230,6 +230,10 @@ def test_errors_leave_no_half_built_graph():
     (lambda v: ct.nn.GPT(v, 8, 1, 8, 2, 16, 0.0), "GPT: vocab_size"),
     (lambda v: ct.nn.GPT(10, 8, 1, 8, 2, v, 0.0), "GPT: feedforward_dim"),
     (lambda v: ct.optim.StepLR(ct.optim.Adam([ct.zeros([1], requires_grad=True)]), v), "StepLR: step_size"),
+    (lambda v: ct.nn.Transformer(v, 10, 0, 0), "Transformer: n_src_vocab"),
+    (lambda v: ct.nn.Transformer(10, 10, 0, 0, n_position=v), "Transformer: n_position"),
+    (lambda v: ct.nn.Transformer.seed003(d_model=v), "Transformer.seed003: d_model"),
+    (lambda v: ct.nn.TransformerConfig(n_layers=v), "TransformerConfig: n_layers"),
 ])
 @pytest.mark.parametrize("value", [-1, -(2**64), 2**64, 2**200])
 def test_integer_arguments_are_range_checked_by_name(make, arg, value):
@@ -251,6 +255,10 @@ def test_size_arguments_of_ops_are_range_checked():
         ct.zeros([2, -3])
     with pytest.raises(TypeError, match="zeros: shape"):
         ct.zeros(3)
+    with pytest.raises(ValueError, match="get_pad_mask: pad_idx"):
+        ct.nn.get_pad_mask(np.array([[1, 2]]), 2**64)
+    with pytest.raises(ValueError, match="TransformerConfig: src_pad_idx"):
+        ct.nn.TransformerConfig(src_pad_idx=2**63)
 
 
 def test_uint64_token_ids_beyond_int64_are_reported_as_themselves():

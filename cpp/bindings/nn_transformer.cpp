@@ -100,6 +100,20 @@ py::object run_decoder(py::object trg_seq, py::object trg_mask, py::object src_m
     return decoder_result(r, return_attns);
 }
 
+// TransformerConfig's integer fields: any Python int, range-checked by name (not pybind11's cast).
+auto size_getter(std::size_t TransformerConfig::*field) {
+    return [field](const TransformerConfig& c) { return c.*field; };
+}
+auto size_setter(std::size_t TransformerConfig::*field, const char* name) {
+    return [field, name](TransformerConfig& c, py::object v) { c.*field = to_size(v, std::string("TransformerConfig: ") + name); };
+}
+auto int_getter(std::int64_t TransformerConfig::*field) {
+    return [field](const TransformerConfig& c) { return c.*field; };
+}
+auto int_setter(std::int64_t TransformerConfig::*field, const char* name) {
+    return [field, name](TransformerConfig& c, py::object v) { c.*field = to_int(v, std::string("TransformerConfig: ") + name); };
+}
+
 // EncoderLayer/DecoderLayer(d_model, d_inner, n_head, d_k, d_v, dropout, *, sub-layer options).
 template <class Layer>
 auto layer_init(const char* fn) {
@@ -116,8 +130,9 @@ auto layer_init(const char* fn) {
 
 void bind_nn_transformer(py::module_& nn) {
     // --- masks -------------------------------------------------------------------------------------
-    nn.def("get_pad_mask", [](py::object seq, std::int64_t pad_idx) {
-        return mask_to_numpy(get_pad_mask(to_index_array(seq, "seq"), pad_idx));
+    nn.def("get_pad_mask", [](py::object seq, py::object pad_idx) {
+        const std::int64_t pad = to_int(pad_idx, "get_pad_mask: pad_idx");
+        return mask_to_numpy(get_pad_mask(to_index_array(seq, "seq"), pad));
     }, py::arg("seq"), py::arg("pad_idx"),
        "(seq != pad_idx)[:, None, :]: a (b, 1, len) boolean array, True where a key may be attended (seed 000).");
     nn.def("get_subsequent_mask", [](py::object seq) {
@@ -140,19 +155,19 @@ void bind_nn_transformer(py::module_& nn) {
               }
               return c;
           }))
-        .def_readwrite("n_src_vocab", &TransformerConfig::n_src_vocab)
-        .def_readwrite("n_trg_vocab", &TransformerConfig::n_trg_vocab)
-        .def_readwrite("src_pad_idx", &TransformerConfig::src_pad_idx)
-        .def_readwrite("trg_pad_idx", &TransformerConfig::trg_pad_idx)
-        .def_readwrite("d_word_vec", &TransformerConfig::d_word_vec)
-        .def_readwrite("d_model", &TransformerConfig::d_model)
-        .def_readwrite("d_inner", &TransformerConfig::d_inner)
-        .def_readwrite("n_layers", &TransformerConfig::n_layers)
-        .def_readwrite("n_head", &TransformerConfig::n_head)
-        .def_readwrite("d_k", &TransformerConfig::d_k)
-        .def_readwrite("d_v", &TransformerConfig::d_v)
+        .def_property("n_src_vocab", size_getter(&TransformerConfig::n_src_vocab), size_setter(&TransformerConfig::n_src_vocab, "n_src_vocab"))
+        .def_property("n_trg_vocab", size_getter(&TransformerConfig::n_trg_vocab), size_setter(&TransformerConfig::n_trg_vocab, "n_trg_vocab"))
+        .def_property("src_pad_idx", int_getter(&TransformerConfig::src_pad_idx), int_setter(&TransformerConfig::src_pad_idx, "src_pad_idx"))
+        .def_property("trg_pad_idx", int_getter(&TransformerConfig::trg_pad_idx), int_setter(&TransformerConfig::trg_pad_idx, "trg_pad_idx"))
+        .def_property("d_word_vec", size_getter(&TransformerConfig::d_word_vec), size_setter(&TransformerConfig::d_word_vec, "d_word_vec"))
+        .def_property("d_model", size_getter(&TransformerConfig::d_model), size_setter(&TransformerConfig::d_model, "d_model"))
+        .def_property("d_inner", size_getter(&TransformerConfig::d_inner), size_setter(&TransformerConfig::d_inner, "d_inner"))
+        .def_property("n_layers", size_getter(&TransformerConfig::n_layers), size_setter(&TransformerConfig::n_layers, "n_layers"))
+        .def_property("n_head", size_getter(&TransformerConfig::n_head), size_setter(&TransformerConfig::n_head, "n_head"))
+        .def_property("d_k", size_getter(&TransformerConfig::d_k), size_setter(&TransformerConfig::d_k, "d_k"))
+        .def_property("d_v", size_getter(&TransformerConfig::d_v), size_setter(&TransformerConfig::d_v, "d_v"))
         .def_readwrite("dropout", &TransformerConfig::dropout)
-        .def_readwrite("n_position", &TransformerConfig::n_position)
+        .def_property("n_position", size_getter(&TransformerConfig::n_position), size_setter(&TransformerConfig::n_position, "n_position"))
         .def_readwrite("trg_emb_prj_weight_sharing", &TransformerConfig::trg_emb_prj_weight_sharing)
         .def_readwrite("emb_src_trg_weight_sharing", &TransformerConfig::emb_src_trg_weight_sharing)
         .def_readwrite("scale_emb_or_prj", &TransformerConfig::scale_emb_or_prj)
@@ -410,20 +425,49 @@ void bind_nn_transformer(py::module_& nn) {
 model(src_seq, trg_seq) takes (b, len) NumPy integer arrays and returns the logits, (b*len, n_trg_vocab)
 for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it returns
 (logits, enc_slf_attns, dec_slf_attns, dec_enc_attns), one (b, n_head, lq, lk) Tensor per layer.)doc")
-        .def(py::init<std::size_t, std::size_t, std::int64_t, std::int64_t, std::size_t, std::size_t, std::size_t,
-                      std::size_t, std::size_t, std::size_t, std::size_t, float, std::size_t, bool, bool,
-                      const std::string&>(),
+        .def(py::init([](py::object n_src_vocab, py::object n_trg_vocab, py::object src_pad_idx, py::object trg_pad_idx,
+                         py::object d_word_vec, py::object d_model, py::object d_inner, py::object n_layers,
+                         py::object n_head, py::object d_k, py::object d_v, float dropout, py::object n_position,
+                         bool trg_emb_prj_weight_sharing, bool emb_src_trg_weight_sharing,
+                         const std::string& scale_emb_or_prj) {
+                 const std::string fn = "Transformer: ";
+                 const std::size_t sv = to_size(n_src_vocab, fn + "n_src_vocab");
+                 const std::size_t tv = to_size(n_trg_vocab, fn + "n_trg_vocab");
+                 const std::int64_t sp = to_int(src_pad_idx, fn + "src_pad_idx");
+                 const std::int64_t tp = to_int(trg_pad_idx, fn + "trg_pad_idx");
+                 const std::size_t wv = to_size(d_word_vec, fn + "d_word_vec");
+                 const std::size_t dm = to_size(d_model, fn + "d_model");
+                 const std::size_t di = to_size(d_inner, fn + "d_inner");
+                 const std::size_t nl = to_size(n_layers, fn + "n_layers");
+                 const std::size_t nh = to_size(n_head, fn + "n_head");
+                 const std::size_t dk = to_size(d_k, fn + "d_k");
+                 const std::size_t dv = to_size(d_v, fn + "d_v");
+                 const std::size_t np = to_size(n_position, fn + "n_position");
+                 py::gil_scoped_release release;
+                 return std::make_shared<Transformer>(sv, tv, sp, tp, wv, dm, di, nl, nh, dk, dv, dropout, np,
+                                                      trg_emb_prj_weight_sharing, emb_src_trg_weight_sharing,
+                                                      scale_emb_or_prj);
+             }),
              py::arg("n_src_vocab"), py::arg("n_trg_vocab"), py::arg("src_pad_idx"), py::arg("trg_pad_idx"),
              py::arg("d_word_vec") = 512, py::arg("d_model") = 512, py::arg("d_inner") = 2048,
              py::arg("n_layers") = 6, py::arg("n_head") = 8, py::arg("d_k") = 64, py::arg("d_v") = 64,
              py::arg("dropout") = 0.1f, py::arg("n_position") = 200, py::arg("trg_emb_prj_weight_sharing") = true,
              py::arg("emb_src_trg_weight_sharing") = true, py::arg("scale_emb_or_prj") = "prj")
         .def(py::init<const TransformerConfig&>(), py::arg("config"))
-        .def_static("seed003", [](std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t pad_idx,
-                                  std::size_t d_model, std::size_t n_head, std::size_t d_inner, std::size_t n_layers,
-                                  std::size_t n_position, float dropout) {
-            return std::make_shared<Transformer>(TransformerConfig::seed003(
-                n_src_vocab, n_trg_vocab, pad_idx, d_model, n_head, d_inner, n_layers, n_position, dropout));
+        .def_static("seed003", [](py::object n_src_vocab, py::object n_trg_vocab, py::object pad_idx, py::object d_model,
+                                  py::object n_head, py::object d_inner, py::object n_layers, py::object n_position,
+                                  float dropout) {
+            const std::string fn = "Transformer.seed003: ";
+            const std::size_t sv = to_size(n_src_vocab, fn + "n_src_vocab");
+            const std::size_t tv = to_size(n_trg_vocab, fn + "n_trg_vocab");
+            const std::int64_t pad = to_int(pad_idx, fn + "pad_idx");
+            const std::size_t dm = to_size(d_model, fn + "d_model");
+            const std::size_t nh = to_size(n_head, fn + "n_head");
+            const std::size_t di = to_size(d_inner, fn + "d_inner");
+            const std::size_t nl = to_size(n_layers, fn + "n_layers");
+            const std::size_t np = to_size(n_position, fn + "n_position");
+            py::gil_scoped_release release;
+            return std::make_shared<Transformer>(TransformerConfig::seed003(sv, tv, pad, dm, nh, di, nl, np, dropout));
         }, py::arg("n_src_vocab") = 39, py::arg("n_trg_vocab") = 39, py::arg("pad_idx") = 2, py::arg("d_model") = 32,
            py::arg("n_head") = 4, py::arg("d_inner") = 64, py::arg("n_layers") = 3, py::arg("n_position") = 50,
            py::arg("dropout") = 0.1f, "Seed 003's toy translator (TransformerConfig.seed003()).")
