@@ -161,7 +161,21 @@ key/value caches (one position's work per step); False re-decodes the whole pref
             py::gil_scoped_release release;
             return d.step(a.data);
         }, py::arg("ids"))
-        .def("select", [](StepDecoder& d, const std::vector<std::size_t>& rows) {
+        .def("select", [](StepDecoder& d, py::object rows_obj) {
+            if (!py::isinstance<py::sequence>(rows_obj) || py::isinstance<py::str>(rows_obj))
+                throw ct::TypeError("StepDecoder.select: rows must be a list of row indices, got " +
+                                    py::str(py::type::of(rows_obj)).cast<std::string>());
+            std::vector<std::size_t> rows;
+            for (auto r : py::reinterpret_borrow<py::sequence>(rows_obj)) {
+                // An index beyond 64 bits is as out of range as any other; the core names the range.
+                int overflow = 0;
+                if (PyIndex_Check(r.ptr()) && !py::isinstance<py::bool_>(r))
+                    PyLong_AsLongLongAndOverflow(py::int_(py::reinterpret_borrow<py::object>(r)).ptr(), &overflow);
+                if (overflow != 0 || (PyIndex_Check(r.ptr()) && py::int_(py::reinterpret_borrow<py::object>(r)) < py::int_(0)))
+                    throw ct::IndexError("StepDecoder.select: row " + py::str(r).cast<std::string>() +
+                                         " is out of range for " + std::to_string(d.rows()) + " rows");
+                rows.push_back(std::size_t(to_int(r, "StepDecoder.select: rows")));
+            }
             py::gil_scoped_release release;
             d.select(rows);
         }, py::arg("rows"))

@@ -117,9 +117,13 @@ auto int_setter(std::int64_t TransformerConfig::*field, const char* name) {
 // EncoderLayer/DecoderLayer(d_model, d_inner, n_head, d_k, d_v, dropout, *, sub-layer options).
 template <class Layer>
 auto layer_init(const char* fn) {
-    return py::init([fn](std::size_t d_model, std::size_t d_inner, std::size_t n_head, std::size_t d_k,
-                         std::size_t d_v, float dropout, const std::string& layout, bool norm_first, bool qkv_bias,
+    return py::init([fn](py::object d_model_obj, py::object d_inner_obj, py::object n_head_obj, py::object d_k_obj,
+                         py::object d_v_obj, float dropout, const std::string& layout, bool norm_first, bool qkv_bias,
                          bool proj_bias, float eps, float attn_dropout, float mask_fill, bool after) {
+        const std::string name = std::string(fn) + ": ";
+        const std::size_t d_model = to_size(d_model_obj, name + "d_model"), d_inner = to_size(d_inner_obj, name + "d_inner"),
+                          n_head = to_size(n_head_obj, name + "n_head"), d_k = to_size(d_k_obj, name + "d_k"),
+                          d_v = to_size(d_v_obj, name + "d_v");
         return std::make_shared<Layer>(
             d_model, d_inner, n_head, d_k, d_v, dropout,
             make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after, fn));
@@ -253,9 +257,12 @@ void bind_nn_transformer(py::module_& nn) {
     py::class_<MultiHeadAttention, Module, std::shared_ptr<MultiHeadAttention>>(nn, "MultiHeadAttention",
         (std::string("Multi-head attention (seed 000's SubLayers.py). forward(q, k, v, mask=None) returns "
                      "(output, attn); mask is (b or 1, len_q or 1, len_k), True = may attend. ") + kSublayerDoc).c_str())
-        .def(py::init([](std::size_t n_head, std::size_t d_model, std::size_t d_k, std::size_t d_v, float dropout,
-                         const std::string& layout, bool norm_first, bool qkv_bias, bool proj_bias, float eps,
-                         float attn_dropout, float mask_fill, bool after) {
+        .def(py::init([](py::object n_head_obj, py::object d_model_obj, py::object d_k_obj, py::object d_v_obj,
+                         float dropout, const std::string& layout, bool norm_first, bool qkv_bias, bool proj_bias,
+                         float eps, float attn_dropout, float mask_fill, bool after) {
+            const std::string fn = "MultiHeadAttention: ";
+            const std::size_t n_head = to_size(n_head_obj, fn + "n_head"), d_model = to_size(d_model_obj, fn + "d_model"),
+                              d_k = to_size(d_k_obj, fn + "d_k"), d_v = to_size(d_v_obj, fn + "d_v");
             return std::make_shared<MultiHeadAttention>(
                 n_head, d_model, d_k, d_v, dropout,
                 make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after,
@@ -279,9 +286,11 @@ void bind_nn_transformer(py::module_& nn) {
         nn, "PositionwiseFeedForward",
         (std::string("w_2(relu(w_1(x))) with dropout, residual and LayerNorm (post- or pre-norm). ") + kSublayerDoc)
             .c_str())
-        .def(py::init([](std::size_t d_in, std::size_t d_hid, float dropout, const std::string& layout,
+        .def(py::init([](py::object d_in_obj, py::object d_hid_obj, float dropout, const std::string& layout,
                          bool norm_first, bool qkv_bias, bool proj_bias, float eps, float attn_dropout,
                          float mask_fill, bool after) {
+            const std::size_t d_in = to_size(d_in_obj, "PositionwiseFeedForward: d_in");
+            const std::size_t d_hid = to_size(d_hid_obj, "PositionwiseFeedForward: d_hid");
             return std::make_shared<PositionwiseFeedForward>(
                 d_in, d_hid, dropout,
                 make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after,
@@ -350,8 +359,19 @@ void bind_nn_transformer(py::module_& nn) {
         "Embedding -> (* sqrt(d_model)) -> + positional encoding -> dropout -> LayerNorm -> EncoderLayers "
         "(seed 000). forward(src_seq, src_mask, return_attns=False) returns enc_output, or "
         "(enc_output, [enc_slf_attn per layer]).")
-        .def(py::init<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
-                      std::size_t, std::int64_t, float, std::size_t, bool>(),
+        .def(py::init([](py::object n_src_vocab, py::object d_word_vec, py::object n_layers, py::object n_head,
+                         py::object d_k, py::object d_v, py::object d_model, py::object d_inner, py::object pad_idx,
+                         float dropout, py::object n_position, bool scale_emb) {
+                 const std::string fn = "Encoder: ";
+                 const std::size_t a = to_size(n_src_vocab, fn + "n_src_vocab"), b = to_size(d_word_vec, fn + "d_word_vec"),
+                                   c = to_size(n_layers, fn + "n_layers"), d = to_size(n_head, fn + "n_head"),
+                                   e = to_size(d_k, fn + "d_k"), f = to_size(d_v, fn + "d_v"),
+                                   g = to_size(d_model, fn + "d_model"), h = to_size(d_inner, fn + "d_inner");
+                 const std::int64_t pad = to_int(pad_idx, fn + "pad_idx");
+                 const std::size_t np = to_size(n_position, fn + "n_position");
+                 py::gil_scoped_release release;
+                 return std::make_shared<Encoder>(a, b, c, d, e, f, g, h, pad, dropout, np, scale_emb);
+             }),
              py::arg("n_src_vocab"), py::arg("d_word_vec"), py::arg("n_layers"), py::arg("n_head"), py::arg("d_k"),
              py::arg("d_v"), py::arg("d_model"), py::arg("d_inner"), py::arg("pad_idx"), py::arg("dropout") = 0.1f,
              py::arg("n_position") = 200, py::arg("scale_emb") = false)
@@ -376,8 +396,19 @@ void bind_nn_transformer(py::module_& nn) {
     py::class_<Decoder, Module, std::shared_ptr<Decoder>>(nn, "Decoder",
         "The Encoder's front on the target, then DecoderLayers (seed 000). forward(trg_seq, trg_mask, enc_output, "
         "src_mask, return_attns=False) returns dec_output, or (dec_output, [dec_slf_attn], [dec_enc_attn]).")
-        .def(py::init<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
-                      std::size_t, std::int64_t, std::size_t, float, bool>(),
+        .def(py::init([](py::object n_trg_vocab, py::object d_word_vec, py::object n_layers, py::object n_head,
+                         py::object d_k, py::object d_v, py::object d_model, py::object d_inner, py::object pad_idx,
+                         py::object n_position, float dropout, bool scale_emb) {
+                 const std::string fn = "Decoder: ";
+                 const std::size_t a = to_size(n_trg_vocab, fn + "n_trg_vocab"), b = to_size(d_word_vec, fn + "d_word_vec"),
+                                   c = to_size(n_layers, fn + "n_layers"), d = to_size(n_head, fn + "n_head"),
+                                   e = to_size(d_k, fn + "d_k"), f = to_size(d_v, fn + "d_v"),
+                                   g = to_size(d_model, fn + "d_model"), h = to_size(d_inner, fn + "d_inner");
+                 const std::int64_t pad = to_int(pad_idx, fn + "pad_idx");
+                 const std::size_t np = to_size(n_position, fn + "n_position");
+                 py::gil_scoped_release release;
+                 return std::make_shared<Decoder>(a, b, c, d, e, f, g, h, pad, np, dropout, scale_emb);
+             }),
              py::arg("n_trg_vocab"), py::arg("d_word_vec"), py::arg("n_layers"), py::arg("n_head"), py::arg("d_k"),
              py::arg("d_v"), py::arg("d_model"), py::arg("d_inner"), py::arg("pad_idx"), py::arg("n_position") = 200,
              py::arg("dropout") = 0.1f, py::arg("scale_emb") = false)
