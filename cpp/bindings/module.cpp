@@ -17,6 +17,11 @@ PYBIND11_MODULE(_core, m) {
             if (p) std::rethrow_exception(p);
         } catch (const ct::TypeError& e) {
             PyErr_SetString(PyExc_TypeError, e.what());
+        } catch (const ct::MemoryError& e) {   // names what was allocated (shape, bytes)
+            PyErr_SetString(PyExc_MemoryError, e.what());
+        } catch (const std::bad_alloc&) {      // from a container of the core: at least say where it came from
+            PyErr_SetString(PyExc_MemoryError, "out of memory: ctransformer's C++ core could not allocate a buffer "
+                                               "(std::bad_alloc); the request needs more memory than is free");
         }
     });
     m.def("manual_seed", [](py::object seed) {
