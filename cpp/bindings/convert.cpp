@@ -1,9 +1,12 @@
 #include "convert.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "ctransformer/error.hpp"
+#include "ctransformer/tensor.hpp"
 
 namespace ctpy {
 
@@ -45,6 +48,17 @@ ct::IndexArray to_index_array(const py::handle& obj, const char* arg) {
     if (kind != 'i' && kind != 'u')
         throw ct::TypeError(std::string(arg) + ": expected an integer array of token ids (int32 or int64), got dtype " +
                             dtype_name(a));
+    // Ids are range-checked in their own dtype before the cast: uint64 2**64 - 1 must be reported as
+    // itself, not as the -1 that casting makes of it. No other integer dtype can exceed int64.
+    if (kind == 'u' && a.itemsize() == 8) {
+        auto u = py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+        const std::uint64_t* p = u.data();
+        for (py::ssize_t i = 0; i < u.size(); ++i)
+            if (p[i] > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+                throw ct::IndexError(std::string(arg) + ": holds token id " + std::to_string(p[i]) +
+                                     " at flat position " + std::to_string(i) +
+                                     ", beyond any vocabulary (ids must be below 2**63)");
+    }
     auto ids = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
     ct::IndexArray out;
     out.shape = shape_of(ids);
@@ -81,10 +95,99 @@ py::array to_numpy(const ct::Tensor& t) {
                      owner);
 }
 
-std::int64_t to_int(const py::handle& obj, const char* arg) {
+namespace {
+
+// The value of an int argument; `overflow` is -1 / +1 when it lies below / above the int64 range
+// (the value is then meaningless), 0 otherwise.
+std::int64_t int_value(const py::handle& obj, const std::string& arg, int& overflow) {
     if (py::isinstance<py::bool_>(obj) || !PyIndex_Check(obj.ptr()))
-        throw ct::TypeError(std::string(arg) + ": expected an int, got " + py::str(py::type::of(obj)).cast<std::string>());
-    return py::int_(py::reinterpret_borrow<py::object>(obj)).cast<std::int64_t>();
+        throw ct::TypeError(arg + ": expected an int, got " + py::str(py::type::of(obj)).cast<std::string>());
+    py::int_ v(py::reinterpret_borrow<py::object>(obj));   // operator.index(obj): NumPy integers too
+    overflow = 0;
+    const long long out = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (out == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return std::int64_t(out);
+}
+
+std::string int_text(const py::handle& obj) { return py::str(py::int_(py::reinterpret_borrow<py::object>(obj))).cast<std::string>(); }
+
+}  // namespace
+
+std::int64_t to_int(const py::handle& obj, const std::string& arg) {
+    int overflow;
+    const std::int64_t v = int_value(obj, arg, overflow);
+    if (overflow != 0)
+        throw ct::ValueError(arg + " = " + int_text(obj) + " is out of range (expected an integer between -2**63 and "
+                             "2**63 - 1)");
+    return v;
+}
+
+std::int64_t to_int_at_least(const py::handle& obj, const std::string& arg, std::int64_t minimum) {
+    int overflow;
+    const std::int64_t v = int_value(obj, arg, overflow);
+    if (overflow < 0 || (overflow == 0 && v < minimum))
+        throw ct::ValueError(arg + " must be at least " + std::to_string(minimum) + ", got " + int_text(obj));
+    if (overflow > 0)
+        throw ct::ValueError(arg + " = " + int_text(obj) + " is too large (at most 2**63 - 1)");
+    return v;
+}
+
+std::int64_t to_dim(const py::handle& obj, std::size_t rank, const char* what) {
+    int overflow;
+    const std::int64_t v = int_value(obj, what, overflow);
+    if (overflow != 0) ct::throw_dim_out_of_range(what, rank, int_text(obj));
+    return v;
+}
+
+std::vector<std::int64_t> to_dims(const py::handle& obj, std::size_t rank, const char* what) {
+    if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj))
+        throw ct::TypeError(std::string(what) + ": expected a sequence of ints, got " +
+                            py::str(py::type::of(obj)).cast<std::string>());
+    std::vector<std::int64_t> out;
+    for (auto d : py::reinterpret_borrow<py::sequence>(obj)) out.push_back(to_dim(d, rank, what));
+    return out;
+}
+
+ct::Shape to_shape(const py::handle& obj, const std::string& arg) {
+    if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj))
+        throw ct::TypeError(arg + ": expected a sequence of ints, got " + py::str(py::type::of(obj)).cast<std::string>());
+    ct::Shape out;
+    std::size_t i = 0;
+    for (auto d : py::reinterpret_borrow<py::sequence>(obj)) {
+        const std::string what = arg + "[" + std::to_string(i++) + "]";
+        int overflow;
+        const std::int64_t v = int_value(d, what, overflow);
+        if (overflow < 0 || (overflow == 0 && v < 0))
+            throw ct::ValueError(arg + ": negative dimension " + int_text(d) + " at position " + std::to_string(i - 1) +
+                                 "; sizes must be >= 0");
+        if (overflow > 0)
+            throw ct::ValueError(arg + ": dimension " + int_text(d) + " at position " + std::to_string(i - 1) +
+                                 " is too large (at most 2**63 - 1)");
+        out.push_back(std::size_t(v));
+    }
+    return out;
+}
+
+std::vector<std::int64_t> to_sizes(const py::handle& obj, const std::string& arg) {
+    if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj))
+        throw ct::TypeError(arg + ": expected a sequence of ints, got " + py::str(py::type::of(obj)).cast<std::string>());
+    std::vector<std::int64_t> out;
+    std::size_t i = 0;
+    for (auto d : py::reinterpret_borrow<py::sequence>(obj)) {
+        const std::string what = arg + "[" + std::to_string(i++) + "]";
+        int overflow;
+        const std::int64_t v = int_value(d, what, overflow);
+        if (overflow != 0)
+            throw ct::ValueError(arg + ": size " + int_text(d) + " at position " + std::to_string(i - 1) +
+                                 " is out of range (sizes are >= 0, or -1 to infer one)");
+        out.push_back(v);
+    }
+    return out;
+}
+
+std::vector<std::int64_t> to_sizes(const py::args& args, const std::string& arg) {
+    if (args.size() == 1 && !PyIndex_Check(args[0].ptr())) return to_sizes(py::handle(args[0]), arg);
+    return to_sizes(py::handle(args), arg);
 }
 
 ct::Tensor as_tensor(const py::handle& obj, const char* arg) {

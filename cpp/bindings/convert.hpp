@@ -4,6 +4,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <string>
+#include <vector>
+
 #include "ctransformer/tensor.hpp"
 
 namespace ctpy {
@@ -18,8 +21,24 @@ ct::IndexArray to_index_array(const py::handle& obj, const char* arg);
 ct::Mask to_mask(const py::handle& obj, const char* arg);
 // A tensor's data as a NumPy view that keeps the storage alive.
 py::array to_numpy(const ct::Tensor& t);
-// An integer argument (a Python int or a NumPy integer); anything else is a TypeError naming `arg`.
-std::int64_t to_int(const py::handle& obj, const char* arg);
+// An integer argument (a Python int or a NumPy integer); anything else is a TypeError naming `arg`,
+// and an int beyond 64 bits a ValueError naming `arg` (never pybind11's "Unable to cast").
+std::int64_t to_int(const py::handle& obj, const std::string& arg);
+// An integer argument >= minimum (a count, a size): below it, or below -2**63, "arg must be at least
+// minimum, got v"; beyond 2**63 - 1 "arg = v is too large".
+std::int64_t to_int_at_least(const py::handle& obj, const std::string& arg, std::int64_t minimum);
+// A size (an int >= 0, at most 2**63 - 1), as to_int_at_least(obj, arg, 0).
+inline std::size_t to_size(const py::handle& obj, const std::string& arg) { return std::size_t(to_int_at_least(obj, arg, 0)); }
+// A dimension index of a tensor of rank `rank`: any Python int, refused with the core's IndexError
+// (naming `what` and the range [-rank, rank - 1]) when out of range, however large.
+std::int64_t to_dim(const py::handle& obj, std::size_t rank, const char* what);
+// A list of dimension indices (permute's dims), each as to_dim.
+std::vector<std::int64_t> to_dims(const py::handle& obj, std::size_t rank, const char* what);
+// A shape: a sequence of ints >= 0 (ValueError naming `arg` for a negative or a > 64-bit size).
+ct::Shape to_shape(const py::handle& obj, const std::string& arg);
+// reshape/view sizes: ints >= -1, as `shape` or as separate arguments (x.reshape(2, 3)).
+std::vector<std::int64_t> to_sizes(const py::args& args, const std::string& arg);
+std::vector<std::int64_t> to_sizes(const py::handle& obj, const std::string& arg);
 // A Tensor argument, or a NumPy array / Python number turned into a constant tensor.
 ct::Tensor as_tensor(const py::handle& obj, const char* arg);
 

@@ -7,6 +7,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "interrupt.hpp"
 #include "ctransformer/decode/beam_search.hpp"
 #include "ctransformer/decode/gpt_generate.hpp"
 #include "ctransformer/decode/gpt_incremental.hpp"
@@ -27,19 +28,14 @@ std::optional<Mask> opt_mask(const py::object& obj, const char* arg) {
     return to_mask(obj, arg);
 }
 
-// A count argument >= minimum (an int or a NumPy integer).
+// A count argument >= minimum (an int or a NumPy integer; any Python int, range-checked).
 std::size_t to_count(const py::handle& obj, const std::string& fn, const char* arg, std::int64_t minimum) {
-    const std::string what = fn + ": " + arg;
-    const std::int64_t v = to_int(obj, what.c_str());
-    if (v < minimum)
-        throw ct::ValueError(what + " must be at least " + std::to_string(minimum) + ", got " + std::to_string(v));
-    return std::size_t(v);
+    return std::size_t(to_int_at_least(obj, fn + ": " + arg, minimum));
 }
 
 std::optional<std::int64_t> opt_int(const py::object& obj, const std::string& fn, const char* arg) {
     if (obj.is_none()) return std::nullopt;
-    const std::string what = fn + ": " + arg;
-    return to_int(obj, what.c_str());
+    return to_int(obj, fn + ": " + arg);
 }
 
 py::array_t<std::int64_t> ids_to_numpy(const IndexArray& ids) {
@@ -66,10 +62,12 @@ void bind_decode(py::module_& m) {
         const std::size_t n = to_count(max_len, fn, "max_len", 1);
         const std::int64_t start = to_int(start_symbol, "greedy_decode: start_symbol");
         const auto end = opt_int(end_symbol, fn, "end_symbol");
+        const auto should_stop = python_should_stop();
         ct::decode::GreedyOutput out;
         {
             py::gil_scoped_release release;
-            out = ct::decode::greedy_decode(model, ids, mask ? &*mask : nullptr, n, start, end, use_cache, return_logits);
+            out = ct::decode::greedy_decode(model, ids, mask ? &*mask : nullptr, n, start, end, use_cache, return_logits,
+                                            should_stop);
         }
         if (!return_logits) return ids_to_numpy(out.ids);
         return py::make_tuple(ids_to_numpy(out.ids), array_to_numpy(*out.logits));
@@ -89,11 +87,12 @@ void bind_decode(py::module_& m) {
         const std::int64_t end = to_int(end_symbol, "beam_search: end_symbol");
         const std::size_t beam = to_count(beam_size, fn, "beam_size", 1);
         const std::size_t keep = n_best.is_none() ? 1 : to_count(n_best, fn, "n_best", 1);
+        const auto should_stop = python_should_stop();
         std::vector<std::vector<ct::decode::Hypothesis>> found;
         {
             py::gil_scoped_release release;
             found = ct::decode::beam_search(model, ids, mask ? &*mask : nullptr, n, start, end, beam, alpha, keep,
-                                            use_cache);
+                                            use_cache, should_stop);
         }
         // (b, n_best, max_len) ids padded with trg_pad_idx, (b, n_best) scores (-inf where fewer were found).
         const std::size_t b = found.size();
@@ -127,10 +126,12 @@ void bind_decode(py::module_& m) {
         const IndexArray ids = to_index_array(idx, "generate: idx");
         const std::size_t n = to_count(max_new_tokens, fn, "max_new_tokens", 0);
         const auto k = opt_int(top_k, fn, "top_k");
+        const auto should_stop = python_should_stop();
         IndexArray out;
         {
             py::gil_scoped_release release;
-            out = use_cache ? ct::decode::generate(model, ids, n, temperature, k) : model.generate(ids, n, temperature, k);
+            out = use_cache ? ct::decode::generate(model, ids, n, temperature, k, should_stop)
+                            : model.generate(ids, n, temperature, k, should_stop);
         }
         return ids_to_numpy(out);
     }, py::arg("model"), py::arg("idx"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0f,
@@ -160,7 +161,21 @@ key/value caches (one position's work per step); False re-decodes the whole pref
             py::gil_scoped_release release;
             return d.step(a.data);
         }, py::arg("ids"))
-        .def("select", [](StepDecoder& d, const std::vector<std::size_t>& rows) {
+        .def("select", [](StepDecoder& d, py::object rows_obj) {
+            if (!py::isinstance<py::sequence>(rows_obj) || py::isinstance<py::str>(rows_obj))
+                throw ct::TypeError("StepDecoder.select: rows must be a list of row indices, got " +
+                                    py::str(py::type::of(rows_obj)).cast<std::string>());
+            std::vector<std::size_t> rows;
+            for (auto r : py::reinterpret_borrow<py::sequence>(rows_obj)) {
+                // An index beyond 64 bits is as out of range as any other; the core names the range.
+                int overflow = 0;
+                if (PyIndex_Check(r.ptr()) && !py::isinstance<py::bool_>(r))
+                    PyLong_AsLongLongAndOverflow(py::int_(py::reinterpret_borrow<py::object>(r)).ptr(), &overflow);
+                if (overflow != 0 || (PyIndex_Check(r.ptr()) && py::int_(py::reinterpret_borrow<py::object>(r)) < py::int_(0)))
+                    throw ct::IndexError("StepDecoder.select: row " + py::str(r).cast<std::string>() +
+                                         " is out of range for " + std::to_string(d.rows()) + " rows");
+                rows.push_back(std::size_t(to_int(r, "StepDecoder.select: rows")));
+            }
             py::gil_scoped_release release;
             d.select(rows);
         }, py::arg("rows"))

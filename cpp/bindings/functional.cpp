@@ -42,8 +42,16 @@ void bind_functional(py::module_& f) {
     f.def("gelu", &ct::gelu, py::arg("input"), release_gil(),
           "GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).");
     f.def("dropout", &ct::dropout, py::arg("input"), py::arg("p") = 0.5f, py::arg("training") = true, release_gil());
-    f.def("softmax", &ct::softmax, py::arg("input"), py::arg("dim"), release_gil());
-    f.def("log_softmax", &ct::log_softmax, py::arg("input"), py::arg("dim"), release_gil());
+    f.def("softmax", [](const Tensor& x, py::object dim) {
+        const std::int64_t d = to_dim(dim, x.dim(), "softmax: dim");
+        py::gil_scoped_release release;
+        return ct::softmax(x, d);
+    }, py::arg("input"), py::arg("dim"));
+    f.def("log_softmax", [](const Tensor& x, py::object dim) {
+        const std::int64_t d = to_dim(dim, x.dim(), "log_softmax: dim");
+        py::gil_scoped_release release;
+        return ct::log_softmax(x, d);
+    }, py::arg("input"), py::arg("dim"));
     f.def("layer_norm", [](const Tensor& x, py::object w, py::object b, float eps) {
         Tensor weight, bias;
         const Tensor* pw = optional_tensor(w, weight, "weight");
@@ -76,13 +84,13 @@ void bind_functional(py::module_& f) {
        py::arg("fill_value") = -1e9f,
        "Returns (output, attention_weights). mask is True where a query may attend to a key; it broadcasts to "
        "(..., Lq, Lk), e.g. from (b, 1, Lk) or (b, 1, Lq, Lk).");
-    f.def("multi_head_attention", [](const Tensor& q, const Tensor& k, const Tensor& v, std::size_t n_head,
+    f.def("multi_head_attention", [](const Tensor& q, const Tensor& k, const Tensor& v, py::object n_head_obj,
                                      py::object scale, py::object mask, float fill_value, bool causal, float dropout_p,
                                      bool training, py::object kv_length) {
         ct::Mask m;
         ct::AttentionConfig c;
+        const auto n_head = std::size_t(to_int_at_least(n_head_obj, "multi_head_attention: n_head", 1));
         c.n_head = n_head;
-        if (n_head == 0) throw ct::ValueError("multi_head_attention: n_head must be positive");
         c.scale = scale.is_none() ? 1.0f / std::sqrt(float(q.size(-1) / n_head)) : scale.cast<float>();
         if (!mask.is_none()) {
             m = to_mask(mask, "mask");
@@ -93,8 +101,7 @@ void bind_functional(py::module_& f) {
         c.dropout_p = dropout_p;
         c.training = training;
         if (!kv_length.is_none()) {
-            const auto n = kv_length.cast<std::int64_t>();
-            if (n < 1) throw ct::ValueError("multi_head_attention: kv_length must be at least 1, got " + std::to_string(n));
+            const auto n = to_int_at_least(kv_length, "multi_head_attention: kv_length", 1);
             c.kv_length = std::size_t(n);
         }
         py::gil_scoped_release release;
@@ -108,18 +115,30 @@ void bind_functional(py::module_& f) {
        "kv_length reads only the first kv_length positions of k and v (Lk = kv_length; a decoding cache with "
        "room to grow; no gradient for k and v then). "
        "Returns (output (b, Lq, n_head*d_v), attention_weights (b, n_head, Lq, Lk)).");
-    f.def("reshape", [](const Tensor& x, const std::vector<std::int64_t>& shape) { return ct::reshape(x, shape); },
-          py::arg("input"), py::arg("shape"), release_gil());
-    f.def("transpose", &ct::transpose, py::arg("input"), py::arg("dim0"), py::arg("dim1"), release_gil());
-    f.def("permute", &ct::permute, py::arg("input"), py::arg("dims"), release_gil());
+    f.def("reshape", [](const Tensor& x, py::object shape) {
+        const std::vector<std::int64_t> s = to_sizes(shape, "reshape: shape");
+        py::gil_scoped_release release;
+        return ct::reshape(x, s);
+    }, py::arg("input"), py::arg("shape"));
+    f.def("transpose", [](const Tensor& x, py::object dim0, py::object dim1) {
+        const std::int64_t a = to_dim(dim0, x.dim(), "transpose: dim0"), b = to_dim(dim1, x.dim(), "transpose: dim1");
+        py::gil_scoped_release release;
+        return ct::transpose(x, a, b);
+    }, py::arg("input"), py::arg("dim0"), py::arg("dim1"));
+    f.def("permute", [](const Tensor& x, py::object dims) {
+        const std::vector<std::int64_t> d = to_dims(dims, x.dim(), "permute: dims");
+        py::gil_scoped_release release;
+        return ct::permute(x, d);
+    }, py::arg("input"), py::arg("dims"));
     f.def("sum", [](const Tensor& x, py::object dim, bool keepdim) {
-        return dim.is_none() ? ct::sum(x) : ct::sum(x, int(to_int(dim, "sum: dim")), keepdim);
+        return dim.is_none() ? ct::sum(x) : ct::sum(x, to_dim(dim, x.dim(), "sum: dim"), keepdim);
     }, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
     f.def("mean", [](const Tensor& x, py::object dim, bool keepdim) {
-        return dim.is_none() ? ct::mean(x) : ct::mean(x, int(to_int(dim, "mean: dim")), keepdim);
+        return dim.is_none() ? ct::mean(x) : ct::mean(x, to_dim(dim, x.dim(), "mean: dim"), keepdim);
     }, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
-    f.def("cross_entropy", [](const Tensor& logits, py::object target, std::int64_t ignore_index,
+    f.def("cross_entropy", [](const Tensor& logits, py::object target, py::object ignore_index_obj,
                               const std::string& reduction, float label_smoothing) {
+        const std::int64_t ignore_index = to_int(ignore_index_obj, "cross_entropy: ignore_index");
         ct::IndexArray t = to_index_array(target, "target");
         const ct::Reduction r = ct::parse_reduction(reduction, "cross_entropy", false);
         py::gil_scoped_release release;

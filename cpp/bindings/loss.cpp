@@ -16,12 +16,13 @@ target distribution: smoothing / (size - 2) everywhere, 1 - smoothing at the tar
 padding column and in rows whose target is padding_idx. ``crit(x, target)`` returns a 0-d Tensor;
 ``crit.true_dist`` is the distribution of the last call (a NumPy array), None before one.)doc")
         .def(py::init([](py::object size, py::object padding_idx, double smoothing) {
-            if (!py::isinstance<py::int_>(size) || py::int_(size).cast<long long>() < 0)
+            if (!py::isinstance<py::int_>(size) || py::int_(size) < py::int_(0))
                 throw ct::TypeError("LabelSmoothing: size must be a non-negative int (the vocabulary size), got " +
                                     py::repr(size).cast<std::string>());
             if (!py::isinstance<py::int_>(padding_idx))
                 throw ct::TypeError("LabelSmoothing: padding_idx must be an int, got " + py::repr(padding_idx).cast<std::string>());
-            return ct::LabelSmoothing(size.cast<std::size_t>(), padding_idx.cast<std::int64_t>(), smoothing);
+            return ct::LabelSmoothing(to_size(size, "LabelSmoothing: size"), to_int(padding_idx, "LabelSmoothing: padding_idx"),
+                                      smoothing);
         }), py::arg("size"), py::arg("padding_idx"), py::arg("smoothing") = 0.0)
         .def("__call__", [](ct::LabelSmoothing& crit, const Tensor& x, py::object target) {
             ct::IndexArray t = to_index_array(target, "target");

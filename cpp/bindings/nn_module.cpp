@@ -80,8 +80,12 @@ void bind_nn_module(py::module_& nn) {
         .def("__repr__", [](const Module& m) { return module_repr(m); });
 
     py::class_<Linear, Module, std::shared_ptr<Linear>>(nn, "Linear")
-        .def(py::init<std::size_t, std::size_t, bool>(), py::arg("in_features"), py::arg("out_features"),
-             py::arg("bias") = true)
+        .def(py::init([](py::object in_features, py::object out_features, bool bias) {
+            const std::size_t in = to_size(in_features, "Linear: in_features");
+            const std::size_t out = to_size(out_features, "Linear: out_features");
+            py::gil_scoped_release release;
+            return std::make_shared<Linear>(in, out, bias);
+        }), py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true)
         .def("forward", &Linear::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
         .def("__call__", &Linear::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
         .def_readwrite("weight", &Linear::weight)
@@ -97,8 +101,14 @@ void bind_nn_module(py::module_& nn) {
         return e.forward(idx);
     };
     py::class_<Embedding, Module, std::shared_ptr<Embedding>>(nn, "Embedding")
-        .def(py::init<std::size_t, std::size_t, std::optional<std::int64_t>>(), py::arg("num_embeddings"),
-             py::arg("embedding_dim"), py::arg("padding_idx") = py::none())
+        .def(py::init([](py::object num_embeddings, py::object embedding_dim, py::object padding_idx) {
+            const std::size_t n = to_size(num_embeddings, "Embedding: num_embeddings");
+            const std::size_t d = to_size(embedding_dim, "Embedding: embedding_dim");
+            std::optional<std::int64_t> pad;
+            if (!padding_idx.is_none()) pad = to_int(padding_idx, "Embedding: padding_idx");
+            py::gil_scoped_release release;
+            return std::make_shared<Embedding>(n, d, pad);
+        }), py::arg("num_embeddings"), py::arg("embedding_dim"), py::arg("padding_idx") = py::none())
         .def("forward", embed, py::arg("input"))
         .def("__call__", embed, py::arg("input"))
         .def_readwrite("weight", &Embedding::weight)
@@ -107,7 +117,10 @@ void bind_nn_module(py::module_& nn) {
         .def_readonly("padding_idx", &Embedding::padding_idx);
 
     py::class_<LayerNorm, Module, std::shared_ptr<LayerNorm>>(nn, "LayerNorm")
-        .def(py::init<std::size_t, float>(), py::arg("normalized_shape"), py::arg("eps") = 1e-5)
+        .def(py::init([](py::object normalized_shape, float eps) {
+            const std::size_t d = to_size(normalized_shape, "LayerNorm: normalized_shape");
+            return std::make_shared<LayerNorm>(d, eps);
+        }), py::arg("normalized_shape"), py::arg("eps") = 1e-5)
         .def("forward", &LayerNorm::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
         .def("__call__", &LayerNorm::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
         .def_readwrite("weight", &LayerNorm::weight)

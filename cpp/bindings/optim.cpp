@@ -34,10 +34,15 @@ double to_double(const py::handle& obj, const std::string& what) {
     }
 }
 
-std::int64_t to_int(const py::handle& obj, const std::string& what) {
+// A whole number (an int, or a float with no fraction, as state dicts may hold) in the int64 range.
+std::int64_t to_whole(const py::handle& obj, const std::string& what) {
+    if (PyIndex_Check(obj.ptr()) && !py::isinstance<py::bool_>(obj)) return to_int(obj, what);
     const double v = to_double(obj, what);
     if (std::floor(v) != v || !std::isfinite(v))
         throw ct::ValueError(what + ": expected an integer, got " + py::repr(obj).cast<std::string>());
+    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+        throw ct::ValueError(what + " = " + py::repr(obj).cast<std::string>() + " is out of range (expected an integer "
+                             "between -2**63 and 2**63 - 1)");
     return std::int64_t(v);
 }
 
@@ -242,7 +247,7 @@ void adam_load_state_dict(Adam& opt, const py::handle& sd) {
             throw ct::ValueError(w + " has " + std::to_string(id_list.size()) + " params, the optimizer's group " +
                                  std::to_string(pg[g].params.size()) + "; the state dict is for another model");
         for (std::size_t i = 0; i < id_list.size(); ++i)
-            id_to_param[to_int(id_list[i], w + "['params'][" + std::to_string(i) + "]")] = {g, i};
+            id_to_param[to_whole(id_list[i], w + "['params'][" + std::to_string(i) + "]")] = {g, i};
         for (auto item : py::reinterpret_borrow<py::dict>(gd)) {
             const std::string key = py::str(item.first).cast<std::string>();
             if (key == "params") continue;
@@ -261,13 +266,13 @@ void adam_load_state_dict(Adam& opt, const py::handle& sd) {
     for (std::size_t g = 0; g < pg.size(); ++g) new_state[g].resize(pg[g].params.size());
     for (auto item : py::reinterpret_borrow<py::dict>(saved_state)) {
         const std::string w = fn + "['state'][" + py::repr(item.first).cast<std::string>() + "]";
-        const std::int64_t id = to_int(item.first, w);
+        const std::int64_t id = to_whole(item.first, w);
         auto it = id_to_param.find(id);
         if (it == id_to_param.end())
             throw ct::ValueError(w + ": no parameter has this index in state_dict['param_groups']");
         const auto [g, i] = it->second;
         AdamParamState s;
-        s.step = to_int(dict_item(item.second, "step", w), w + "['step']");
+        s.step = to_whole(dict_item(item.second, "step", w), w + "['step']");
         if (s.step < 0) throw ct::ValueError(w + "['step']: must be >= 0, got " + std::to_string(s.step));
         s.exp_avg = to_array(dict_item(item.second, "exp_avg", w), (w + "['exp_avg']").c_str());
         s.exp_avg_sq = to_array(dict_item(item.second, "exp_avg_sq", w), (w + "['exp_avg_sq']").c_str());
@@ -325,8 +330,8 @@ py::dict scheduler_state_dict(const LRScheduler& s) {
 void scheduler_load_state_dict(LRScheduler& s, const py::handle& d, const char* fn) {
     const std::string w = std::string(fn) + ".load_state_dict: state_dict";
     LRScheduler::State st;
-    st.last_epoch = to_int(dict_item(d, "last_epoch", w), w + "['last_epoch']");
-    st.step_count = to_int(dict_item(d, "_step_count", w), w + "['_step_count']");
+    st.last_epoch = to_whole(dict_item(d, "last_epoch", w), w + "['last_epoch']");
+    st.step_count = to_whole(dict_item(d, "_step_count", w), w + "['_step_count']");
     for (auto v : dict_item(d, "base_lrs", w)) st.base_lrs.push_back(to_double(v, w + "['base_lrs']"));
     for (auto v : dict_item(d, "_last_lr", w)) st.last_lr.push_back(to_double(v, w + "['_last_lr']"));
     s.load_state(st);
@@ -421,12 +426,12 @@ torch.optim.AdamW's update: decoupled weight decay, p *= 1 - lr * weight_decay, 
 
     // --- schedules -----------------------------------------------------------------------------
     m.def("rate", [](py::object step, double model_size, double factor, double warmup) {
-        return rate(to_int(step, "rate: step"), model_size, factor, warmup);
+        return rate(to_whole(step, "rate: step"), model_size, factor, warmup);
     }, py::arg("step"), py::arg("model_size"), py::arg("factor"), py::arg("warmup"),
        "Seed 002's Noam rate: factor * model_size^-0.5 * min(step^-0.5, step * warmup^-1.5), step 0 counted as 1.");
     m.def("cosine_with_warmup", [](py::object it, std::int64_t warmup_iters, std::int64_t lr_decay_iters,
                                    double learning_rate, double min_lr) {
-        return cosine_with_warmup(to_int(it, "cosine_with_warmup: it"), warmup_iters, lr_decay_iters, learning_rate, min_lr);
+        return cosine_with_warmup(to_whole(it, "cosine_with_warmup: it"), warmup_iters, lr_decay_iters, learning_rate, min_lr);
     }, py::arg("it"), py::arg("warmup_iters"), py::arg("lr_decay_iters"), py::arg("learning_rate"), py::arg("min_lr"),
        "nanoGPT's get_lr: learning_rate * (it + 1) / (warmup_iters + 1) during warmup, then cosine down to min_lr "
        "at lr_decay_iters, min_lr after.");
@@ -435,7 +440,7 @@ torch.optim.AdamW's update: decoupled weight decay, p *= 1 - lr * weight_decay, 
 
 ``rate(step, model_size, factor, warmup)`` as an lr_lambda for LambdaLR, evaluated in C++.)doc")
         .def(py::init<double, double, double>(), py::arg("model_size"), py::arg("factor"), py::arg("warmup"))
-        .def("__call__", [](const NoamLambda& f, py::object step) { return f(to_int(step, "NoamLambda: step")); }, py::arg("step"))
+        .def("__call__", [](const NoamLambda& f, py::object step) { return f(to_whole(step, "NoamLambda: step")); }, py::arg("step"))
         .def_readonly("model_size", &NoamLambda::model_size)
         .def_readonly("factor", &NoamLambda::factor)
         .def_readonly("warmup", &NoamLambda::warmup)
@@ -474,8 +479,9 @@ Python call per step), or a list of them with one per group. Construction sets l
     py::class_<StepLR, LRScheduler, std::shared_ptr<StepLR>>(m, "StepLR", R"doc(StepLR(optimizer, step_size, gamma=0.1)
 
 Every step_size epochs each group's lr is multiplied by gamma.)doc")
-        .def(py::init([](py::object optimizer, std::int64_t step_size, double gamma) {
-            return std::make_shared<StepLR>(as_optimizer(optimizer, "StepLR"), step_size, gamma);
+        .def(py::init([](py::object optimizer, py::object step_size, double gamma) {
+            return std::make_shared<StepLR>(as_optimizer(optimizer, "StepLR"),
+                                            to_int(step_size, "StepLR: step_size"), gamma);
         }), py::arg("optimizer"), py::arg("step_size"), py::arg("gamma") = 0.1)
         .def_property_readonly("step_size", &StepLR::step_size)
         .def_property_readonly("gamma", &StepLR::gamma);
@@ -483,8 +489,11 @@ Every step_size epochs each group's lr is multiplied by gamma.)doc")
     py::class_<CosineWarmupLR, LRScheduler, std::shared_ptr<CosineWarmupLR>>(m, "CosineWarmupLR", R"doc(CosineWarmupLR(optimizer, warmup_iters, lr_decay_iters, min_lr)
 
 nanoGPT's schedule: lr at epoch it = cosine_with_warmup(it, warmup_iters, lr_decay_iters, base_lr, min_lr).)doc")
-        .def(py::init([](py::object optimizer, std::int64_t warmup_iters, std::int64_t lr_decay_iters, double min_lr) {
-            return std::make_shared<CosineWarmupLR>(as_optimizer(optimizer, "CosineWarmupLR"), warmup_iters, lr_decay_iters, min_lr);
+        .def(py::init([](py::object optimizer, py::object warmup_iters, py::object lr_decay_iters, double min_lr) {
+            auto opt = as_optimizer(optimizer, "CosineWarmupLR");
+            const std::int64_t warmup = to_int(warmup_iters, "CosineWarmupLR: warmup_iters");
+            const std::int64_t decay = to_int(lr_decay_iters, "CosineWarmupLR: lr_decay_iters");
+            return std::make_shared<CosineWarmupLR>(opt, warmup, decay, min_lr);
         }), py::arg("optimizer"), py::arg("warmup_iters"), py::arg("lr_decay_iters"), py::arg("min_lr"))
         .def_property_readonly("warmup_iters", &CosineWarmupLR::warmup_iters)
         .def_property_readonly("lr_decay_iters", &CosineWarmupLR::lr_decay_iters)
@@ -494,8 +503,9 @@ nanoGPT's schedule: lr at epoch it = cosine_with_warmup(it, warmup_iters, lr_dec
 
 Seeds 000/001: step_and_update_lr() does n_steps += 1, sets every group's
 lr = lr_mul * d_model^-0.5 * min(n_steps^-0.5, n_steps * n_warmup_steps^-1.5), then steps the optimizer.)doc")
-        .def(py::init([](py::object optimizer, double lr_mul, double d_model, std::int64_t n_warmup_steps) {
-            return std::make_shared<ScheduledOptim>(as_optimizer(optimizer, "ScheduledOptim"), lr_mul, d_model, n_warmup_steps);
+        .def(py::init([](py::object optimizer, double lr_mul, double d_model, py::object n_warmup_steps) {
+            return std::make_shared<ScheduledOptim>(as_optimizer(optimizer, "ScheduledOptim"), lr_mul, d_model,
+                                                    to_int(n_warmup_steps, "ScheduledOptim: n_warmup_steps"));
         }), py::arg("optimizer"), py::arg("lr_mul"), py::arg("d_model"), py::arg("n_warmup_steps"))
         .def("step_and_update_lr", &ScheduledOptim::step_and_update_lr, py::call_guard<py::gil_scoped_release>())
         .def("zero_grad", &ScheduledOptim::zero_grad, py::arg("set_to_none") = true)
@@ -515,7 +525,7 @@ lr = lr_mul * d_model^-0.5 * min(n_steps^-0.5, n_steps * n_warmup_steps^-1.5), t
         }, "{'n_steps', 'lr_mul', 'd_model', 'n_warmup_steps'}; save the inner optimizer's state_dict too.")
         .def("load_state_dict", [](ScheduledOptim& s, py::object d) {
             const std::string w = "ScheduledOptim.load_state_dict: state_dict";
-            s.set_n_steps(to_int(dict_item(d, "n_steps", w), w + "['n_steps']"));
+            s.set_n_steps(to_whole(dict_item(d, "n_steps", w), w + "['n_steps']"));
         }, py::arg("state_dict"), "Restore n_steps.");
 
     // --- clipping ------------------------------------------------------------------------------

@@ -85,37 +85,45 @@ Create one with ``ctransformer.tensor(array, requires_grad=False)``.)doc")
         .def("__float__", &Tensor::item)
         .def("__repr__", &repr)
         .def("reshape", [](const Tensor& t, py::args shape) {
-            std::vector<std::int64_t> s;
-            if (shape.size() == 1 && !py::isinstance<py::int_>(shape[0])) s = shape[0].cast<std::vector<std::int64_t>>();
-            else s = shape.cast<std::vector<std::int64_t>>();
+            const std::vector<std::int64_t> s = to_sizes(shape, "reshape: shape");
             py::gil_scoped_release release;
             return ct::reshape(t, s);
         })
         .def("view", [](const Tensor& t, py::args shape) {
-            std::vector<std::int64_t> s;
-            if (shape.size() == 1 && !py::isinstance<py::int_>(shape[0])) s = shape[0].cast<std::vector<std::int64_t>>();
-            else s = shape.cast<std::vector<std::int64_t>>();
+            const std::vector<std::int64_t> s = to_sizes(shape, "view: shape");
             py::gil_scoped_release release;
             return ct::reshape(t, s);
         }, "As reshape (ctransformer tensors are always contiguous, so the result owns a copy).")
-        .def("transpose", &ct::transpose, py::arg("dim0"), py::arg("dim1"), release_gil())
+        .def("transpose", [](const Tensor& t, py::object dim0, py::object dim1) {
+            const std::int64_t a = to_dim(dim0, t.dim(), "transpose: dim0"), b = to_dim(dim1, t.dim(), "transpose: dim1");
+            py::gil_scoped_release release;
+            return ct::transpose(t, a, b);
+        }, py::arg("dim0"), py::arg("dim1"))
         .def("permute", [](const Tensor& t, py::args dims) {
-            std::vector<int> d;
-            if (dims.size() == 1 && !py::isinstance<py::int_>(dims[0])) d = dims[0].cast<std::vector<int>>();
-            else d = dims.cast<std::vector<int>>();
+            const std::vector<std::int64_t> d = dims.size() == 1 && !PyIndex_Check(dims[0].ptr())
+                                                    ? to_dims(dims[0], t.dim(), "permute: dims")
+                                                    : to_dims(dims, t.dim(), "permute: dims");
             py::gil_scoped_release release;
             return ct::permute(t, d);
         })
         .def("sum", [](const Tensor& t, py::object dim, bool keepdim) {
             if (dim.is_none()) return ct::sum(t);
-            return ct::sum(t, int(to_int(dim, "sum: dim")), keepdim);
+            return ct::sum(t, to_dim(dim, t.dim(), "sum: dim"), keepdim);
         }, py::arg("dim") = py::none(), py::arg("keepdim") = false)
         .def("mean", [](const Tensor& t, py::object dim, bool keepdim) {
             if (dim.is_none()) return ct::mean(t);
-            return ct::mean(t, int(to_int(dim, "mean: dim")), keepdim);
+            return ct::mean(t, to_dim(dim, t.dim(), "mean: dim"), keepdim);
         }, py::arg("dim") = py::none(), py::arg("keepdim") = false)
-        .def("softmax", &ct::softmax, py::arg("dim"), release_gil())
-        .def("log_softmax", &ct::log_softmax, py::arg("dim"), release_gil())
+        .def("softmax", [](const Tensor& t, py::object dim) {
+            const std::int64_t d = to_dim(dim, t.dim(), "softmax: dim");
+            py::gil_scoped_release release;
+            return ct::softmax(t, d);
+        }, py::arg("dim"))
+        .def("log_softmax", [](const Tensor& t, py::object dim) {
+            const std::int64_t d = to_dim(dim, t.dim(), "log_softmax: dim");
+            py::gil_scoped_release release;
+            return ct::log_softmax(t, d);
+        }, py::arg("dim"))
         .def("relu", &ct::relu, release_gil())
         .def("__add__", [](const Tensor& a, py::object b) { return ct::add(a, as_tensor(b, "other")); })
         .def("__radd__", [](const Tensor& a, py::object b) { return ct::add(as_tensor(b, "other"), a); })
@@ -149,10 +157,16 @@ Create one with ``ctransformer.tensor(array, requires_grad=False)``.)doc")
         return Tensor(to_array(data, "data"), requires_grad);
     }, py::arg("data"), py::arg("requires_grad") = false,
        "A float32 tensor holding a copy of `data` (a floating-point NumPy array, list or number).");
-    m.def("zeros", [](const std::vector<std::size_t>& shape, bool requires_grad) { return Tensor::zeros(shape, requires_grad); },
-          py::arg("shape"), py::arg("requires_grad") = false);
-    m.def("ones", [](const std::vector<std::size_t>& shape, bool requires_grad) { return Tensor::full(shape, 1.0f, requires_grad); },
-          py::arg("shape"), py::arg("requires_grad") = false);
+    m.def("zeros", [](py::object shape, bool requires_grad) {
+        const ct::Shape s = to_shape(shape, "zeros: shape");
+        py::gil_scoped_release release;
+        return Tensor::zeros(s, requires_grad);
+    }, py::arg("shape"), py::arg("requires_grad") = false);
+    m.def("ones", [](py::object shape, bool requires_grad) {
+        const ct::Shape s = to_shape(shape, "ones: shape");
+        py::gil_scoped_release release;
+        return Tensor::full(s, 1.0f, requires_grad);
+    }, py::arg("shape"), py::arg("requires_grad") = false);
     m.def("is_grad_enabled", &ct::grad_enabled);
     m.def("set_grad_enabled", &ct::set_grad_enabled, py::arg("enabled"),
           "Turn graph recording on or off for this thread (no_grad uses it).");

@@ -1,6 +1,7 @@
 #include "ctransformer/allocator.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -8,6 +9,8 @@
 #include <new>
 #include <string>
 #include <vector>
+
+#include "ctransformer/error.hpp"
 
 namespace ct {
 
@@ -87,9 +90,35 @@ Cache& cache() {
 
 }  // namespace
 
+std::size_t physical_memory_bytes() {
+    static const std::size_t bytes = [] {
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : std::size_t(0);
+    }();
+    return bytes;
+}
+
+void check_fits_in_memory(std::size_t bytes, const std::string& what) {
+    const std::size_t total = physical_memory_bytes();
+    if (total != 0 && bytes > total)
+        throw MemoryError(what + " needs " + std::to_string(bytes) + " bytes, more than this machine's memory (" +
+                          std::to_string(total) + " bytes)");
+}
+
 namespace detail {
 
+std::size_t bytes_of(std::size_t n, std::size_t size) {
+    std::size_t bytes;
+    if (__builtin_mul_overflow(n, size, &bytes))
+        throw MemoryError("cannot allocate a tensor buffer of " + std::to_string(n) + " elements of " +
+                          std::to_string(size) + " bytes: the byte count does not fit in 64 bits");
+    return bytes;
+}
+
 void* cached_alloc(std::size_t bytes) {
+    // Before the size classes round it (which would overflow near 2^64), and before the system
+    // overcommits a buffer that can never be backed.
+    check_fits_in_memory(bytes, "a tensor buffer");
     std::size_t rounded;
     const int c = class_of(bytes, rounded);
     Cache& k = cache();
@@ -126,7 +155,9 @@ void* cached_alloc(std::size_t bytes) {
             k.release_for(k.stats.cached_bytes, -1);  // give everything back and try once more
         }
         p = system_alloc(rounded);
-        if (!p) throw std::bad_alloc();
+        if (!p)
+            throw MemoryError("out of memory: could not allocate a tensor buffer of " + std::to_string(bytes) +
+                              " bytes");
         std::lock_guard<std::mutex> lock(k.mu);
         k.stats.live_bytes += rounded;
     }

@@ -1,5 +1,6 @@
 #include "ctransformer/autograd.hpp"
 
+#include <mutex>
 #include <unordered_set>
 
 #include "ctransformer/error.hpp"
@@ -133,6 +134,13 @@ std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>
 }  // namespace
 
 void run_backward(const Tensor& root, const Array& seed) {
+    // One backward pass at a time, library-wide. Two threads may share leaves (one model's
+    // parameters): the hot ops write a leaf's gradient through a raw pointer (grad_buffer: the first
+    // contribution writes, later ones add), so concurrent passes would lose or double-count updates.
+    // Forwards still run concurrently; backward passes queue here (the kernels share one thread
+    // pool that runs one task at a time anyway). A pass's arithmetic does not depend on the others.
+    static std::mutex backward_mu;
+    std::lock_guard<std::mutex> lock(backward_mu);
     if (!root.requires_grad())
         throw RuntimeError("backward: the tensor does not require grad and has no grad_fn "
                            "(create its inputs with requires_grad=True, outside no_grad)");

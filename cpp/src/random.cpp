@@ -16,6 +16,7 @@ void manual_seed(std::uint64_t seed) { default_generator().seed(seed); }
 
 std::string get_rng_state() {
     std::ostringstream os;
+    auto lock = default_generator().lock();
     os << default_generator().engine();
     return os.str();
 }
@@ -25,17 +26,22 @@ void set_rng_state(const std::string& state) {
     std::mt19937_64 engine;
     is >> engine;
     if (is.fail()) throw ValueError("set_rng_state: state is not a generator state made by get_rng_state()");
+    auto lock = default_generator().lock();
     default_generator().engine() = engine;
 }
 
 void uniform_(Tensor& t, float low, float high) {
     float* p = t.data();
-    for (std::size_t i = 0; i < t.numel(); ++i) p[i] = default_generator().uniform(low, high);
+    Generator& g = default_generator();
+    auto lock = g.lock();   // one tensor's draws in a row, even with other threads drawing
+    for (std::size_t i = 0; i < t.numel(); ++i) p[i] = std::uniform_real_distribution<float>(low, high)(g.engine());
 }
 
 void normal_(Tensor& t, float mean, float std) {
     float* p = t.data();
-    for (std::size_t i = 0; i < t.numel(); ++i) p[i] = default_generator().normal(mean, std);
+    Generator& g = default_generator();
+    auto lock = g.lock();
+    for (std::size_t i = 0; i < t.numel(); ++i) p[i] = std::normal_distribution<float>(mean, std)(g.engine());
 }
 
 void xavier_uniform_(Tensor& t) {

@@ -114,6 +114,31 @@ def read_checkpoint(path):
     return tensors, metadata
 
 
+def _metadata_json(metadata, key, path, default=None):
+    """The JSON value stored under `key`; a tampered or truncated entry is a CheckpointError naming the file."""
+    if key not in metadata:
+        if default is not None:
+            return json.loads(default)
+        raise CheckpointError(f"checkpoint: {path} has no {key!r} entry in its metadata")
+    try:
+        return json.loads(metadata[key])
+    except (ValueError, RecursionError) as error:   # json.JSONDecodeError is a ValueError
+        raise CheckpointError(f"checkpoint: {path} has a corrupted {key!r} entry in its metadata "
+                              f"(not valid JSON: {error})") from error
+
+
+def _metadata_state(metadata, key, path, tensors):
+    """The entry `key` with its tensors put back; a structure _flatten could not have written is a
+    CheckpointError naming the file (the entries are JSON anyone can edit; the checksum covers tensors only)."""
+    try:
+        return _unflatten(_metadata_json(metadata, key, path), tensors)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        if isinstance(error, CheckpointError):
+            raise
+        raise CheckpointError(f"checkpoint: {path} has a corrupted {key!r} entry in its metadata "
+                              f"({type(error).__name__}: {error})") from error
+
+
 def load_checkpoint(path, model, optimizer=None, scheduler=None, config=None):
     """Load into model (and optimizer, scheduler); returns {"step", "config", "extra"}.
 
@@ -121,24 +146,30 @@ def load_checkpoint(path, model, optimizer=None, scheduler=None, config=None):
     differing keys (a checkpoint of another model). Shapes are checked by load_state_dict.
     """
     tensors, metadata = read_checkpoint(path)
-    stored_config = json.loads(metadata.get("config", "{}"))
+    stored_config = _metadata_json(metadata, "config", path, default="{}")
     if config is not None and json.loads(json.dumps(config)) != stored_config:
         keys = sorted(k for k in set(config) | set(stored_config) if config.get(k) != stored_config.get(k))
         raise CheckpointError(f"checkpoint: {path} was saved for another configuration; differing keys: "
                               + ", ".join(f"{k} (file {stored_config.get(k)!r}, here {config.get(k)!r})" for k in keys))
+    # Every metadata entry is parsed before anything is loaded: a corrupted one leaves the model as it was.
+    states = {}
+    for name, target in (("optimizer", optimizer), ("scheduler", scheduler)):
+        if target is None:
+            continue
+        if name not in metadata:
+            raise CheckpointError(f"checkpoint: {path} holds no {name} state")
+        states[name] = _metadata_state(metadata, name, path, tensors)
+    step = _metadata_json(metadata, "step", path)
+    extra = _metadata_state(metadata, "extra", path, tensors)
     model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
     try:
         model.load_state_dict(model_state, strict=True)
     except RuntimeError as error:
         raise CheckpointError(f"checkpoint: {path} does not fit this model: {error}") from error
     for name, target in (("optimizer", optimizer), ("scheduler", scheduler)):
-        if target is None:
-            continue
-        if name not in metadata:
-            raise CheckpointError(f"checkpoint: {path} holds no {name} state")
-        target.load_state_dict(_unflatten(json.loads(metadata[name]), tensors))
-    return {"step": json.loads(metadata["step"]), "config": stored_config,
-            "extra": _unflatten(json.loads(metadata["extra"]), tensors)}
+        if target is not None:
+            target.load_state_dict(states[name])
+    return {"step": step, "config": stored_config, "extra": extra}
 
 
 def average_checkpoints(paths, output):

@@ -13,10 +13,20 @@
 // peak footprint at most 1/16 above the peak of live tensors.
 #pragma once
 #include <cstddef>
+#include <string>
 
 namespace ct {
 
+// The machine's physical memory in bytes (0 where the system does not say). No single buffer larger
+// than this can be used, so asking for one fails at once with ct::MemoryError instead of
+// overcommitting and being killed (or page-faulting for minutes) later.
+std::size_t physical_memory_bytes();
+// Throws ct::MemoryError naming `what` when `bytes` exceeds the physical memory.
+void check_fits_in_memory(std::size_t bytes, const std::string& what);
+
 namespace detail {
+// n * size, or ct::MemoryError when the product does not fit in 64 bits.
+std::size_t bytes_of(std::size_t n, std::size_t size);
 void* cached_alloc(std::size_t bytes);
 void cached_free(void* p, std::size_t bytes) noexcept;
 }  // namespace detail
@@ -27,7 +37,7 @@ struct CachingAllocator {
     CachingAllocator() noexcept = default;
     template <class U>
     CachingAllocator(const CachingAllocator<U>&) noexcept {}
-    T* allocate(std::size_t n) { return static_cast<T*>(detail::cached_alloc(n * sizeof(T))); }
+    T* allocate(std::size_t n) { return static_cast<T*>(detail::cached_alloc(detail::bytes_of(n, sizeof(T)))); }
     void deallocate(T* p, std::size_t n) noexcept { detail::cached_free(p, n * sizeof(T)); }
     template <class U>
     bool operator==(const CachingAllocator<U>&) const noexcept { return true; }

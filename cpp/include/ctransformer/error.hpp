@@ -1,8 +1,10 @@
 // Exceptions of the core. Each derives from the std type that pybind11 maps to the matching
 // Python exception, so the bindings need no translation code for them:
 // ValueError <- std::invalid_argument, IndexError <- std::out_of_range,
-// RuntimeError <- std::runtime_error. TypeError has its own translator in the bindings.
+// RuntimeError <- std::runtime_error, MemoryError <- std::bad_alloc (its what() is the message).
+// TypeError has its own translator in the bindings.
 #pragma once
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -19,6 +21,15 @@ struct TypeError : std::runtime_error {
 };
 struct RuntimeError : std::runtime_error {
     using std::runtime_error::runtime_error;
+};
+// An allocation that cannot succeed; unlike a bare std::bad_alloc the message says what was being
+// allocated (shape, bytes), and code that catches std::bad_alloc still catches it.
+struct MemoryError : std::bad_alloc {
+    explicit MemoryError(std::string message) : message_(std::move(message)) {}
+    const char* what() const noexcept override { return message_.c_str(); }
+
+private:
+    std::string message_;
 };
 
 }  // namespace ct

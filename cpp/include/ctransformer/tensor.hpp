@@ -37,7 +37,7 @@ public:
 
     Shape shape() const { return Shape(array().shape().begin(), array().shape().end()); }
     std::size_t dim() const { return shape().size(); }
-    std::size_t size(int d) const;                // d may be negative, as in torch
+    std::size_t size(std::int64_t d) const;       // d may be negative, as in torch
     std::size_t numel() const { return impl_->storage->size(); }
     float* data() const { return impl_->storage->data(); }
     Array& array() const { return *impl_->storage; }
@@ -77,8 +77,22 @@ struct Mask {
 };
 
 std::string shape_str(const Shape& s);
-std::size_t numel_of(const Shape& s);
-// Normalise a possibly negative dimension index; `what` names the argument in the error.
-std::size_t wrap_dim(int dim, std::size_t rank, const char* what);
+
+// Sizes computed from user integers (batch x length, rows x columns, a shape's element count) go
+// through these: an overflow is a ct::ValueError naming `what`, never a silently small buffer.
+std::size_t checked_mul(std::size_t a, std::size_t b, const std::string& what);
+// The element count of a shape; 0 when any dimension is 0, whatever the others are.
+std::size_t checked_numel(const Shape& s, const std::string& what);
+std::size_t numel_of(const Shape& s);   // checked_numel(s, "shape")
+// A fresh, uninitialised buffer of `shape` for a tensor that `what` is making: the element count
+// and byte count are checked (ValueError on overflow) and a buffer larger than the machine's memory,
+// or one the system refuses, is a ct::MemoryError naming the shape and the bytes.
+Array new_array(const Shape& shape, const std::string& what);
+
+// Normalise a possibly negative dimension index; `what` names the argument in the error, an
+// IndexError that gives the valid range [-rank, rank - 1].
+std::size_t wrap_dim(std::int64_t dim, std::size_t rank, const char* what);
+// The same error for a dimension given as text (a Python int beyond 64 bits, say).
+[[noreturn]] void throw_dim_out_of_range(const std::string& what, std::size_t rank, const std::string& dim);
 
 }  // namespace ct

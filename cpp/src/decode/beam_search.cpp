@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 
+#include "ctransformer/allocator.hpp"
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/decode/step_decoder.hpp"
 #include "decode_checks.hpp"
@@ -50,7 +51,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
                                                  const Mask* src_mask, std::size_t max_len,
                                                  std::int64_t start_symbol, std::int64_t end_symbol,
                                                  std::size_t beam_size, double alpha, std::size_t n_best,
-                                                 bool use_cache) {
+                                                 bool use_cache, const ShouldStop& should_stop) {
     const std::string fn = "beam_search";
     detail::check_decode_args(model, src, src_mask, max_len, start_symbol, end_symbol, fn);
     if (beam_size < 1) throw ValueError(fn + ": beam_size must be at least 1, got " + std::to_string(beam_size));
@@ -59,8 +60,19 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
     if (n_best < 1 || n_best > beam_size)
         throw ValueError(fn + ": n_best must be between 1 and beam_size = " + std::to_string(beam_size) + ", got " +
                          std::to_string(n_best));
-    NoGradGuard no_grad;
     const std::size_t b = src.shape[0], V = model.config.n_trg_vocab;
+    {   // Sizes from user integers, checked before anything grows: each step scores up to
+        // beam_size x V candidates per source, and the caller gets b x n_best x max_len ids.
+        const std::string beam_what = fn + ": beam_size = " + std::to_string(beam_size);
+        const std::size_t candidates = checked_mul(beam_size, V, beam_what + " (beam_size x n_trg_vocab candidates)");
+        check_fits_in_memory(ct::detail::bytes_of(candidates, sizeof(Candidate)),
+                             beam_what + ": its " + std::to_string(candidates) + " candidates per step");
+        const std::string best_what = fn + ": n_best = " + std::to_string(n_best);
+        const std::size_t ids = checked_mul(checked_mul(b, n_best, best_what), max_len, best_what + " (b x n_best x max_len ids)");
+        check_fits_in_memory(ct::detail::bytes_of(ids, sizeof(std::int64_t)), best_what + ": the output of " +
+                                                                               std::to_string(ids) + " ids");
+    }
+    NoGradGuard no_grad;
     const double lp_max = length_penalty(max_len - 1, alpha);
 
     std::vector<std::vector<Live>> live(b);
@@ -79,6 +91,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
     std::vector<double> log_probs;
     std::vector<Candidate> candidates;
     for (std::size_t t = 1; t < max_len; ++t) {
+        check_should_stop(should_stop, "beam_search");
         std::vector<std::int64_t> last;   // decoder rows: the live hypotheses of source 0, then 1, ...
         for (const auto& hyps : live)
             for (const auto& h : hyps) last.push_back(h.ids.back());

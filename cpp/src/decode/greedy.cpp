@@ -11,7 +11,7 @@ namespace ct::decode {
 
 GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, const Mask* src_mask,
                            std::size_t max_len, std::int64_t start_symbol, std::optional<std::int64_t> end_symbol,
-                           bool use_cache, bool return_logits) {
+                           bool use_cache, bool return_logits, const ShouldStop& should_stop) {
     detail::check_decode_args(model, src, src_mask, max_len, start_symbol, end_symbol, "greedy_decode");
     NoGradGuard no_grad;
     const std::size_t b = src.shape[0], V = model.config.n_trg_vocab;
@@ -19,7 +19,7 @@ GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, 
     result.ids = {std::vector<std::int64_t>(b * max_len, model.config.trg_pad_idx), {b, max_len}};
     for (std::size_t r = 0; r < b; ++r) result.ids.data[r * max_len] = start_symbol;
     if (return_logits) {
-        result.logits = Array::from_shape({b, max_len - 1, V});
+        result.logits = new_array({b, max_len - 1, V}, "greedy_decode: the logits (return_logits=True)");
         result.logits->fill(std::numeric_limits<float>::quiet_NaN());
     }
     if (max_len == 1) return result;
@@ -30,6 +30,7 @@ GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, 
     std::vector<std::int64_t> next(b, start_symbol);
 
     for (std::size_t t = 1; t < max_len && !active.empty(); ++t) {
+        check_should_stop(should_stop, "greedy_decode");
         const Tensor logits = decoder->step(next);   // (active, V)
         std::vector<std::size_t> keep;
         std::vector<std::int64_t> kept_next;

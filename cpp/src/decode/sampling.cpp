@@ -27,7 +27,11 @@ std::int64_t sample_top_k(const float* logits, std::size_t n, float temperature,
         total += probs[c];
     }
     // Multinomial draw of one id.
-    const double u = std::uniform_real_distribution<double>(0.0, total)(generator.engine());
+    double u;
+    {
+        auto lock = generator.lock();
+        u = std::uniform_real_distribution<double>(0.0, total)(generator.engine());
+    }
     std::size_t chosen = n;
     double cumulative = 0.0;
     for (std::size_t c = 0; c < n; ++c) {

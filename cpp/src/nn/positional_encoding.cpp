@@ -19,7 +19,7 @@ PositionalEncoding::PositionalEncoding(std::size_t d, std::size_t n, PositionalF
 
 // In float64, then rounded to float32 once, as the seeds (NumPy / math, then a FloatTensor).
 Array PositionalEncoding::sinusoid_table(std::size_t n_position, std::size_t d_hid, PositionalFormula formula) {
-    Array table = Array::from_shape({1, n_position, d_hid});
+    Array table = new_array({1, n_position, d_hid}, "PositionalEncoding (n_position x d_hid table)");
     for (std::size_t pos = 0; pos < n_position; ++pos)
         for (std::size_t j = 0; j < d_hid; ++j) {
             // seed 000: position / np.power(10000, 2 * (hid_j // 2) / d_hid)

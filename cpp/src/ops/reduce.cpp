@@ -43,7 +43,7 @@ Tensor reduce(const Tensor& x, std::size_t outer, std::size_t n, std::size_t inn
     return out;
 }
 
-Tensor reduce_dim(const Tensor& x, int dim, bool keepdim, bool mean) {
+Tensor reduce_dim(const Tensor& x, std::int64_t dim, bool keepdim, bool mean) {
     const Shape s = x.shape();
     const std::size_t d = wrap_dim(dim, s.size(), mean ? "mean (dim)" : "sum (dim)");
     std::size_t outer = 1, inner = 1;
@@ -59,7 +59,7 @@ Tensor reduce_dim(const Tensor& x, int dim, bool keepdim, bool mean) {
 
 Tensor sum(const Tensor& x) { return reduce(x, 1, x.numel(), 1, {}, false); }
 Tensor mean(const Tensor& x) { return reduce(x, 1, x.numel(), 1, {}, true); }
-Tensor sum(const Tensor& x, int dim, bool keepdim) { return reduce_dim(x, dim, keepdim, false); }
-Tensor mean(const Tensor& x, int dim, bool keepdim) { return reduce_dim(x, dim, keepdim, true); }
+Tensor sum(const Tensor& x, std::int64_t dim, bool keepdim) { return reduce_dim(x, dim, keepdim, false); }
+Tensor mean(const Tensor& x, std::int64_t dim, bool keepdim) { return reduce_dim(x, dim, keepdim, true); }
 
 }  // namespace ct

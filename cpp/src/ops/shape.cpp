@@ -102,26 +102,29 @@ struct PermuteBackward : Node {
 
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
     Shape out_shape(shape.size());
-    std::size_t known = 1;
     int inferred = -1;
     for (std::size_t i = 0; i < shape.size(); ++i) {
         if (shape[i] == -1) {
             if (inferred >= 0) throw ValueError("reshape: only one dimension can be -1, got " + std::to_string(i) + " and " + std::to_string(inferred));
             inferred = int(i);
         } else if (shape[i] < 0) {
-            throw ValueError("reshape: invalid size " + std::to_string(shape[i]) + " at dimension " + std::to_string(i));
+            throw ValueError("reshape: invalid size " + std::to_string(shape[i]) + " at dimension " + std::to_string(i) +
+                             " of shape (sizes must be >= 0, or -1 once)");
         } else {
             out_shape[i] = std::size_t(shape[i]);
-            known *= out_shape[i];
         }
     }
+    Shape known_dims;   // every size but the inferred one; their product must not overflow
+    for (std::size_t i = 0; i < shape.size(); ++i)
+        if (int(i) != inferred) known_dims.push_back(out_shape[i]);
+    const std::size_t known = checked_numel(known_dims, "reshape");
     if (inferred >= 0) {
         if (known == 0 || x.numel() % known != 0)
             throw ValueError("reshape: cannot infer dimension " + std::to_string(inferred) + " for " +
                              std::to_string(x.numel()) + " elements of shape " + shape_str(x.shape()));
         out_shape[inferred] = x.numel() / known;
     }
-    if (numel_of(out_shape) != x.numel())
+    if (checked_numel(out_shape, "reshape") != x.numel())
         throw ValueError("reshape: shape " + shape_str(out_shape) + " is invalid for input of shape " +
                          shape_str(x.shape()) + " (" + std::to_string(x.numel()) + " elements)");
     Tensor out(Array::from_shape(out_shape));
@@ -132,7 +135,7 @@ Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
     return out;
 }
 
-Tensor permute(const Tensor& x, const std::vector<int>& dims) {
+Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
     const std::size_t rank = x.dim();
     if (dims.size() != rank)
         throw ValueError("permute: dims must list all " + std::to_string(rank) + " dimensions of the input, got " +
@@ -161,11 +164,11 @@ Tensor permute(const Tensor& x, const std::vector<int>& dims) {
     return out;
 }
 
-Tensor transpose(const Tensor& x, int dim0, int dim1) {
+Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1) {
     const std::size_t rank = x.dim();
     const std::size_t a = wrap_dim(dim0, rank, "transpose (dim0)"), b = wrap_dim(dim1, rank, "transpose (dim1)");
-    std::vector<int> dims(rank);
-    for (std::size_t i = 0; i < rank; ++i) dims[i] = int(i);
+    std::vector<std::int64_t> dims(rank);
+    for (std::size_t i = 0; i < rank; ++i) dims[i] = std::int64_t(i);
     std::swap(dims[a], dims[b]);
     return permute(x, dims);
 }

@@ -129,7 +129,7 @@ struct SoftmaxBackward : Node {
     void release_saved() override { out = Tensor(); }
 };
 
-Tensor softmax_impl(const Tensor& x, int dim, bool log) {
+Tensor softmax_impl(const Tensor& x, std::int64_t dim, bool log) {
     const std::size_t d = wrap_dim(dim, x.dim(), log ? "log_softmax (dim)" : "softmax (dim)");
     const Lanes l = lanes_of(x.shape(), d);
     Tensor out(Array::from_shape(x.array().shape()));
@@ -140,7 +140,7 @@ Tensor softmax_impl(const Tensor& x, int dim, bool log) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int dim) { return softmax_impl(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int dim) { return softmax_impl(x, dim, true); }
+Tensor softmax(const Tensor& x, std::int64_t dim) { return softmax_impl(x, dim, false); }
+Tensor log_softmax(const Tensor& x, std::int64_t dim) { return softmax_impl(x, dim, true); }
 
 }  // namespace ct

@@ -1,5 +1,6 @@
 #include "ctransformer/optim/lr_scheduler.hpp"
 
+#include <cmath>
 #include <string>
 
 #include "ctransformer/error.hpp"
@@ -23,11 +24,26 @@ void LRScheduler::initial_step() {
 void LRScheduler::step() {
     ++step_count_;
     ++last_epoch_;
-    std::vector<double> lrs = get_lr();
+    std::vector<double> lrs;
+    try {
+        lrs = get_lr();
+        auto& groups = optimizer_->param_groups();
+        if (lrs.size() != groups.size())
+            throw RuntimeError(std::string(name_) + ".step: the optimizer has " + std::to_string(groups.size()) +
+                               " parameter groups, the scheduler was made for " + std::to_string(lrs.size()));
+        // A NaN or negative lr would make the next optimizer step turn every parameter into NaN (or
+        // climb the loss): refuse it here, where the schedule is named, and write nothing.
+        for (std::size_t i = 0; i < lrs.size(); ++i)
+            if (!std::isfinite(lrs[i]) || lrs[i] < 0.0)
+                throw ValueError(std::string(name_) + ": the schedule gives lr = " + std::to_string(lrs[i]) +
+                                 " for parameter group " + std::to_string(i) + " at epoch " +
+                                 std::to_string(last_epoch_) + "; a learning rate must be finite and >= 0");
+    } catch (...) {
+        --step_count_;   // as if this step had not been asked for
+        --last_epoch_;
+        throw;
+    }
     auto& groups = optimizer_->param_groups();
-    if (lrs.size() != groups.size())
-        throw RuntimeError(std::string(name_) + ".step: the optimizer has " + std::to_string(groups.size()) +
-                           " parameter groups, the scheduler was made for " + std::to_string(lrs.size()));
     for (std::size_t i = 0; i < groups.size(); ++i) groups[i].lr = lrs[i];
     last_lr_ = std::move(lrs);
 }
@@ -77,6 +93,8 @@ std::vector<double> LambdaLR::get_lr() {
 StepLR::StepLR(std::shared_ptr<Optimizer> optimizer, std::int64_t step_size, double gamma)
     : LRScheduler(std::move(optimizer), "StepLR"), step_size_(step_size), gamma_(gamma) {
     if (step_size <= 0) throw ValueError("StepLR: step_size must be a positive integer, got " + std::to_string(step_size));
+    if (!std::isfinite(gamma) || gamma < 0.0)
+        throw ValueError("StepLR: gamma must be a finite number >= 0, got " + std::to_string(gamma));
     initial_step();
 }
 
@@ -100,7 +118,8 @@ CosineWarmupLR::CosineWarmupLR(std::shared_ptr<Optimizer> optimizer, std::int64_
     if (lr_decay_iters <= warmup_iters)
         throw ValueError("CosineWarmupLR: lr_decay_iters must be > warmup_iters, got lr_decay_iters=" +
                          std::to_string(lr_decay_iters) + " and warmup_iters=" + std::to_string(warmup_iters));
-    if (!(min_lr >= 0.0)) throw ValueError("CosineWarmupLR: min_lr must be >= 0, got " + std::to_string(min_lr));
+    if (!(min_lr >= 0.0) || !std::isfinite(min_lr))
+        throw ValueError("CosineWarmupLR: min_lr must be a finite number >= 0, got " + std::to_string(min_lr));
     initial_step();
 }
 

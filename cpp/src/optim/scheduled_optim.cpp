@@ -12,8 +12,10 @@ ScheduledOptim::ScheduledOptim(std::shared_ptr<Optimizer> optimizer, double lr_m
                                std::int64_t n_warmup_steps)
     : optimizer_(std::move(optimizer)), lr_mul_(lr_mul), d_model_(d_model), n_warmup_steps_(n_warmup_steps) {
     if (!optimizer_) throw ValueError("ScheduledOptim: optimizer is null");
-    if (!(lr_mul >= 0.0)) throw ValueError("ScheduledOptim: lr_mul must be >= 0, got " + std::to_string(lr_mul));
-    if (!(d_model > 0.0)) throw ValueError("ScheduledOptim: d_model must be > 0, got " + std::to_string(d_model));
+    if (!(lr_mul >= 0.0) || !std::isfinite(lr_mul))
+        throw ValueError("ScheduledOptim: lr_mul must be a finite number >= 0, got " + std::to_string(lr_mul));
+    if (!(d_model > 0.0) || !std::isfinite(d_model))
+        throw ValueError("ScheduledOptim: d_model must be a finite number > 0, got " + std::to_string(d_model));
     if (n_warmup_steps <= 0)
         throw ValueError("ScheduledOptim: n_warmup_steps must be > 0, got " + std::to_string(n_warmup_steps));
 }

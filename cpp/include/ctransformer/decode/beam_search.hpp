@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ctransformer/decode/should_stop.hpp"
 #include "ctransformer/nn/transformer.hpp"
 
 namespace ct::decode {
@@ -38,6 +39,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
                                                  const Mask* src_mask, std::size_t max_len,
                                                  std::int64_t start_symbol, std::int64_t end_symbol,
                                                  std::size_t beam_size = 4, double alpha = 0.6,
-                                                 std::size_t n_best = 1, bool use_cache = true);
+                                                 std::size_t n_best = 1, bool use_cache = true,
+                                                 const ShouldStop& should_stop = {});
 
 }  // namespace ct::decode

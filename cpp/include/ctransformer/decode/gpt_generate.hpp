@@ -12,13 +12,16 @@
 #include <cstdint>
 #include <optional>
 
+#include "ctransformer/decode/should_stop.hpp"
 #include "ctransformer/nn/gpt/gpt.hpp"
 
 namespace ct::decode {
 
 // idx (b, t) ids; appends max_new_tokens ids per row, each drawn by sample_top_k from the library
 // generator (the draws of GPT::generate, in the same order). Returns (b, t + max_new_tokens).
+// should_stop is called before each token (decode/should_stop.hpp).
 IndexArray generate(const nn::gpt::GPT& model, const IndexArray& idx, std::size_t max_new_tokens,
-                    float temperature = 1.0f, std::optional<std::int64_t> top_k = std::nullopt);
+                    float temperature = 1.0f, std::optional<std::int64_t> top_k = std::nullopt,
+                    const ShouldStop& should_stop = {});
 
 }  // namespace ct::decode

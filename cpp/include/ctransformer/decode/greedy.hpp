@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "ctransformer/decode/should_stop.hpp"
+
 #include "ctransformer/nn/transformer.hpp"
 
 namespace ct::decode {
@@ -22,6 +24,6 @@ struct GreedyOutput {
 GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, const Mask* src_mask,
                            std::size_t max_len, std::int64_t start_symbol,
                            std::optional<std::int64_t> end_symbol = std::nullopt, bool use_cache = true,
-                           bool return_logits = false);
+                           bool return_logits = false, const ShouldStop& should_stop = {});
 
 }  // namespace ct::decode

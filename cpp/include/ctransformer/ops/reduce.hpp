@@ -6,7 +6,7 @@ namespace ct {
 
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
-Tensor sum(const Tensor& x, int dim, bool keepdim = false);
-Tensor mean(const Tensor& x, int dim, bool keepdim = false);
+Tensor sum(const Tensor& x, std::int64_t dim, bool keepdim = false);
+Tensor mean(const Tensor& x, std::int64_t dim, bool keepdim = false);
 
 }  // namespace ct

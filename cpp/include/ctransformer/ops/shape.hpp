@@ -9,7 +9,7 @@ namespace ct {
 
 // One entry may be -1 (inferred), as torch.reshape.
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape);
-Tensor permute(const Tensor& x, const std::vector<int>& dims);
-Tensor transpose(const Tensor& x, int dim0, int dim1);
+Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);
+Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1);
 
 }  // namespace ct

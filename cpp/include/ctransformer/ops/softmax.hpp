@@ -4,7 +4,7 @@
 
 namespace ct {
 
-Tensor softmax(const Tensor& x, int dim);
-Tensor log_softmax(const Tensor& x, int dim);
+Tensor softmax(const Tensor& x, std::int64_t dim);
+Tensor log_softmax(const Tensor& x, std::int64_t dim);
 
 }  // namespace ct

@@ -14,6 +14,7 @@
 #include "ctransformer/ops/elementwise.hpp"
 #include "ctransformer/ops/shape.hpp"
 #include "ctransformer/random.hpp"
+#include "decode/generate_checks.hpp"
 
 namespace ct::nn::gpt {
 
@@ -178,7 +179,7 @@ std::vector<GPT::ParamGroup> GPT::configure_optimizers(float weight_decay) const
 }
 
 IndexArray GPT::generate(const IndexArray& idx, std::size_t max_new_tokens, float temperature,
-                         std::optional<std::int64_t> top_k) const {
+                         std::optional<std::int64_t> top_k, const decode::ShouldStop& should_stop) const {
     check_idx(idx, "GPT.generate", "idx", 0, false);  // longer than max_seq_len is fine: the context is cropped
     if (!(temperature > 0.0f) || !std::isfinite(temperature))
         throw ValueError("GPT.generate: temperature must be a positive finite number, got " +
@@ -192,8 +193,10 @@ IndexArray GPT::generate(const IndexArray& idx, std::size_t max_new_tokens, floa
         rows[r].assign(idx.data.begin() + std::ptrdiff_t(r * idx.shape[1]),
                        idx.data.begin() + std::ptrdiff_t((r + 1) * idx.shape[1]));
     const std::size_t k = top_k ? std::min<std::size_t>(std::size_t(*top_k), V) : V;
+    decode::detail::checked_generate_length(b, idx.shape[1], max_new_tokens, "GPT.generate");
 
     for (std::size_t step = 0; step < max_new_tokens; ++step) {
+        decode::check_should_stop(should_stop, "GPT.generate");
         // Crop the context to its last max_seq_len ids (the seed's comment; its code forgot to).
         const std::size_t T = rows[0].size(), tc = std::min(T, max_seq_len);
         IndexArray cond{std::vector<std::int64_t>(b * tc), {b, tc}};

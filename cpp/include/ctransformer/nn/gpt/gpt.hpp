@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ctransformer/decode/should_stop.hpp"
 #include "ctransformer/nn/dropout.hpp"
 #include "ctransformer/nn/embedding.hpp"
 #include "ctransformer/nn/gpt/transformer_layer.hpp"
@@ -61,8 +62,10 @@ public:
     // max_seq_len ids. Runs without recording a graph; draws from the library generator.
     // Returns (b, t + max_new_tokens). The whole context is re-run for every token;
     // ct::decode::generate (decode/gpt_generate.hpp) returns the same ids with a key/value cache.
+    // should_stop is called before each token (decode/should_stop.hpp).
     IndexArray generate(const IndexArray& idx, std::size_t max_new_tokens, float temperature = 1.0f,
-                        std::optional<std::int64_t> top_k = std::nullopt) const;
+                        std::optional<std::int64_t> top_k = std::nullopt,
+                        const decode::ShouldStop& should_stop = {}) const;
 
     std::string type_name() const override { return "GPT"; }
 
