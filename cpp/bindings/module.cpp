@@ -24,7 +24,7 @@ PYBIND11_MODULE(_core, m) {
                                                "(std::bad_alloc); the request needs more memory than is free");
         }
     });
-    m.def("manual_seed", [](py::object seed) {
+    m.def("manual_seed", [](ctpy::Int seed) {
         // As torch: any int in [-2**63, 2**64 - 1], a negative one taken modulo 2**64.
         const std::string what = "manual_seed: seed";
         if (PyIndex_Check(seed.ptr()) && !py::isinstance<py::bool_>(seed) && py::int_(seed) >= py::int_(0)) {

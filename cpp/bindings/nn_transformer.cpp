@@ -117,8 +117,8 @@ auto int_setter(std::int64_t TransformerConfig::*field, const char* name) {
 // EncoderLayer/DecoderLayer(d_model, d_inner, n_head, d_k, d_v, dropout, *, sub-layer options).
 template <class Layer>
 auto layer_init(const char* fn) {
-    return py::init([fn](py::object d_model_obj, py::object d_inner_obj, py::object n_head_obj, py::object d_k_obj,
-                         py::object d_v_obj, float dropout, const std::string& layout, bool norm_first, bool qkv_bias,
+    return py::init([fn](ctpy::Int d_model_obj, ctpy::Int d_inner_obj, ctpy::Int n_head_obj, ctpy::Int d_k_obj,
+                         ctpy::Int d_v_obj, float dropout, const std::string& layout, bool norm_first, bool qkv_bias,
                          bool proj_bias, float eps, float attn_dropout, float mask_fill, bool after) {
         const std::string name = std::string(fn) + ": ";
         const std::size_t d_model = to_size(d_model_obj, name + "d_model"), d_inner = to_size(d_inner_obj, name + "d_inner"),
@@ -134,7 +134,7 @@ auto layer_init(const char* fn) {
 
 void bind_nn_transformer(py::module_& nn) {
     // --- masks -------------------------------------------------------------------------------------
-    nn.def("get_pad_mask", [](py::object seq, py::object pad_idx) {
+    nn.def("get_pad_mask", [](py::object seq, ctpy::Int pad_idx) {
         const std::int64_t pad = to_int(pad_idx, "get_pad_mask: pad_idx");
         return mask_to_numpy(get_pad_mask(to_index_array(seq, "seq"), pad));
     }, py::arg("seq"), py::arg("pad_idx"),
@@ -221,7 +221,7 @@ void bind_nn_transformer(py::module_& nn) {
     // --- layers ------------------------------------------------------------------------------------
     py::class_<PositionalEncoding, Module, std::shared_ptr<PositionalEncoding>>(nn, "PositionalEncoding",
         "Adds the fixed sinusoid table, a buffer 'pos_table' of shape (1, n_position, d_hid).")
-        .def(py::init([](py::object d_hid_obj, py::object n_position_obj, const std::string& pe_formula) {
+        .def(py::init([](ctpy::Int d_hid_obj, ctpy::Int n_position_obj, const std::string& pe_formula) {
             const std::size_t d_hid = to_size(d_hid_obj, "PositionalEncoding: d_hid");
             const std::size_t n_position = to_size(n_position_obj, "PositionalEncoding: n_position");
             return std::make_shared<PositionalEncoding>(d_hid, n_position,
@@ -257,7 +257,7 @@ void bind_nn_transformer(py::module_& nn) {
     py::class_<MultiHeadAttention, Module, std::shared_ptr<MultiHeadAttention>>(nn, "MultiHeadAttention",
         (std::string("Multi-head attention (seed 000's SubLayers.py). forward(q, k, v, mask=None) returns "
                      "(output, attn); mask is (b or 1, len_q or 1, len_k), True = may attend. ") + kSublayerDoc).c_str())
-        .def(py::init([](py::object n_head_obj, py::object d_model_obj, py::object d_k_obj, py::object d_v_obj,
+        .def(py::init([](ctpy::Int n_head_obj, ctpy::Int d_model_obj, ctpy::Int d_k_obj, ctpy::Int d_v_obj,
                          float dropout, const std::string& layout, bool norm_first, bool qkv_bias, bool proj_bias,
                          float eps, float attn_dropout, float mask_fill, bool after) {
             const std::string fn = "MultiHeadAttention: ";
@@ -286,7 +286,7 @@ void bind_nn_transformer(py::module_& nn) {
         nn, "PositionwiseFeedForward",
         (std::string("w_2(relu(w_1(x))) with dropout, residual and LayerNorm (post- or pre-norm). ") + kSublayerDoc)
             .c_str())
-        .def(py::init([](py::object d_in_obj, py::object d_hid_obj, float dropout, const std::string& layout,
+        .def(py::init([](ctpy::Int d_in_obj, ctpy::Int d_hid_obj, float dropout, const std::string& layout,
                          bool norm_first, bool qkv_bias, bool proj_bias, float eps, float attn_dropout,
                          float mask_fill, bool after) {
             const std::size_t d_in = to_size(d_in_obj, "PositionwiseFeedForward: d_in");
@@ -359,9 +359,9 @@ void bind_nn_transformer(py::module_& nn) {
         "Embedding -> (* sqrt(d_model)) -> + positional encoding -> dropout -> LayerNorm -> EncoderLayers "
         "(seed 000). forward(src_seq, src_mask, return_attns=False) returns enc_output, or "
         "(enc_output, [enc_slf_attn per layer]).")
-        .def(py::init([](py::object n_src_vocab, py::object d_word_vec, py::object n_layers, py::object n_head,
-                         py::object d_k, py::object d_v, py::object d_model, py::object d_inner, py::object pad_idx,
-                         float dropout, py::object n_position, bool scale_emb) {
+        .def(py::init([](ctpy::Int n_src_vocab, ctpy::Int d_word_vec, ctpy::Int n_layers, ctpy::Int n_head,
+                         ctpy::Int d_k, ctpy::Int d_v, ctpy::Int d_model, ctpy::Int d_inner, ctpy::Int pad_idx,
+                         float dropout, ctpy::Int n_position, bool scale_emb) {
                  const std::string fn = "Encoder: ";
                  const std::size_t a = to_size(n_src_vocab, fn + "n_src_vocab"), b = to_size(d_word_vec, fn + "d_word_vec"),
                                    c = to_size(n_layers, fn + "n_layers"), d = to_size(n_head, fn + "n_head"),
@@ -396,9 +396,9 @@ void bind_nn_transformer(py::module_& nn) {
     py::class_<Decoder, Module, std::shared_ptr<Decoder>>(nn, "Decoder",
         "The Encoder's front on the target, then DecoderLayers (seed 000). forward(trg_seq, trg_mask, enc_output, "
         "src_mask, return_attns=False) returns dec_output, or (dec_output, [dec_slf_attn], [dec_enc_attn]).")
-        .def(py::init([](py::object n_trg_vocab, py::object d_word_vec, py::object n_layers, py::object n_head,
-                         py::object d_k, py::object d_v, py::object d_model, py::object d_inner, py::object pad_idx,
-                         py::object n_position, float dropout, bool scale_emb) {
+        .def(py::init([](ctpy::Int n_trg_vocab, ctpy::Int d_word_vec, ctpy::Int n_layers, ctpy::Int n_head,
+                         ctpy::Int d_k, ctpy::Int d_v, ctpy::Int d_model, ctpy::Int d_inner, ctpy::Int pad_idx,
+                         ctpy::Int n_position, float dropout, bool scale_emb) {
                  const std::string fn = "Decoder: ";
                  const std::size_t a = to_size(n_trg_vocab, fn + "n_trg_vocab"), b = to_size(d_word_vec, fn + "d_word_vec"),
                                    c = to_size(n_layers, fn + "n_layers"), d = to_size(n_head, fn + "n_head"),
@@ -456,9 +456,9 @@ void bind_nn_transformer(py::module_& nn) {
 model(src_seq, trg_seq) takes (b, len) NumPy integer arrays and returns the logits, (b*len, n_trg_vocab)
 for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it returns
 (logits, enc_slf_attns, dec_slf_attns, dec_enc_attns), one (b, n_head, lq, lk) Tensor per layer.)doc")
-        .def(py::init([](py::object n_src_vocab, py::object n_trg_vocab, py::object src_pad_idx, py::object trg_pad_idx,
-                         py::object d_word_vec, py::object d_model, py::object d_inner, py::object n_layers,
-                         py::object n_head, py::object d_k, py::object d_v, float dropout, py::object n_position,
+        .def(py::init([](ctpy::Int n_src_vocab, ctpy::Int n_trg_vocab, ctpy::Int src_pad_idx, ctpy::Int trg_pad_idx,
+                         ctpy::Int d_word_vec, ctpy::Int d_model, ctpy::Int d_inner, ctpy::Int n_layers,
+                         ctpy::Int n_head, ctpy::Int d_k, ctpy::Int d_v, float dropout, ctpy::Int n_position,
                          bool trg_emb_prj_weight_sharing, bool emb_src_trg_weight_sharing,
                          const std::string& scale_emb_or_prj) {
                  const std::string fn = "Transformer: ";
@@ -485,8 +485,8 @@ for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it retu
              py::arg("dropout") = 0.1, py::arg("n_position") = 200, py::arg("trg_emb_prj_weight_sharing") = true,
              py::arg("emb_src_trg_weight_sharing") = true, py::arg("scale_emb_or_prj") = "prj")
         .def(py::init<const TransformerConfig&>(), py::arg("config"))
-        .def_static("seed003", [](py::object n_src_vocab, py::object n_trg_vocab, py::object pad_idx, py::object d_model,
-                                  py::object n_head, py::object d_inner, py::object n_layers, py::object n_position,
+        .def_static("seed003", [](ctpy::Int n_src_vocab, ctpy::Int n_trg_vocab, ctpy::Int pad_idx, ctpy::Int d_model,
+                                  ctpy::Int n_head, ctpy::Int d_inner, ctpy::Int n_layers, ctpy::Int n_position,
                                   float dropout) {
             const std::string fn = "Transformer.seed003: ";
             const std::size_t sv = to_size(n_src_vocab, fn + "n_src_vocab");

@@ -4,7 +4,6 @@ ctransformer's C++ core: tensors, autograd and the functional ops.
 """
 from __future__ import annotations
 import numpy as _numpy
-import collections.abc
 import typing
 from . import functional
 from . import nn
@@ -62,7 +61,7 @@ class Tensor:
         ...
     def item(self) -> float:
         ...
-    def log_softmax(self, dim: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
+    def log_softmax(self, dim: typing.Any) -> Tensor:
         ...
     def mean(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
         ...
@@ -80,7 +79,7 @@ class Tensor:
         ...
     def reshape(self, *args) -> Tensor:
         ...
-    def softmax(self, dim: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
+    def softmax(self, dim: typing.Any) -> Tensor:
         ...
     def sum(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
         ...
@@ -142,11 +141,11 @@ def memory_stats() -> dict:
     """
     The tensor allocator's counters: bytes held by tensors (live) and kept for reuse (cached), the peak of their sum since reset_peak_memory_stats(), and how many blocks came from the system vs the cache.
     """
-def ones(shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], requires_grad: bool = False) -> Tensor:
+def ones(shape: typing.Any, requires_grad: bool = False) -> Tensor:
     ...
 def reset_peak_memory_stats() -> None:
     ...
-def set_cache_limit(bytes: typing.SupportsInt | typing.SupportsIndex) -> None:
+def set_cache_limit(bytes: typing.Any) -> None:
     """
     Most bytes of freed tensor buffers kept for reuse (default 1 GiB or CTRANSFORMER_CACHE_LIMIT_MB).
     """
@@ -154,7 +153,7 @@ def set_grad_enabled(enabled: bool) -> None:
     """
     Turn graph recording on or off for this thread (no_grad uses it).
     """
-def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None:
+def set_num_threads(n: typing.Any) -> None:
     """
     Threads used by the library: BLAS products and ct's own kernels alike.
     """
@@ -166,5 +165,5 @@ def tensor(data: typing.Any, requires_grad: bool = False) -> Tensor:
     """
     A float32 tensor holding a copy of `data` (a floating-point NumPy array, list or number).
     """
-def zeros(shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], requires_grad: bool = False) -> Tensor:
+def zeros(shape: typing.Any, requires_grad: bool = False) -> Tensor:
     ...

@@ -3,7 +3,6 @@
 Greedy decoding, beam search and GPT generation with key/value caches.
 """
 from __future__ import annotations
-import collections.abc
 import ctransformer._core
 import ctransformer._core.nn
 import ctransformer._core.nn.gpt
@@ -22,7 +21,7 @@ class StepDecoder:
     """
     def __init__(self, model: ctransformer._core.nn.Transformer, src: typing.Any, src_mask: typing.Any, use_cache: bool = True) -> None:
         ...
-    def select(self, rows: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+    def select(self, rows: typing.Any) -> None:
         ...
     def step(self, ids: typing.Any) -> ctransformer._core.Tensor:
         ...
@@ -48,15 +47,15 @@ class GPTCache:
     @property
     def length(self) -> int:
         ...
-def beam_search(model: ctransformer._core.nn.Transformer, src: typing.Any, src_mask: typing.Any, max_len: typing.Any, start_symbol: typing.Any, end_symbol: typing.Any, beam_size: typing.Any = 4, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, n_best: typing.Any = None, use_cache: bool = True) -> tuple:
+def beam_search(model: ctransformer._core.nn.Transformer, src: typing.Any, src_mask: typing.Any, max_len: typing.SupportsInt | typing.SupportsIndex, start_symbol: typing.SupportsInt | typing.SupportsIndex, end_symbol: typing.Any, beam_size: typing.SupportsInt | typing.SupportsIndex = 4, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, n_best: typing.Any = None, use_cache: bool = True) -> tuple:
     """
     (ids (b, max_len) int64, scores (b,) float64), or with n_best=k (ids (b, k, max_len), scores (b, k)). See ctransformer.decode.beam_search.
     """
-def generate(model: ctransformer._core.nn.gpt.GPT, idx: typing.Any, max_new_tokens: typing.Any, temperature: typing.SupportsFloat | typing.SupportsIndex = 1.0, top_k: typing.Any = None, use_cache: bool = True) -> numpy.typing.NDArray[numpy.int64]:
+def generate(model: ctransformer._core.nn.gpt.GPT, idx: typing.Any, max_new_tokens: typing.SupportsInt | typing.SupportsIndex, temperature: typing.SupportsFloat | typing.SupportsIndex = 1.0, top_k: typing.Any = None, use_cache: bool = True) -> numpy.typing.NDArray[numpy.int64]:
     """
     (b, t + max_new_tokens) int64 ids. See ctransformer.decode.generate.
     """
-def greedy_decode(model: ctransformer._core.nn.Transformer, src: typing.Any, src_mask: typing.Any, max_len: typing.Any, start_symbol: typing.Any, end_symbol: typing.Any = None, use_cache: bool = True, return_logits: bool = False) -> typing.Any:
+def greedy_decode(model: ctransformer._core.nn.Transformer, src: typing.Any, src_mask: typing.Any, max_len: typing.SupportsInt | typing.SupportsIndex, start_symbol: typing.SupportsInt | typing.SupportsIndex, end_symbol: typing.Any = None, use_cache: bool = True, return_logits: bool = False) -> typing.Any:
     """
     (b, max_len) int64 ids; with return_logits, also the (b, max_len - 1, n_trg_vocab) float32 logits of each step (NaN after a row ended). See ctransformer.decode.greedy_decode.
     """

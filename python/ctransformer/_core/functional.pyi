@@ -3,7 +3,6 @@
 Functional ops, each with its backward.
 """
 from __future__ import annotations
-import collections.abc
 import ctransformer._core
 import typing
 __all__: list[str] = ['add', 'cross_entropy', 'div', 'dropout', 'embedding', 'gelu', 'kl_div', 'layer_norm', 'linear', 'log_softmax', 'masked_fill', 'matmul', 'mean', 'mul', 'multi_head_attention', 'permute', 'relu', 'reshape', 'scale', 'scaled_dot_product_attention', 'softmax', 'sub', 'sum', 'transpose']
@@ -37,7 +36,7 @@ def linear(input: ctransformer._core.Tensor, weight: ctransformer._core.Tensor, 
     """
     input @ weight.T + bias.
     """
-def log_softmax(input: ctransformer._core.Tensor, dim: typing.SupportsInt | typing.SupportsIndex) -> ctransformer._core.Tensor:
+def log_softmax(input: ctransformer._core.Tensor, dim: typing.Any) -> ctransformer._core.Tensor:
     ...
 def masked_fill(input: ctransformer._core.Tensor, mask: typing.Any, value: typing.SupportsFloat | typing.SupportsIndex) -> ctransformer._core.Tensor:
     """
@@ -55,11 +54,11 @@ def multi_head_attention(q: ctransformer._core.Tensor, k: ctransformer._core.Ten
     """
     Attention over heads interleaved in the last dimension: q (b, Lq, n_head*d_k), k (b, Lk, n_head*d_k), v (b, Lk, n_head*d_v), as projections produce them (no split/merge copies). scale defaults to d_k**-0.5; mask (True = may attend) broadcasts to (b, n_head, Lq, Lk); causal also masks keys after each query. kv_length reads only the first kv_length positions of k and v (Lk = kv_length; a decoding cache with room to grow; no gradient for k and v then). Returns (output (b, Lq, n_head*d_v), attention_weights (b, n_head, Lq, Lk)).
     """
-def permute(input: ctransformer._core.Tensor, dims: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> ctransformer._core.Tensor:
+def permute(input: ctransformer._core.Tensor, dims: typing.Any) -> ctransformer._core.Tensor:
     ...
 def relu(input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
     ...
-def reshape(input: ctransformer._core.Tensor, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> ctransformer._core.Tensor:
+def reshape(input: ctransformer._core.Tensor, shape: typing.Any) -> ctransformer._core.Tensor:
     ...
 def scale(input: ctransformer._core.Tensor, factor: typing.SupportsFloat | typing.SupportsIndex) -> ctransformer._core.Tensor:
     """
@@ -69,7 +68,7 @@ def scaled_dot_product_attention(q: ctransformer._core.Tensor, k: ctransformer._
     """
     Returns (output, attention_weights). mask is True where a query may attend to a key; it broadcasts to (..., Lq, Lk), e.g. from (b, 1, Lk) or (b, 1, Lq, Lk).
     """
-def softmax(input: ctransformer._core.Tensor, dim: typing.SupportsInt | typing.SupportsIndex) -> ctransformer._core.Tensor:
+def softmax(input: ctransformer._core.Tensor, dim: typing.Any) -> ctransformer._core.Tensor:
     ...
 def sub(input: ctransformer._core.Tensor, other: typing.Any) -> ctransformer._core.Tensor:
     ...

@@ -108,7 +108,7 @@ class Embedding(Module):
     weight: ctransformer._core.Tensor
     def __call__(self, input: typing.Any) -> ctransformer._core.Tensor:
         ...
-    def __init__(self, num_embeddings: typing.SupportsInt | typing.SupportsIndex, embedding_dim: typing.SupportsInt | typing.SupportsIndex, padding_idx: typing.SupportsInt | typing.SupportsIndex | None = None) -> None:
+    def __init__(self, num_embeddings: typing.SupportsInt | typing.SupportsIndex, embedding_dim: typing.SupportsInt | typing.SupportsIndex, padding_idx: typing.Any = None) -> None:
         ...
     def forward(self, input: typing.Any) -> ctransformer._core.Tensor:
         ...
@@ -181,31 +181,31 @@ class TransformerConfig:
     def d_inner(self) -> int:
         ...
     @d_inner.setter
-    def d_inner(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def d_inner(self, arg1: typing.Any) -> None:
         ...
     @property
     def d_k(self) -> int:
         ...
     @d_k.setter
-    def d_k(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def d_k(self, arg1: typing.Any) -> None:
         ...
     @property
     def d_model(self) -> int:
         ...
     @d_model.setter
-    def d_model(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def d_model(self, arg1: typing.Any) -> None:
         ...
     @property
     def d_v(self) -> int:
         ...
     @d_v.setter
-    def d_v(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def d_v(self, arg1: typing.Any) -> None:
         ...
     @property
     def d_word_vec(self) -> int:
         ...
     @d_word_vec.setter
-    def d_word_vec(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def d_word_vec(self, arg1: typing.Any) -> None:
         ...
     @property
     def dropout(self) -> float:
@@ -243,31 +243,31 @@ class TransformerConfig:
     def n_head(self) -> int:
         ...
     @n_head.setter
-    def n_head(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def n_head(self, arg1: typing.Any) -> None:
         ...
     @property
     def n_layers(self) -> int:
         ...
     @n_layers.setter
-    def n_layers(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def n_layers(self, arg1: typing.Any) -> None:
         ...
     @property
     def n_position(self) -> int:
         ...
     @n_position.setter
-    def n_position(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def n_position(self, arg1: typing.Any) -> None:
         ...
     @property
     def n_src_vocab(self) -> int:
         ...
     @n_src_vocab.setter
-    def n_src_vocab(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def n_src_vocab(self, arg1: typing.Any) -> None:
         ...
     @property
     def n_trg_vocab(self) -> int:
         ...
     @n_trg_vocab.setter
-    def n_trg_vocab(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def n_trg_vocab(self, arg1: typing.Any) -> None:
         ...
     @property
     def pe_formula(self) -> str:
@@ -281,13 +281,13 @@ class TransformerConfig:
     def src_pad_idx(self) -> int:
         ...
     @src_pad_idx.setter
-    def src_pad_idx(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def src_pad_idx(self, arg1: typing.Any) -> None:
         ...
     @property
     def trg_pad_idx(self) -> int:
         ...
     @trg_pad_idx.setter
-    def trg_pad_idx(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def trg_pad_idx(self, arg1: typing.Any) -> None:
         ...
 class PositionalEncoding(Module):
     """

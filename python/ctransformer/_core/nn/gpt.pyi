@@ -94,7 +94,7 @@ class TransformerLayerList(ctransformer._core.nn.Module):
     """
     GPT.transformer: a ModuleList of TransformerLayer.
     """
-    def __getitem__(self, index: typing.SupportsInt | typing.SupportsIndex) -> TransformerLayer:
+    def __getitem__(self, index: typing.Any) -> TransformerLayer:
         ...
     def __iter__(self) -> collections.abc.Iterator:
         ...
@@ -130,7 +130,7 @@ class GPT(ctransformer._core.nn.Module):
         Returns (logits (batch, seq_len, vocab_size), loss) when targets (same shape) are given, the loss
         being cross-entropy with ignore_index=0; otherwise (logits, [attention weights of each layer]).
         """
-    def generate(self, idx: typing.Any, max_new_tokens: typing.SupportsInt | typing.SupportsIndex, temperature: typing.SupportsFloat | typing.SupportsIndex = 1.0, top_k: typing.SupportsInt | typing.SupportsIndex | None = None, use_cache: bool = True) -> typing.Any:
+    def generate(self, idx: typing.Any, max_new_tokens: typing.SupportsInt | typing.SupportsIndex, temperature: typing.SupportsFloat | typing.SupportsIndex = 1.0, top_k: typing.Any = None, use_cache: bool = True) -> typing.Any:
         """
         Append max_new_tokens ids to idx (batch, t), each drawn from softmax(logits[:, -1] / temperature)
         restricted to the top_k largest logits; the context is cropped to its last max_seq_len ids. No graph is
