@@ -130,6 +130,21 @@ auto layer_init(const char* fn) {
     });
 }
 
+// The sizes an Encoder or a Decoder takes, each checked by name (`vocab_name`: its vocabulary argument).
+struct StackSizes {
+    std::size_t vocab, d_word_vec, n_layers, n_head, d_k, d_v, d_model, d_inner, n_position;
+    std::int64_t pad_idx;
+};
+StackSizes stack_sizes(const std::string& fn, const char* vocab_name, const py::handle& vocab, const py::handle& d_word_vec,
+                       const py::handle& n_layers, const py::handle& n_head, const py::handle& d_k, const py::handle& d_v,
+                       const py::handle& d_model, const py::handle& d_inner, const py::handle& pad_idx,
+                       const py::handle& n_position) {
+    return {to_size(vocab, fn + vocab_name), to_size(d_word_vec, fn + "d_word_vec"), to_size(n_layers, fn + "n_layers"),
+            to_size(n_head, fn + "n_head"), to_size(d_k, fn + "d_k"), to_size(d_v, fn + "d_v"),
+            to_size(d_model, fn + "d_model"), to_size(d_inner, fn + "d_inner"), to_size(n_position, fn + "n_position"),
+            to_int(pad_idx, fn + "pad_idx")};
+}
+
 }  // namespace
 
 void bind_nn_transformer(py::module_& nn) {
@@ -362,15 +377,11 @@ void bind_nn_transformer(py::module_& nn) {
         .def(py::init([](ctpy::Int n_src_vocab, ctpy::Int d_word_vec, ctpy::Int n_layers, ctpy::Int n_head,
                          ctpy::Int d_k, ctpy::Int d_v, ctpy::Int d_model, ctpy::Int d_inner, ctpy::Int pad_idx,
                          float dropout, ctpy::Int n_position, bool scale_emb) {
-                 const std::string fn = "Encoder: ";
-                 const std::size_t a = to_size(n_src_vocab, fn + "n_src_vocab"), b = to_size(d_word_vec, fn + "d_word_vec"),
-                                   c = to_size(n_layers, fn + "n_layers"), d = to_size(n_head, fn + "n_head"),
-                                   e = to_size(d_k, fn + "d_k"), f = to_size(d_v, fn + "d_v"),
-                                   g = to_size(d_model, fn + "d_model"), h = to_size(d_inner, fn + "d_inner");
-                 const std::int64_t pad = to_int(pad_idx, fn + "pad_idx");
-                 const std::size_t np = to_size(n_position, fn + "n_position");
+                 const StackSizes s = stack_sizes("Encoder: ", "n_src_vocab", n_src_vocab, d_word_vec, n_layers, n_head,
+                                                  d_k, d_v, d_model, d_inner, pad_idx, n_position);
                  py::gil_scoped_release release;
-                 return std::make_shared<Encoder>(a, b, c, d, e, f, g, h, pad, dropout, np, scale_emb);
+                 return std::make_shared<Encoder>(s.vocab, s.d_word_vec, s.n_layers, s.n_head, s.d_k, s.d_v, s.d_model,
+                                                  s.d_inner, s.pad_idx, dropout, s.n_position, scale_emb);
              }),
              py::arg("n_src_vocab"), py::arg("d_word_vec"), py::arg("n_layers"), py::arg("n_head"), py::arg("d_k"),
              py::arg("d_v"), py::arg("d_model"), py::arg("d_inner"), py::arg("pad_idx"), py::arg("dropout") = 0.1,
@@ -399,15 +410,11 @@ void bind_nn_transformer(py::module_& nn) {
         .def(py::init([](ctpy::Int n_trg_vocab, ctpy::Int d_word_vec, ctpy::Int n_layers, ctpy::Int n_head,
                          ctpy::Int d_k, ctpy::Int d_v, ctpy::Int d_model, ctpy::Int d_inner, ctpy::Int pad_idx,
                          ctpy::Int n_position, float dropout, bool scale_emb) {
-                 const std::string fn = "Decoder: ";
-                 const std::size_t a = to_size(n_trg_vocab, fn + "n_trg_vocab"), b = to_size(d_word_vec, fn + "d_word_vec"),
-                                   c = to_size(n_layers, fn + "n_layers"), d = to_size(n_head, fn + "n_head"),
-                                   e = to_size(d_k, fn + "d_k"), f = to_size(d_v, fn + "d_v"),
-                                   g = to_size(d_model, fn + "d_model"), h = to_size(d_inner, fn + "d_inner");
-                 const std::int64_t pad = to_int(pad_idx, fn + "pad_idx");
-                 const std::size_t np = to_size(n_position, fn + "n_position");
+                 const StackSizes s = stack_sizes("Decoder: ", "n_trg_vocab", n_trg_vocab, d_word_vec, n_layers, n_head,
+                                                  d_k, d_v, d_model, d_inner, pad_idx, n_position);
                  py::gil_scoped_release release;
-                 return std::make_shared<Decoder>(a, b, c, d, e, f, g, h, pad, np, dropout, scale_emb);
+                 return std::make_shared<Decoder>(s.vocab, s.d_word_vec, s.n_layers, s.n_head, s.d_k, s.d_v, s.d_model,
+                                                  s.d_inner, s.pad_idx, s.n_position, dropout, scale_emb);
              }),
              py::arg("n_trg_vocab"), py::arg("d_word_vec"), py::arg("n_layers"), py::arg("n_head"), py::arg("d_k"),
              py::arg("d_v"), py::arg("d_model"), py::arg("d_inner"), py::arg("pad_idx"), py::arg("n_position") = 200,
