@@ -5,7 +5,7 @@
 TASK ?= copy
 ARGS ?=
 
-# The main job: train one of the seeds' tasks end to end (copy, toy-translate, shakespeare).
+# The main job: train one of the tasks end to end (copy, toy-translate, shakespeare, multi30k).
 train:
 	./scripts/setup.sh
 	.venv/bin/python -m ctransformer.train $(TASK) $(ARGS)

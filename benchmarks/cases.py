@@ -229,8 +229,32 @@ def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS):
     return build
 
 
+def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2):
+    """CTranslate2 (float32) decoding the same sources with the same weights: `ct_model` exported by
+    ct.export.to_ctranslate2. EOS is held off for `steps` tokens (min_decoding_length), so it runs
+    exactly the steps ct's greedy_decode does; None when ctranslate2 is not installed."""
+    c = SYSTEM_A[size]
+
+    def build(ct_model, folder):
+        try:
+            import ctranslate2
+        except ImportError:
+            return None
+        import ctransformer as ct
+        src, _ = a_batch(c, seed=1, rows=rows)
+        vocab = ["<pad>", "<s>", "</s>"] + [f"t{i}" for i in range(3, c["vocab"])]
+        vocab[3] = "<unk>"
+        path = ct.export.to_ctranslate2(ct_model, os.path.join(folder, f"{size}-ct2"), vocab, force=True)
+        translator = ctranslate2.Translator(path, device="cpu", inter_threads=1, intra_threads=threads)
+        tokens = [[vocab[i] for i in row if i != PAD] for row in src]
+        return lambda: translator.translate_batch(tokens, beam_size=1, min_decoding_length=steps,
+                                                  max_decoding_length=steps, max_batch_size=rows)
+    return build
+
+
 # Each case: build(side, share, torch_model=None) -> (step, model); flops() for training steps;
-# decoding cases also time ct's key/value-cached decoder ("cached") against the same torch loop.
+# decoding cases also time ct's key/value-cached decoder ("cached") against the same torch loop, and
+# CTranslate2 float32 on the same weights ("ct2").
 CASES = {}
 for _size in ("tiny", "small", "base"):
     CASES[f"{_size}/train"] = dict(build=build_a_train(_size), flops=(lambda s=_size: system_a_flops(SYSTEM_A[s])["train"]),
@@ -240,5 +264,6 @@ for _size in ("tiny", "small", "base"):
     for _rows in (1, 32):
         CASES[f"{_size}/decode-b{_rows}"] = dict(
             build=build_a_decode(_size, _rows, use_cache=False), cached=build_a_decode(_size, _rows, use_cache=True),
+            ct2=build_a_decode_ct2(_size, _rows),
             flops=None, config=SYSTEM_A[_size], kind="decode", rows=_rows,
             slow=(_size == "base" and _rows == 32))  # ~30 s per torch run: skipped by --quick

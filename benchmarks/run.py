@@ -19,6 +19,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch (its OpenMP runtime reads it at start)
@@ -104,7 +105,12 @@ def time_case(spec, budget, max_repeats, min_repeats=3):
     t_step, t_model = spec["build"]("torch", share=True)
     fns = {"ct": spec["build"]("ct", share=True, torch_model=t_model)[0], "torch": t_step}
     if "cached" in spec:
-        fns["ct_cached"] = spec["cached"]("ct", share=True, torch_model=t_model)[0]
+        fns["ct_cached"], ct_model = spec["cached"]("ct", share=True, torch_model=t_model)
+        if "ct2" in spec:
+            with tempfile.TemporaryDirectory() as folder:  # the translator has read its files once loaded
+                ct2_step = spec["ct2"](ct_model, folder)
+            if ct2_step is not None:
+                fns["ct2"] = ct2_step
     first = {}
     for name, fn in fns.items():
         t0 = time.perf_counter()
@@ -174,6 +180,8 @@ def main():
         if "ct_cached" in med:
             row["ct_cached_s"] = med["ct_cached"]
             row["ratio_cached"] = med["torch"] / med["ct_cached"]
+        if "ct2" in med:
+            row["ct2_s"] = med["ct2"]
         if spec.get("flops"):
             flops = spec["flops"]()
             row.update(flops=flops, ct_gflops=flops / med["ct"] / 1e9, torch_gflops=flops / med["torch"] / 1e9)
@@ -181,6 +189,8 @@ def main():
             row["memory"] = memory_of(name)
         results.append(row)
         extra = f"  ct cached {fmt_s(row['ct_cached_s'])} ({row['ratio_cached']:.2f}x)" if "ct_cached_s" in row else ""
+        if "ct2_s" in row:
+            extra += f"  CTranslate2 {fmt_s(row['ct2_s'])} (ct2/ct cached {row['ct2_s'] / row['ct_cached_s']:.2f}x)"
         print(f"{name:18s} ct {fmt_s(med['ct']):>9s}  torch {fmt_s(med['torch']):>9s}  "
               f"torch/ct {row['ratio']:5.2f}x{extra}  ({repeats} repeats)", flush=True)
 
@@ -238,11 +248,14 @@ def table(results, meta):
     dec = [r for r in results if r["kind"] == "decode"]
     if dec:
         lines += ["", f"Greedy decoding of {cases.DECODE_STEPS} tokens (torch: seed 002's full-prefix loop; ct: the same "
-                      "loop, and ct's key/value-cached decoder):", "",
-                  "| case | ct full prefix | torch | torch/ct | ct cached | torch/ct cached |", "|---|---:|---:|---:|---:|---:|"]
+                      "loop, and ct's key/value-cached decoder; CTranslate2 float32 on the same weights, "
+                      f"{THREADS} threads, its own cached decoder):", "",
+                  "| case | ct full prefix | torch | torch/ct | ct cached | torch/ct cached | CTranslate2 | CTranslate2/ct cached |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in dec:
+            ct2 = (f"{fmt_s(r['ct2_s'])} | **{r['ct2_s'] / r['ct_cached_s']:.2f}x**" if "ct2_s" in r else "n/a | n/a")
             lines.append(f"| {r['case']} | {fmt_s(r['ct_s'])} | {fmt_s(r['torch_s'])} | **{r['ratio']:.2f}x** | "
-                         f"{fmt_s(r['ct_cached_s'])} | **{r['ratio_cached']:.2f}x** |")
+                         f"{fmt_s(r['ct_cached_s'])} | **{r['ratio_cached']:.2f}x** | {ct2} |")
     lines += ["", f"OpenBLAS sgemm at the base model's Linear shapes, {meta['threads']} threads, this run: "
                   f"{sg:.0f} GFLOP/s (the practical limit). FLOPs: matmuls only, counted analytically (backward = 2x "
                   "forward). Memory: peak RSS (VmHWM) of a fresh process holding one side, and its rise over the RSS "

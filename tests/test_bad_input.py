@@ -230,6 +230,17 @@ def test_errors_leave_no_half_built_graph():
     (lambda v: ct.nn.GPT(v, 8, 1, 8, 2, 16, 0.0), "GPT: vocab_size"),
     (lambda v: ct.nn.GPT(10, 8, 1, 8, 2, v, 0.0), "GPT: feedforward_dim"),
     (lambda v: ct.optim.StepLR(ct.optim.Adam([ct.zeros([1], requires_grad=True)]), v), "StepLR: step_size"),
+    (lambda v: ct.nn.Transformer(v, 10, 0, 0), "Transformer: n_src_vocab"),
+    (lambda v: ct.nn.Transformer(10, 10, 0, 0, n_position=v), "Transformer: n_position"),
+    (lambda v: ct.nn.Transformer.seed003(d_model=v), "Transformer.seed003: d_model"),
+    (lambda v: ct.nn.TransformerConfig(n_layers=v), "TransformerConfig: n_layers"),
+    (lambda v: ct.nn.Encoder(10, 8, 1, 2, 4, 4, 8, 16, 0, n_position=v), "Encoder: n_position"),
+    (lambda v: ct.nn.Decoder(v, 8, 1, 2, 4, 4, 8, 16, 0), "Decoder: n_trg_vocab"),
+    (lambda v: ct.nn.MultiHeadAttention(v, 8, 4, 4), "MultiHeadAttention: n_head"),
+    (lambda v: ct.nn.PositionwiseFeedForward(8, v), "PositionwiseFeedForward: d_hid"),
+    (lambda v: ct.nn.gpt.SelfAttention(8, v, 0.0), "SelfAttention: num_head"),
+    (lambda v: ct.nn.gpt.FFN(v, 8, 0.0), "FFN: embed_dim"),
+    (lambda v: ct.nn.gpt.TransformerLayer(8, 2, v, 0.0), "TransformerLayer: feedforward_dim"),
 ])
 @pytest.mark.parametrize("value", [-1, -(2**64), 2**64, 2**200])
 def test_integer_arguments_are_range_checked_by_name(make, arg, value):
@@ -251,6 +262,10 @@ def test_size_arguments_of_ops_are_range_checked():
         ct.zeros([2, -3])
     with pytest.raises(TypeError, match="zeros: shape"):
         ct.zeros(3)
+    with pytest.raises(ValueError, match="get_pad_mask: pad_idx"):
+        ct.nn.get_pad_mask(np.array([[1, 2]]), 2**64)
+    with pytest.raises(ValueError, match="TransformerConfig: src_pad_idx"):
+        ct.nn.TransformerConfig(src_pad_idx=2**63)
 
 
 def test_uint64_token_ids_beyond_int64_are_reported_as_themselves():
@@ -258,3 +273,35 @@ def test_uint64_token_ids_beyond_int64_are_reported_as_themselves():
         F.embedding(np.array([1, 2**64 - 1], dtype=np.uint64), t((4, 2)))
     with pytest.raises(IndexError, match="9223372036854775808"):
         F.cross_entropy(t((1, 3)), np.array([2**63], dtype=np.uint64))
+
+
+def test_library_settings_take_any_int_and_check_it():
+    before = ct.get_num_threads()
+    for n in [0, -1, 1025, 2**40, 2**64]:
+        with pytest.raises(ValueError, match="set_num_threads: n"):
+            ct.set_num_threads(n)
+    assert ct.get_num_threads() == before
+    with pytest.raises(ValueError, match="set_cache_limit: bytes"):
+        ct.set_cache_limit(-1)
+    with pytest.raises(ValueError, match="manual_seed: seed"):
+        ct.manual_seed(2**64)
+    state = ct.get_rng_state()
+    ct.manual_seed(-1)                       # as torch: taken modulo 2**64
+    a = ct.get_rng_state()
+    ct.manual_seed(2**64 - 1)
+    assert ct.get_rng_state() == a
+    ct.set_rng_state(state)
+
+
+def test_huge_indices_are_out_of_range_not_a_cast_error():
+    ct.manual_seed(0)
+    m = ct.nn.GPT(10, 8, 2, 8, 2, 16, 0.0)
+    for i in [2, -3, 2**64, -(2**70)]:
+        with pytest.raises(IndexError, match="transformer: index"):
+            m.transformer[i]
+    tr = ct.nn.Transformer(10, 10, 0, 0, d_word_vec=8, d_model=8, d_inner=16, n_layers=1, n_head=2, d_k=4, d_v=4,
+                           dropout=0.0).eval()
+    d = ct.decode.StepDecoder(tr, np.array([[1, 2, 3]]), None)
+    for rows in [[2**64], [-1], [5]]:
+        with pytest.raises(IndexError, match="row"):
+            d.select(rows)

@@ -126,7 +126,7 @@ def test_memory_error_names_what_was_allocated():
     a, b = ct.zeros([2**20, 1]), ct.zeros([1, 2**20])
     expect(MemoryError, r"4398046511104 bytes", lambda: a + b)
     expect(MemoryError, r"bytes", lambda: ct.functional.linear(ct.zeros([2**20, 1]), ct.zeros([2**20, 1])))
-    assert (a[:1] if False else (ct.zeros([2, 1]) + ct.zeros([1, 3]))).shape == (2, 3)   # still works
+    assert (ct.zeros([2, 1]) + ct.zeros([1, 3])).shape == (2, 3)   # still works
     ''')
 
 
@@ -295,9 +295,11 @@ def _grads(model):
 def test_two_threads_backward_on_one_model_accumulate_correctly():
     """Gradients from two threads equal the serial sum. Tolerance: the two backward passes may add their
     contributions in either order, so |d| <= 1e-5 + 1e-5 |g| (the race seen in issue 13 was up to 0.015)."""
-    model = _small_gpt()
+    ct.manual_seed(0)
+    model = ct.nn.GPT(vocab_size=40, max_seq_len=12, num_layer=2, embed_dim=64, num_head=4, feedforward_dim=256,
+                      dropout=0.0)
     rng = np.random.default_rng(0)
-    batches = [rng.integers(1, 40, (4, 12)) for _ in range(2)]
+    batches = [rng.integers(1, 40, (16, 12)) for _ in range(2)]
 
     def loss_backward(idx):
         _, loss = model(idx, idx)
@@ -308,7 +310,7 @@ def test_two_threads_backward_on_one_model_accumulate_correctly():
     for idx in batches:
         loss_backward(idx)
     serial = _grads(model)
-    for _ in range(15):
+    for _ in range(60):   # issue 13 saw 7 of 60 repetitions go wrong
         for name, p in model.named_parameters():
             p.zero_grad()
         threads = [threading.Thread(target=loss_backward, args=(idx,)) for idx in batches]

@@ -22,7 +22,7 @@ from notebook_runner import NOTEBOOKS, find_spec, find_specs, grid, run_notebook
 
 def test_every_notebook_has_a_test():
     tested = {"learning_rate", "label_smoothing", "masks", "positional_encoding", "toy_translation",
-              "gpt_shakespeare"}
+              "gpt_shakespeare", "multi30k"}
     assert {p.stem for p in NOTEBOOKS.glob("*.ipynb")} == tested
 
 
@@ -156,3 +156,36 @@ def test_gpt_shakespeare_notebook():
     assert all(0 < r["value"] < math.log(66) + 0.1 for r in rows)
     sample = nb.cells[-1].outputs[0]["text"]
     assert len(sample.rstrip("\n")) >= 30
+
+
+def test_multi30k_notebook(tmp_path):
+    """No checkpoint: a 5-step run on 300 Multi30k pairs written as the user's own files, then the three
+    sentences translated and one sentence's cross-attention, a map per head of subword labels."""
+    from ctransformer.data.parallel_corpus import multi30k
+    train, val = multi30k("train"), multi30k("val")
+    files = {}
+    for name, lines in (("train_src", train.src[:300]), ("train_tgt", train.tgt[:300]),
+                        ("valid_src", val.src[:20]), ("valid_tgt", val.tgt[:20])):
+        files[name] = str(tmp_path / f"{name}.txt")
+        (tmp_path / f"{name}.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    short = {**files, "vocab_size": 300, "d_model": 32, "d_inner": 64, "n_layers": 2, "n_head": 4,
+             "batch_tokens": 600, "n_position": 64, "max_len": 60, "val_sentences": 5, "eval_batch_size": 20,
+             "beam_size": 1}
+    sentences = ["Ein Mann fährt Fahrrad.", "Zwei Hunde laufen über eine Wiese."]
+    nb = run_notebook("multi30k.ipynb", CHECKPOINT=str(tmp_path / "absent.safetensors"), TRAIN_STEPS=5,
+                      SHORT_RUN=short, SENTENCES=sentences, BEAM_SIZE=2, ATTENTION_SENTENCE=1)
+    text = outputs_text(nb)
+    assert "training 5 steps" in text and "300 subwords" in text
+    table = next(o["data"]["text/plain"] for cell in nb.cells for o in cell.get("outputs", [])
+                 if "text/plain" in o.get("data", {}) and "English (ctransformer)" in o["data"]["text/plain"])
+    assert all(s[:12] in table for s in sentences)
+    _, rows = find_spec(vegalite_specs(nb), title="decoder layer 2: cross-attention", color="weight")
+    assert sorted({r["head"] for r in rows}) == [0, 1, 2, 3]
+    keys = sorted({r["key"] for r in rows}, key=lambda k: int(k.split()[0]))
+    queries = sorted({r["query"] for r in rows}, key=lambda q: int(q.split()[0]))
+    assert keys[-1].endswith("</s>") and queries[0].endswith("<s>")      # source + eos; bos + output
+    assert any("Hund" in k or "Wiese" in k for k in keys)                 # the chosen sentence's subwords
+    for head in range(4):
+        weights = grid([r for r in rows if r["head"] == head], "weight", "key", "query")
+        assert weights.shape == (len(queries), len(keys))
+        np.testing.assert_allclose(weights.sum(1), 1, rtol=0, atol=1e-5)  # a distribution over the source

@@ -1,4 +1,7 @@
 // One binding function per area; module.cpp calls them all.
+// Signatures are the typing of the package (scripts/generate_stubs.py turns them into .pyi stubs), so
+// arguments have py::arg names, and an inexact float default is a double literal (py::arg("p") = 0.1,
+// not 0.1f): the C++ float still receives 0.1f, and the signature reads 0.1, not 0.10000000149011612.
 #pragma once
 #include <pybind11/pybind11.h>
 

@@ -42,4 +42,26 @@ std::vector<std::int64_t> to_sizes(const py::handle& obj, const std::string& arg
 // A Tensor argument, or a NumPy array / Python number turned into a constant tensor.
 ct::Tensor as_tensor(const py::handle& obj, const char* arg);
 
+// An integer parameter taken as the Python object it was, so to_int / to_size can check it by name
+// (a bare std::size_t parameter would let pybind11 refuse a 2**64 with "incompatible function
+// arguments" naming nothing). Unlike py::object it reads `int` in signatures, so the type stubs and
+// mypy still know the parameter is an integer.
+struct Int : py::object {
+    Int() = default;
+    explicit Int(py::object o) : py::object(std::move(o)) {}
+};
+
 }  // namespace ctpy
+
+namespace pybind11::detail {
+template <>
+struct type_caster<ctpy::Int> {
+    PYBIND11_TYPE_CASTER(ctpy::Int, io_name("typing.SupportsInt | typing.SupportsIndex", "int"));
+    bool load(handle src, bool) {  // any object: the function checks it, naming the argument
+        if (!src) return false;
+        value = ctpy::Int(reinterpret_borrow<object>(src));
+        return true;
+    }
+    static handle cast(const ctpy::Int& v, return_value_policy, handle) { return v.inc_ref(); }
+};
+}  // namespace pybind11::detail

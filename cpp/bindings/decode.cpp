@@ -53,8 +53,8 @@ py::array_t<float> array_to_numpy(const ct::Array& a) {
 }  // namespace
 
 void bind_decode(py::module_& m) {
-    m.def("greedy_decode", [](const Transformer& model, py::object src, py::object src_mask, py::object max_len,
-                              py::object start_symbol, py::object end_symbol, bool use_cache,
+    m.def("greedy_decode", [](const Transformer& model, py::object src, py::object src_mask, ctpy::Int max_len,
+                              ctpy::Int start_symbol, py::object end_symbol, bool use_cache,
                               bool return_logits) -> py::object {
         const std::string fn = "greedy_decode";
         const IndexArray ids = to_index_array(src, "greedy_decode: src");
@@ -76,8 +76,8 @@ void bind_decode(py::module_& m) {
        "(b, max_len) int64 ids; with return_logits, also the (b, max_len - 1, n_trg_vocab) float32 logits of "
        "each step (NaN after a row ended). See ctransformer.decode.greedy_decode.");
 
-    m.def("beam_search", [](const Transformer& model, py::object src, py::object src_mask, py::object max_len,
-                            py::object start_symbol, py::object end_symbol, py::object beam_size, double alpha,
+    m.def("beam_search", [](const Transformer& model, py::object src, py::object src_mask, ctpy::Int max_len,
+                            ctpy::Int start_symbol, py::object end_symbol, ctpy::Int beam_size, double alpha,
                             py::object n_best, bool use_cache) -> py::tuple {
         const std::string fn = "beam_search";
         const IndexArray ids = to_index_array(src, "beam_search: src");
@@ -120,7 +120,7 @@ void bind_decode(py::module_& m) {
         return ct::decode::length_penalty(to_count(length, "length_penalty", "length", 0), alpha);
     }, py::arg("length"), py::arg("alpha"), "GNMT's ((5 + length) / 6) ** alpha.");
 
-    m.def("generate", [](const gpt::GPT& model, py::object idx, py::object max_new_tokens, float temperature,
+    m.def("generate", [](const gpt::GPT& model, py::object idx, ctpy::Int max_new_tokens, float temperature,
                          py::object top_k, bool use_cache) {
         const std::string fn = "generate";
         const IndexArray ids = to_index_array(idx, "generate: idx");
@@ -161,7 +161,21 @@ key/value caches (one position's work per step); False re-decodes the whole pref
             py::gil_scoped_release release;
             return d.step(a.data);
         }, py::arg("ids"))
-        .def("select", [](StepDecoder& d, const std::vector<std::size_t>& rows) {
+        .def("select", [](StepDecoder& d, py::object rows_obj) {
+            if (!py::isinstance<py::sequence>(rows_obj) || py::isinstance<py::str>(rows_obj))
+                throw ct::TypeError("StepDecoder.select: rows must be a list of row indices, got " +
+                                    py::str(py::type::of(rows_obj)).cast<std::string>());
+            std::vector<std::size_t> rows;
+            for (auto r : py::reinterpret_borrow<py::sequence>(rows_obj)) {
+                // An index beyond 64 bits is as out of range as any other; the core names the range.
+                int overflow = 0;
+                if (PyIndex_Check(r.ptr()) && !py::isinstance<py::bool_>(r))
+                    PyLong_AsLongLongAndOverflow(py::int_(py::reinterpret_borrow<py::object>(r)).ptr(), &overflow);
+                if (overflow != 0 || (PyIndex_Check(r.ptr()) && py::int_(py::reinterpret_borrow<py::object>(r)) < py::int_(0)))
+                    throw ct::IndexError("StepDecoder.select: row " + py::str(r).cast<std::string>() +
+                                         " is out of range for " + std::to_string(d.rows()) + " rows");
+                rows.push_back(std::size_t(to_int(r, "StepDecoder.select: rows")));
+            }
             py::gil_scoped_release release;
             d.select(rows);
         }, py::arg("rows"))

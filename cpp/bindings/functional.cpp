@@ -58,7 +58,7 @@ void bind_functional(py::module_& f) {
         const Tensor* pb = optional_tensor(b, bias, "bias");
         py::gil_scoped_release release;
         return ct::layer_norm(x, pw, pb, eps);
-    }, py::arg("input"), py::arg("weight") = py::none(), py::arg("bias") = py::none(), py::arg("eps") = 1e-5f,
+    }, py::arg("input"), py::arg("weight") = py::none(), py::arg("bias") = py::none(), py::arg("eps") = 1e-5,
        "Normalise over the last dimension, then scale by weight and shift by bias.");
     f.def("embedding", [](py::object ids, const Tensor& weight, py::object padding_idx) {
         ct::IndexArray idx = to_index_array(ids, "input");
@@ -84,7 +84,7 @@ void bind_functional(py::module_& f) {
        py::arg("fill_value") = -1e9f,
        "Returns (output, attention_weights). mask is True where a query may attend to a key; it broadcasts to "
        "(..., Lq, Lk), e.g. from (b, 1, Lk) or (b, 1, Lq, Lk).");
-    f.def("multi_head_attention", [](const Tensor& q, const Tensor& k, const Tensor& v, py::object n_head_obj,
+    f.def("multi_head_attention", [](const Tensor& q, const Tensor& k, const Tensor& v, ctpy::Int n_head_obj,
                                      py::object scale, py::object mask, float fill_value, bool causal, float dropout_p,
                                      bool training, py::object kv_length) {
         ct::Mask m;
@@ -120,7 +120,7 @@ void bind_functional(py::module_& f) {
         py::gil_scoped_release release;
         return ct::reshape(x, s);
     }, py::arg("input"), py::arg("shape"));
-    f.def("transpose", [](const Tensor& x, py::object dim0, py::object dim1) {
+    f.def("transpose", [](const Tensor& x, ctpy::Int dim0, ctpy::Int dim1) {
         const std::int64_t a = to_dim(dim0, x.dim(), "transpose: dim0"), b = to_dim(dim1, x.dim(), "transpose: dim1");
         py::gil_scoped_release release;
         return ct::transpose(x, a, b);
@@ -136,7 +136,7 @@ void bind_functional(py::module_& f) {
     f.def("mean", [](const Tensor& x, py::object dim, bool keepdim) {
         return dim.is_none() ? ct::mean(x) : ct::mean(x, to_dim(dim, x.dim(), "mean: dim"), keepdim);
     }, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
-    f.def("cross_entropy", [](const Tensor& logits, py::object target, py::object ignore_index_obj,
+    f.def("cross_entropy", [](const Tensor& logits, py::object target, ctpy::Int ignore_index_obj,
                               const std::string& reduction, float label_smoothing) {
         const std::int64_t ignore_index = to_int(ignore_index_obj, "cross_entropy: ignore_index");
         ct::IndexArray t = to_index_array(target, "target");

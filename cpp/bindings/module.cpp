@@ -1,5 +1,6 @@
 // ctransformer._core: the pybind11 layer over the C++ core. The maths lives in cpp/src.
 #include "bindings.hpp"
+#include "convert.hpp"
 #include "ctransformer/allocator.hpp"
 #include "ctransformer/build_info.hpp"
 #include "ctransformer/error.hpp"
@@ -16,13 +17,37 @@ PYBIND11_MODULE(_core, m) {
             if (p) std::rethrow_exception(p);
         } catch (const ct::TypeError& e) {
             PyErr_SetString(PyExc_TypeError, e.what());
+        } catch (const ct::MemoryError& e) {   // names what was allocated (shape, bytes)
+            PyErr_SetString(PyExc_MemoryError, e.what());
+        } catch (const std::bad_alloc&) {      // from a container of the core: at least say where it came from
+            PyErr_SetString(PyExc_MemoryError, "out of memory: ctransformer's C++ core could not allocate a buffer "
+                                               "(std::bad_alloc); the request needs more memory than is free");
         }
     });
-    m.def("manual_seed", &ct::manual_seed, py::arg("seed"),
+    m.def("manual_seed", [](ctpy::Int seed) {
+        // As torch: any int in [-2**63, 2**64 - 1], a negative one taken modulo 2**64.
+        const std::string what = "manual_seed: seed";
+        if (PyIndex_Check(seed.ptr()) && !py::isinstance<py::bool_>(seed) && py::int_(seed) >= py::int_(0)) {
+            const unsigned long long v = PyLong_AsUnsignedLongLong(py::int_(seed).ptr());
+            if (PyErr_Occurred()) {
+                PyErr_Clear();
+                throw ct::ValueError(what + " = " + py::str(seed).cast<std::string>() +
+                                     " is out of range (expected an integer between -2**63 and 2**64 - 1)");
+            }
+            ct::manual_seed(std::uint64_t(v));
+            return;
+        }
+        ct::manual_seed(std::uint64_t(ctpy::to_int(seed, what)));
+    }, py::arg("seed"),
           "Seed the generator behind parameter initialisation and dropout.");
     m.def("get_rng_state", &ct::get_rng_state, "The generator's state (a string), for set_rng_state.");
     m.def("set_rng_state", &ct::set_rng_state, py::arg("state"), "Restore a state from get_rng_state().");
-    m.def("set_num_threads", &ct::set_num_threads, py::arg("n"),
+    m.def("set_num_threads", [](py::object n) {
+        const std::int64_t v = ctpy::to_int(n, "set_num_threads: n");
+        if (v < 1 || v > 1024)   // the core's range (blas.cpp), checked before the narrowing to int
+            throw ct::ValueError("set_num_threads: n must be >= 1 and at most 1024, got " + std::to_string(v));
+        ct::set_num_threads(int(v));
+    }, py::arg("n"),
           "Threads used by the library: BLAS products and ct's own kernels alike.");
     m.def("memory_stats", [] {
         const ct::AllocatorStats s = ct::allocator_stats();
@@ -38,7 +63,8 @@ PYBIND11_MODULE(_core, m) {
        "their sum since reset_peak_memory_stats(), and how many blocks came from the system vs the cache.");
     m.def("reset_peak_memory_stats", &ct::reset_peak_allocator_stats);
     m.def("empty_cache", &ct::empty_cache, "Return every cached tensor buffer to the system.");
-    m.def("set_cache_limit", &ct::set_cache_limit, py::arg("bytes"),
+    m.def("set_cache_limit", [](py::object bytes) { ct::set_cache_limit(ctpy::to_size(bytes, "set_cache_limit: bytes")); },
+          py::arg("bytes"),
           "Most bytes of freed tensor buffers kept for reuse (default 1 GiB or CTRANSFORMER_CACHE_LIMIT_MB).");
     m.def("get_num_threads", &ct::get_num_threads);
     m.def("build_info", [] {

@@ -47,7 +47,10 @@ void bind_nn_gpt(py::module_& nn) {
 
     py::class_<SelfAttention, Module, std::shared_ptr<SelfAttention>>(gpt, "SelfAttention",
         "Causal multi-head self-attention (seed 004): q_layer, k_layer, v_layer, proj_layer, attn_drop, proj_drop.")
-        .def(py::init<std::size_t, std::size_t, float>(), py::arg("embed_dim"), py::arg("num_head"), py::arg("dropout"))
+        .def(py::init([](ctpy::Int embed_dim, ctpy::Int num_head, float dropout) {
+            const std::size_t e = to_size(embed_dim, "SelfAttention: embed_dim"), h = to_size(num_head, "SelfAttention: num_head");
+            return std::make_shared<SelfAttention>(e, h, dropout);
+        }), py::arg("embed_dim"), py::arg("num_head"), py::arg("dropout"))
         .def("forward", &SelfAttention::forward, py::arg("x"), release_gil(),
              "x (batch, seq_len, embed_dim) -> (out, attn (batch, num_head, seq_len, seq_len)).")
         .def("__call__", &SelfAttention::forward, py::arg("x"), release_gil())
@@ -61,8 +64,10 @@ void bind_nn_gpt(py::module_& nn) {
         .def_readonly("head_dim", &SelfAttention::head_dim);
 
     py::class_<FFN, Module, std::shared_ptr<FFN>>(gpt, "FFN", "drop(fc2(gelu_tanh(fc1(x)))) (seed 004).")
-        .def(py::init<std::size_t, std::size_t, float>(), py::arg("embed_dim"), py::arg("feedforward_dim"),
-             py::arg("dropout"))
+        .def(py::init([](ctpy::Int embed_dim, ctpy::Int feedforward_dim, float dropout) {
+            const std::size_t e = to_size(embed_dim, "FFN: embed_dim"), f = to_size(feedforward_dim, "FFN: feedforward_dim");
+            return std::make_shared<FFN>(e, f, dropout);
+        }), py::arg("embed_dim"), py::arg("feedforward_dim"), py::arg("dropout"))
         .def("forward", &FFN::forward, py::arg("x"), release_gil())
         .def("__call__", &FFN::forward, py::arg("x"), release_gil())
         .def_readonly("fc1", &FFN::fc1)
@@ -71,7 +76,12 @@ void bind_nn_gpt(py::module_& nn) {
 
     py::class_<TransformerLayer, Module, std::shared_ptr<TransformerLayer>>(gpt, "TransformerLayer",
         "Pre-norm block (seed 004): x + attn(norm1(x)), then + ffn(norm2(.)); no residuals when no_res.")
-        .def(py::init<std::size_t, std::size_t, std::size_t, float, bool>(), py::arg("embed_dim"), py::arg("num_head"),
+        .def(py::init([](ctpy::Int embed_dim, ctpy::Int num_head, ctpy::Int feedforward_dim, float dropout, bool no_res) {
+            const std::size_t e = to_size(embed_dim, "TransformerLayer: embed_dim"),
+                              h = to_size(num_head, "TransformerLayer: num_head"),
+                              f = to_size(feedforward_dim, "TransformerLayer: feedforward_dim");
+            return std::make_shared<TransformerLayer>(e, h, f, dropout, no_res);
+        }), py::arg("embed_dim"), py::arg("num_head"),
              py::arg("feedforward_dim"), py::arg("dropout"), py::arg("no_res") = false)
         .def("forward", &TransformerLayer::forward, py::arg("x"), release_gil(), "x -> (out, attn).")
         .def("__call__", &TransformerLayer::forward, py::arg("x"), release_gil())
@@ -85,7 +95,15 @@ void bind_nn_gpt(py::module_& nn) {
     py::class_<LayerList, Module, std::shared_ptr<LayerList>>(gpt, "TransformerLayerList",
         "GPT.transformer: a ModuleList of TransformerLayer.")
         .def("__len__", &LayerList::size)
-        .def("__getitem__", [](const LayerList& l, std::int64_t i) {
+        .def("__getitem__", [](const LayerList& l, py::object index) {
+            // Beyond 64 bits is out of range like any other index.
+            int overflow = 0;
+            const long long i = PyIndex_Check(index.ptr()) ? PyLong_AsLongLongAndOverflow(py::int_(index).ptr(), &overflow) : 0;
+            if (!PyIndex_Check(index.ptr()))
+                throw ct::TypeError("transformer: indices must be integers, got " + py::str(py::type::of(index)).cast<std::string>());
+            if (overflow != 0)
+                throw ct::IndexError("transformer: index " + py::str(index).cast<std::string>() + " out of range for " +
+                                     std::to_string(l.size()) + " layers");
             const auto n = std::int64_t(l.size());
             if (i < -n || i >= n) throw ct::IndexError("transformer: index " + std::to_string(i) + " out of range for " +
                                                        std::to_string(n) + " layers");
@@ -102,8 +120,8 @@ Token + learned position embeddings, dropout, ``num_layer`` pre-norm Transformer
 LayerNorm and a bias-free ``language_model_head`` whose weight is the token embedding's weight.
 Weights ~ N(0, 0.02), biases 0, attention output projections ~ N(0, 0.02 / sqrt(2 num_layer)),
 drawn from the generator seeded by ``ctransformer.manual_seed``.)doc")
-        .def(py::init([](py::object vocab_size, py::object max_seq_len, py::object num_layer, py::object embed_dim,
-                         py::object num_head, py::object feedforward_dim, float dropout, bool no_res, bool no_pos) {
+        .def(py::init([](ctpy::Int vocab_size, ctpy::Int max_seq_len, ctpy::Int num_layer, ctpy::Int embed_dim,
+                         ctpy::Int num_head, ctpy::Int feedforward_dim, float dropout, bool no_res, bool no_pos) {
                  const std::size_t v = to_size(vocab_size, "GPT: vocab_size");
                  const std::size_t t = to_size(max_seq_len, "GPT: max_seq_len");
                  const std::size_t l = to_size(num_layer, "GPT: num_layer");
@@ -138,7 +156,7 @@ being cross-entropy with ignore_index=0; otherwise (logits, [attention weights o
            R"doc([{"params": Linear weights, "weight_decay": weight_decay},
  {"params": biases, LayerNorm and Embedding weights, "weight_decay": 0.0}], each sorted by
 parameter name; the tied head weight appears once (as word_token_embedding.weight, no decay).)doc")
-        .def("generate", [](const GPT& m, py::object idx, py::object max_new_tokens_obj, float temperature,
+        .def("generate", [](const GPT& m, py::object idx, ctpy::Int max_new_tokens_obj, float temperature,
                             py::object top_k_obj, bool use_cache) {
             if (PyIndex_Check(max_new_tokens_obj.ptr()) && !py::isinstance<py::bool_>(max_new_tokens_obj) &&
                 py::int_(max_new_tokens_obj) < py::int_(0))

@@ -32,8 +32,9 @@ std::string module_repr(const Module& m, const std::string& indent = "") {
 }  // namespace
 
 void bind_nn_module(py::module_& nn) {
+    // module= names its home, as for the classes (namedtuple guesses from the caller's frame, and finds none here).
     auto load_result = py::module_::import("collections").attr("namedtuple")(
-        "IncompatibleKeys", py::make_tuple("missing_keys", "unexpected_keys"));
+        "IncompatibleKeys", py::make_tuple("missing_keys", "unexpected_keys"), py::arg("module") = nn.attr("__name__"));
     nn.attr("IncompatibleKeys") = load_result;
 
     py::class_<Module, std::shared_ptr<Module>>(nn, "Module", "Base of every layer: a tree of named parameters.")
@@ -79,7 +80,7 @@ void bind_nn_module(py::module_& nn) {
         .def("__repr__", [](const Module& m) { return module_repr(m); });
 
     py::class_<Linear, Module, std::shared_ptr<Linear>>(nn, "Linear")
-        .def(py::init([](py::object in_features, py::object out_features, bool bias) {
+        .def(py::init([](ctpy::Int in_features, ctpy::Int out_features, bool bias) {
             const std::size_t in = to_size(in_features, "Linear: in_features");
             const std::size_t out = to_size(out_features, "Linear: out_features");
             py::gil_scoped_release release;
@@ -100,7 +101,7 @@ void bind_nn_module(py::module_& nn) {
         return e.forward(idx);
     };
     py::class_<Embedding, Module, std::shared_ptr<Embedding>>(nn, "Embedding")
-        .def(py::init([](py::object num_embeddings, py::object embedding_dim, py::object padding_idx) {
+        .def(py::init([](ctpy::Int num_embeddings, ctpy::Int embedding_dim, py::object padding_idx) {
             const std::size_t n = to_size(num_embeddings, "Embedding: num_embeddings");
             const std::size_t d = to_size(embedding_dim, "Embedding: embedding_dim");
             std::optional<std::int64_t> pad;
@@ -116,10 +117,10 @@ void bind_nn_module(py::module_& nn) {
         .def_readonly("padding_idx", &Embedding::padding_idx);
 
     py::class_<LayerNorm, Module, std::shared_ptr<LayerNorm>>(nn, "LayerNorm")
-        .def(py::init([](py::object normalized_shape, float eps) {
+        .def(py::init([](ctpy::Int normalized_shape, float eps) {
             const std::size_t d = to_size(normalized_shape, "LayerNorm: normalized_shape");
             return std::make_shared<LayerNorm>(d, eps);
-        }), py::arg("normalized_shape"), py::arg("eps") = 1e-5f)
+        }), py::arg("normalized_shape"), py::arg("eps") = 1e-5)
         .def("forward", &LayerNorm::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
         .def("__call__", &LayerNorm::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
         .def_readwrite("weight", &LayerNorm::weight)

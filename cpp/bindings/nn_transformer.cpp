@@ -56,7 +56,7 @@ SublayerOptions make_options(const std::string& layout, bool norm_first, bool qk
 // The keyword-only sub-layer options, seed 000's defaults.
 #define CT_SUBLAYER_KWARGS                                                                                 \
     py::kw_only(), py::arg("layout") = "seed000", py::arg("norm_first") = false, py::arg("qkv_bias") = false, \
-        py::arg("proj_bias") = false, py::arg("layer_norm_eps") = 1e-6f, py::arg("attn_dropout") = 0.1f,    \
+        py::arg("proj_bias") = false, py::arg("layer_norm_eps") = 1e-6, py::arg("attn_dropout") = 0.1,      \
         py::arg("mask_fill") = -1e9f, py::arg("scale_after_matmul") = false
 
 const char* kSublayerDoc =
@@ -100,24 +100,58 @@ py::object run_decoder(py::object trg_seq, py::object trg_mask, py::object src_m
     return decoder_result(r, return_attns);
 }
 
+// TransformerConfig's integer fields: any Python int, range-checked by name (not pybind11's cast).
+auto size_getter(std::size_t TransformerConfig::*field) {
+    return [field](const TransformerConfig& c) { return c.*field; };
+}
+auto size_setter(std::size_t TransformerConfig::*field, const char* name) {
+    return [field, name](TransformerConfig& c, py::object v) { c.*field = to_size(v, std::string("TransformerConfig: ") + name); };
+}
+auto int_getter(std::int64_t TransformerConfig::*field) {
+    return [field](const TransformerConfig& c) { return c.*field; };
+}
+auto int_setter(std::int64_t TransformerConfig::*field, const char* name) {
+    return [field, name](TransformerConfig& c, py::object v) { c.*field = to_int(v, std::string("TransformerConfig: ") + name); };
+}
+
 // EncoderLayer/DecoderLayer(d_model, d_inner, n_head, d_k, d_v, dropout, *, sub-layer options).
 template <class Layer>
 auto layer_init(const char* fn) {
-    return py::init([fn](std::size_t d_model, std::size_t d_inner, std::size_t n_head, std::size_t d_k,
-                         std::size_t d_v, float dropout, const std::string& layout, bool norm_first, bool qkv_bias,
+    return py::init([fn](ctpy::Int d_model_obj, ctpy::Int d_inner_obj, ctpy::Int n_head_obj, ctpy::Int d_k_obj,
+                         ctpy::Int d_v_obj, float dropout, const std::string& layout, bool norm_first, bool qkv_bias,
                          bool proj_bias, float eps, float attn_dropout, float mask_fill, bool after) {
+        const std::string name = std::string(fn) + ": ";
+        const std::size_t d_model = to_size(d_model_obj, name + "d_model"), d_inner = to_size(d_inner_obj, name + "d_inner"),
+                          n_head = to_size(n_head_obj, name + "n_head"), d_k = to_size(d_k_obj, name + "d_k"),
+                          d_v = to_size(d_v_obj, name + "d_v");
         return std::make_shared<Layer>(
             d_model, d_inner, n_head, d_k, d_v, dropout,
             make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after, fn));
     });
 }
 
+// The sizes an Encoder or a Decoder takes, each checked by name (`vocab_name`: its vocabulary argument).
+struct StackSizes {
+    std::size_t vocab, d_word_vec, n_layers, n_head, d_k, d_v, d_model, d_inner, n_position;
+    std::int64_t pad_idx;
+};
+StackSizes stack_sizes(const std::string& fn, const char* vocab_name, const py::handle& vocab, const py::handle& d_word_vec,
+                       const py::handle& n_layers, const py::handle& n_head, const py::handle& d_k, const py::handle& d_v,
+                       const py::handle& d_model, const py::handle& d_inner, const py::handle& pad_idx,
+                       const py::handle& n_position) {
+    return {to_size(vocab, fn + vocab_name), to_size(d_word_vec, fn + "d_word_vec"), to_size(n_layers, fn + "n_layers"),
+            to_size(n_head, fn + "n_head"), to_size(d_k, fn + "d_k"), to_size(d_v, fn + "d_v"),
+            to_size(d_model, fn + "d_model"), to_size(d_inner, fn + "d_inner"), to_size(n_position, fn + "n_position"),
+            to_int(pad_idx, fn + "pad_idx")};
+}
+
 }  // namespace
 
 void bind_nn_transformer(py::module_& nn) {
     // --- masks -------------------------------------------------------------------------------------
-    nn.def("get_pad_mask", [](py::object seq, std::int64_t pad_idx) {
-        return mask_to_numpy(get_pad_mask(to_index_array(seq, "seq"), pad_idx));
+    nn.def("get_pad_mask", [](py::object seq, ctpy::Int pad_idx) {
+        const std::int64_t pad = to_int(pad_idx, "get_pad_mask: pad_idx");
+        return mask_to_numpy(get_pad_mask(to_index_array(seq, "seq"), pad));
     }, py::arg("seq"), py::arg("pad_idx"),
        "(seq != pad_idx)[:, None, :]: a (b, 1, len) boolean array, True where a key may be attended (seed 000).");
     nn.def("get_subsequent_mask", [](py::object seq) {
@@ -140,19 +174,19 @@ void bind_nn_transformer(py::module_& nn) {
               }
               return c;
           }))
-        .def_readwrite("n_src_vocab", &TransformerConfig::n_src_vocab)
-        .def_readwrite("n_trg_vocab", &TransformerConfig::n_trg_vocab)
-        .def_readwrite("src_pad_idx", &TransformerConfig::src_pad_idx)
-        .def_readwrite("trg_pad_idx", &TransformerConfig::trg_pad_idx)
-        .def_readwrite("d_word_vec", &TransformerConfig::d_word_vec)
-        .def_readwrite("d_model", &TransformerConfig::d_model)
-        .def_readwrite("d_inner", &TransformerConfig::d_inner)
-        .def_readwrite("n_layers", &TransformerConfig::n_layers)
-        .def_readwrite("n_head", &TransformerConfig::n_head)
-        .def_readwrite("d_k", &TransformerConfig::d_k)
-        .def_readwrite("d_v", &TransformerConfig::d_v)
+        .def_property("n_src_vocab", size_getter(&TransformerConfig::n_src_vocab), size_setter(&TransformerConfig::n_src_vocab, "n_src_vocab"))
+        .def_property("n_trg_vocab", size_getter(&TransformerConfig::n_trg_vocab), size_setter(&TransformerConfig::n_trg_vocab, "n_trg_vocab"))
+        .def_property("src_pad_idx", int_getter(&TransformerConfig::src_pad_idx), int_setter(&TransformerConfig::src_pad_idx, "src_pad_idx"))
+        .def_property("trg_pad_idx", int_getter(&TransformerConfig::trg_pad_idx), int_setter(&TransformerConfig::trg_pad_idx, "trg_pad_idx"))
+        .def_property("d_word_vec", size_getter(&TransformerConfig::d_word_vec), size_setter(&TransformerConfig::d_word_vec, "d_word_vec"))
+        .def_property("d_model", size_getter(&TransformerConfig::d_model), size_setter(&TransformerConfig::d_model, "d_model"))
+        .def_property("d_inner", size_getter(&TransformerConfig::d_inner), size_setter(&TransformerConfig::d_inner, "d_inner"))
+        .def_property("n_layers", size_getter(&TransformerConfig::n_layers), size_setter(&TransformerConfig::n_layers, "n_layers"))
+        .def_property("n_head", size_getter(&TransformerConfig::n_head), size_setter(&TransformerConfig::n_head, "n_head"))
+        .def_property("d_k", size_getter(&TransformerConfig::d_k), size_setter(&TransformerConfig::d_k, "d_k"))
+        .def_property("d_v", size_getter(&TransformerConfig::d_v), size_setter(&TransformerConfig::d_v, "d_v"))
         .def_readwrite("dropout", &TransformerConfig::dropout)
-        .def_readwrite("n_position", &TransformerConfig::n_position)
+        .def_property("n_position", size_getter(&TransformerConfig::n_position), size_setter(&TransformerConfig::n_position, "n_position"))
         .def_readwrite("trg_emb_prj_weight_sharing", &TransformerConfig::trg_emb_prj_weight_sharing)
         .def_readwrite("emb_src_trg_weight_sharing", &TransformerConfig::emb_src_trg_weight_sharing)
         .def_readwrite("scale_emb_or_prj", &TransformerConfig::scale_emb_or_prj)
@@ -180,7 +214,7 @@ void bind_nn_transformer(py::module_& nn) {
         .def("validate", &TransformerConfig::validate)
         .def_static("seed003", &TransformerConfig::seed003, py::arg("n_src_vocab") = 39, py::arg("n_trg_vocab") = 39,
                     py::arg("pad_idx") = 2, py::arg("d_model") = 32, py::arg("n_head") = 4, py::arg("d_inner") = 64,
-                    py::arg("n_layers") = 3, py::arg("n_position") = 50, py::arg("dropout") = 0.1f,
+                    py::arg("n_layers") = 3, py::arg("n_position") = 50, py::arg("dropout") = 0.1,
                     "Seed 003's toy translator: pre-norm, d_model 32, 4 heads, FFN 64, 3 + 3 layers, vocabulary 39, "
                     "<PAD> = 2, length <= 50.")
         .def("__repr__", [](py::object self) {
@@ -202,7 +236,7 @@ void bind_nn_transformer(py::module_& nn) {
     // --- layers ------------------------------------------------------------------------------------
     py::class_<PositionalEncoding, Module, std::shared_ptr<PositionalEncoding>>(nn, "PositionalEncoding",
         "Adds the fixed sinusoid table, a buffer 'pos_table' of shape (1, n_position, d_hid).")
-        .def(py::init([](py::object d_hid_obj, py::object n_position_obj, const std::string& pe_formula) {
+        .def(py::init([](ctpy::Int d_hid_obj, ctpy::Int n_position_obj, const std::string& pe_formula) {
             const std::size_t d_hid = to_size(d_hid_obj, "PositionalEncoding: d_hid");
             const std::size_t n_position = to_size(n_position_obj, "PositionalEncoding: n_position");
             return std::make_shared<PositionalEncoding>(d_hid, n_position,
@@ -223,7 +257,7 @@ void bind_nn_transformer(py::module_& nn) {
     py::class_<ScaledDotProductAttention, Module, std::shared_ptr<ScaledDotProductAttention>>(
         nn, "ScaledDotProductAttention",
         "softmax(q / temperature @ k^T, masked) -> dropout -> @ v; forward returns (output, attn).")
-        .def(py::init<float, float, float, bool>(), py::arg("temperature"), py::arg("attn_dropout") = 0.1f,
+        .def(py::init<float, float, float, bool>(), py::arg("temperature"), py::arg("attn_dropout") = 0.1,
              py::arg("mask_fill") = -1e9f, py::arg("scale_after_matmul") = false)
         .def("forward", sdpa, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
         .def("__call__", sdpa, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
@@ -238,14 +272,17 @@ void bind_nn_transformer(py::module_& nn) {
     py::class_<MultiHeadAttention, Module, std::shared_ptr<MultiHeadAttention>>(nn, "MultiHeadAttention",
         (std::string("Multi-head attention (seed 000's SubLayers.py). forward(q, k, v, mask=None) returns "
                      "(output, attn); mask is (b or 1, len_q or 1, len_k), True = may attend. ") + kSublayerDoc).c_str())
-        .def(py::init([](std::size_t n_head, std::size_t d_model, std::size_t d_k, std::size_t d_v, float dropout,
-                         const std::string& layout, bool norm_first, bool qkv_bias, bool proj_bias, float eps,
-                         float attn_dropout, float mask_fill, bool after) {
+        .def(py::init([](ctpy::Int n_head_obj, ctpy::Int d_model_obj, ctpy::Int d_k_obj, ctpy::Int d_v_obj,
+                         float dropout, const std::string& layout, bool norm_first, bool qkv_bias, bool proj_bias,
+                         float eps, float attn_dropout, float mask_fill, bool after) {
+            const std::string fn = "MultiHeadAttention: ";
+            const std::size_t n_head = to_size(n_head_obj, fn + "n_head"), d_model = to_size(d_model_obj, fn + "d_model"),
+                              d_k = to_size(d_k_obj, fn + "d_k"), d_v = to_size(d_v_obj, fn + "d_v");
             return std::make_shared<MultiHeadAttention>(
                 n_head, d_model, d_k, d_v, dropout,
                 make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after,
                              "MultiHeadAttention"));
-        }), py::arg("n_head"), py::arg("d_model"), py::arg("d_k"), py::arg("d_v"), py::arg("dropout") = 0.1f,
+        }), py::arg("n_head"), py::arg("d_model"), py::arg("d_k"), py::arg("d_v"), py::arg("dropout") = 0.1,
              CT_SUBLAYER_KWARGS)
         .def("forward", mha, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
         .def("__call__", mha, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
@@ -264,14 +301,16 @@ void bind_nn_transformer(py::module_& nn) {
         nn, "PositionwiseFeedForward",
         (std::string("w_2(relu(w_1(x))) with dropout, residual and LayerNorm (post- or pre-norm). ") + kSublayerDoc)
             .c_str())
-        .def(py::init([](std::size_t d_in, std::size_t d_hid, float dropout, const std::string& layout,
+        .def(py::init([](ctpy::Int d_in_obj, ctpy::Int d_hid_obj, float dropout, const std::string& layout,
                          bool norm_first, bool qkv_bias, bool proj_bias, float eps, float attn_dropout,
                          float mask_fill, bool after) {
+            const std::size_t d_in = to_size(d_in_obj, "PositionwiseFeedForward: d_in");
+            const std::size_t d_hid = to_size(d_hid_obj, "PositionwiseFeedForward: d_hid");
             return std::make_shared<PositionwiseFeedForward>(
                 d_in, d_hid, dropout,
                 make_options(layout, norm_first, qkv_bias, proj_bias, eps, attn_dropout, mask_fill, after,
                              "PositionwiseFeedForward"));
-        }), py::arg("d_in"), py::arg("d_hid"), py::arg("dropout") = 0.1f, CT_SUBLAYER_KWARGS)
+        }), py::arg("d_in"), py::arg("d_hid"), py::arg("dropout") = 0.1, CT_SUBLAYER_KWARGS)
         .def("forward", &PositionwiseFeedForward::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
         .def("__call__", &PositionwiseFeedForward::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
         .def_readonly("w_1", &PositionwiseFeedForward::w_1)
@@ -288,7 +327,7 @@ void bind_nn_transformer(py::module_& nn) {
         (std::string("Self-attention then feed-forward; forward returns (enc_output, enc_slf_attn). ") + kSublayerDoc)
             .c_str())
         .def(layer_init<EncoderLayer>("EncoderLayer"), py::arg("d_model"), py::arg("d_inner"), py::arg("n_head"), py::arg("d_k"), py::arg("d_v"),
-             py::arg("dropout") = 0.1f, CT_SUBLAYER_KWARGS)
+             py::arg("dropout") = 0.1, CT_SUBLAYER_KWARGS)
         .def("forward", enc_layer, py::arg("enc_input"), py::arg("slf_attn_mask") = py::none())
         .def("__call__", enc_layer, py::arg("enc_input"), py::arg("slf_attn_mask") = py::none())
         .def_readonly("slf_attn", &EncoderLayer::slf_attn)
@@ -305,7 +344,7 @@ void bind_nn_transformer(py::module_& nn) {
         (std::string("Masked self-attention, encoder-decoder attention, feed-forward; forward returns "
                      "(dec_output, dec_slf_attn, dec_enc_attn). ") + kSublayerDoc).c_str())
         .def(layer_init<DecoderLayer>("DecoderLayer"), py::arg("d_model"), py::arg("d_inner"), py::arg("n_head"), py::arg("d_k"), py::arg("d_v"),
-             py::arg("dropout") = 0.1f, CT_SUBLAYER_KWARGS)
+             py::arg("dropout") = 0.1, CT_SUBLAYER_KWARGS)
         .def("forward", dec_layer, py::arg("dec_input"), py::arg("enc_output"), py::arg("slf_attn_mask") = py::none(),
              py::arg("dec_enc_attn_mask") = py::none())
         .def("__call__", dec_layer, py::arg("dec_input"), py::arg("enc_output"),
@@ -335,10 +374,17 @@ void bind_nn_transformer(py::module_& nn) {
         "Embedding -> (* sqrt(d_model)) -> + positional encoding -> dropout -> LayerNorm -> EncoderLayers "
         "(seed 000). forward(src_seq, src_mask, return_attns=False) returns enc_output, or "
         "(enc_output, [enc_slf_attn per layer]).")
-        .def(py::init<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
-                      std::size_t, std::int64_t, float, std::size_t, bool>(),
+        .def(py::init([](ctpy::Int n_src_vocab, ctpy::Int d_word_vec, ctpy::Int n_layers, ctpy::Int n_head,
+                         ctpy::Int d_k, ctpy::Int d_v, ctpy::Int d_model, ctpy::Int d_inner, ctpy::Int pad_idx,
+                         float dropout, ctpy::Int n_position, bool scale_emb) {
+                 const StackSizes s = stack_sizes("Encoder: ", "n_src_vocab", n_src_vocab, d_word_vec, n_layers, n_head,
+                                                  d_k, d_v, d_model, d_inner, pad_idx, n_position);
+                 py::gil_scoped_release release;
+                 return std::make_shared<Encoder>(s.vocab, s.d_word_vec, s.n_layers, s.n_head, s.d_k, s.d_v, s.d_model,
+                                                  s.d_inner, s.pad_idx, dropout, s.n_position, scale_emb);
+             }),
              py::arg("n_src_vocab"), py::arg("d_word_vec"), py::arg("n_layers"), py::arg("n_head"), py::arg("d_k"),
-             py::arg("d_v"), py::arg("d_model"), py::arg("d_inner"), py::arg("pad_idx"), py::arg("dropout") = 0.1f,
+             py::arg("d_v"), py::arg("d_model"), py::arg("d_inner"), py::arg("pad_idx"), py::arg("dropout") = 0.1,
              py::arg("n_position") = 200, py::arg("scale_emb") = false)
         .def(py::init<const TransformerConfig&, bool>(), py::arg("config"), py::arg("scale_emb") = false)
         .def("forward", encode, py::arg("src_seq"), py::arg("src_mask") = py::none(), py::arg("return_attns") = false)
@@ -361,11 +407,18 @@ void bind_nn_transformer(py::module_& nn) {
     py::class_<Decoder, Module, std::shared_ptr<Decoder>>(nn, "Decoder",
         "The Encoder's front on the target, then DecoderLayers (seed 000). forward(trg_seq, trg_mask, enc_output, "
         "src_mask, return_attns=False) returns dec_output, or (dec_output, [dec_slf_attn], [dec_enc_attn]).")
-        .def(py::init<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
-                      std::size_t, std::int64_t, std::size_t, float, bool>(),
+        .def(py::init([](ctpy::Int n_trg_vocab, ctpy::Int d_word_vec, ctpy::Int n_layers, ctpy::Int n_head,
+                         ctpy::Int d_k, ctpy::Int d_v, ctpy::Int d_model, ctpy::Int d_inner, ctpy::Int pad_idx,
+                         ctpy::Int n_position, float dropout, bool scale_emb) {
+                 const StackSizes s = stack_sizes("Decoder: ", "n_trg_vocab", n_trg_vocab, d_word_vec, n_layers, n_head,
+                                                  d_k, d_v, d_model, d_inner, pad_idx, n_position);
+                 py::gil_scoped_release release;
+                 return std::make_shared<Decoder>(s.vocab, s.d_word_vec, s.n_layers, s.n_head, s.d_k, s.d_v, s.d_model,
+                                                  s.d_inner, s.pad_idx, s.n_position, dropout, scale_emb);
+             }),
              py::arg("n_trg_vocab"), py::arg("d_word_vec"), py::arg("n_layers"), py::arg("n_head"), py::arg("d_k"),
              py::arg("d_v"), py::arg("d_model"), py::arg("d_inner"), py::arg("pad_idx"), py::arg("n_position") = 200,
-             py::arg("dropout") = 0.1f, py::arg("scale_emb") = false)
+             py::arg("dropout") = 0.1, py::arg("scale_emb") = false)
         .def(py::init<const TransformerConfig&, bool>(), py::arg("config"), py::arg("scale_emb") = false)
         .def("forward", decode, py::arg("trg_seq"), py::arg("trg_mask"), py::arg("enc_output"), py::arg("src_mask"),
              py::arg("return_attns") = false)
@@ -410,23 +463,52 @@ void bind_nn_transformer(py::module_& nn) {
 model(src_seq, trg_seq) takes (b, len) NumPy integer arrays and returns the logits, (b*len, n_trg_vocab)
 for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it returns
 (logits, enc_slf_attns, dec_slf_attns, dec_enc_attns), one (b, n_head, lq, lk) Tensor per layer.)doc")
-        .def(py::init<std::size_t, std::size_t, std::int64_t, std::int64_t, std::size_t, std::size_t, std::size_t,
-                      std::size_t, std::size_t, std::size_t, std::size_t, float, std::size_t, bool, bool,
-                      const std::string&>(),
+        .def(py::init([](ctpy::Int n_src_vocab, ctpy::Int n_trg_vocab, ctpy::Int src_pad_idx, ctpy::Int trg_pad_idx,
+                         ctpy::Int d_word_vec, ctpy::Int d_model, ctpy::Int d_inner, ctpy::Int n_layers,
+                         ctpy::Int n_head, ctpy::Int d_k, ctpy::Int d_v, float dropout, ctpy::Int n_position,
+                         bool trg_emb_prj_weight_sharing, bool emb_src_trg_weight_sharing,
+                         const std::string& scale_emb_or_prj) {
+                 const std::string fn = "Transformer: ";
+                 const std::size_t sv = to_size(n_src_vocab, fn + "n_src_vocab");
+                 const std::size_t tv = to_size(n_trg_vocab, fn + "n_trg_vocab");
+                 const std::int64_t sp = to_int(src_pad_idx, fn + "src_pad_idx");
+                 const std::int64_t tp = to_int(trg_pad_idx, fn + "trg_pad_idx");
+                 const std::size_t wv = to_size(d_word_vec, fn + "d_word_vec");
+                 const std::size_t dm = to_size(d_model, fn + "d_model");
+                 const std::size_t di = to_size(d_inner, fn + "d_inner");
+                 const std::size_t nl = to_size(n_layers, fn + "n_layers");
+                 const std::size_t nh = to_size(n_head, fn + "n_head");
+                 const std::size_t dk = to_size(d_k, fn + "d_k");
+                 const std::size_t dv = to_size(d_v, fn + "d_v");
+                 const std::size_t np = to_size(n_position, fn + "n_position");
+                 py::gil_scoped_release release;
+                 return std::make_shared<Transformer>(sv, tv, sp, tp, wv, dm, di, nl, nh, dk, dv, dropout, np,
+                                                      trg_emb_prj_weight_sharing, emb_src_trg_weight_sharing,
+                                                      scale_emb_or_prj);
+             }),
              py::arg("n_src_vocab"), py::arg("n_trg_vocab"), py::arg("src_pad_idx"), py::arg("trg_pad_idx"),
              py::arg("d_word_vec") = 512, py::arg("d_model") = 512, py::arg("d_inner") = 2048,
              py::arg("n_layers") = 6, py::arg("n_head") = 8, py::arg("d_k") = 64, py::arg("d_v") = 64,
-             py::arg("dropout") = 0.1f, py::arg("n_position") = 200, py::arg("trg_emb_prj_weight_sharing") = true,
+             py::arg("dropout") = 0.1, py::arg("n_position") = 200, py::arg("trg_emb_prj_weight_sharing") = true,
              py::arg("emb_src_trg_weight_sharing") = true, py::arg("scale_emb_or_prj") = "prj")
         .def(py::init<const TransformerConfig&>(), py::arg("config"))
-        .def_static("seed003", [](std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t pad_idx,
-                                  std::size_t d_model, std::size_t n_head, std::size_t d_inner, std::size_t n_layers,
-                                  std::size_t n_position, float dropout) {
-            return std::make_shared<Transformer>(TransformerConfig::seed003(
-                n_src_vocab, n_trg_vocab, pad_idx, d_model, n_head, d_inner, n_layers, n_position, dropout));
+        .def_static("seed003", [](ctpy::Int n_src_vocab, ctpy::Int n_trg_vocab, ctpy::Int pad_idx, ctpy::Int d_model,
+                                  ctpy::Int n_head, ctpy::Int d_inner, ctpy::Int n_layers, ctpy::Int n_position,
+                                  float dropout) {
+            const std::string fn = "Transformer.seed003: ";
+            const std::size_t sv = to_size(n_src_vocab, fn + "n_src_vocab");
+            const std::size_t tv = to_size(n_trg_vocab, fn + "n_trg_vocab");
+            const std::int64_t pad = to_int(pad_idx, fn + "pad_idx");
+            const std::size_t dm = to_size(d_model, fn + "d_model");
+            const std::size_t nh = to_size(n_head, fn + "n_head");
+            const std::size_t di = to_size(d_inner, fn + "d_inner");
+            const std::size_t nl = to_size(n_layers, fn + "n_layers");
+            const std::size_t np = to_size(n_position, fn + "n_position");
+            py::gil_scoped_release release;
+            return std::make_shared<Transformer>(TransformerConfig::seed003(sv, tv, pad, dm, nh, di, nl, np, dropout));
         }, py::arg("n_src_vocab") = 39, py::arg("n_trg_vocab") = 39, py::arg("pad_idx") = 2, py::arg("d_model") = 32,
            py::arg("n_head") = 4, py::arg("d_inner") = 64, py::arg("n_layers") = 3, py::arg("n_position") = 50,
-           py::arg("dropout") = 0.1f, "Seed 003's toy translator (TransformerConfig.seed003()).")
+           py::arg("dropout") = 0.1, "Seed 003's toy translator (TransformerConfig.seed003()).")
         .def("forward", forward, py::arg("src_seq"), py::arg("trg_seq"), py::arg("return_attns") = false)
         .def("__call__", forward, py::arg("src_seq"), py::arg("trg_seq"), py::arg("return_attns") = false)
         .def("encode", model_encode, py::arg("src_seq"), py::arg("src_mask") = py::none(),

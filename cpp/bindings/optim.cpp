@@ -479,7 +479,7 @@ Python call per step), or a list of them with one per group. Construction sets l
     py::class_<StepLR, LRScheduler, std::shared_ptr<StepLR>>(m, "StepLR", R"doc(StepLR(optimizer, step_size, gamma=0.1)
 
 Every step_size epochs each group's lr is multiplied by gamma.)doc")
-        .def(py::init([](py::object optimizer, py::object step_size, double gamma) {
+        .def(py::init([](py::object optimizer, ctpy::Int step_size, double gamma) {
             return std::make_shared<StepLR>(as_optimizer(optimizer, "StepLR"),
                                             to_int(step_size, "StepLR: step_size"), gamma);
         }), py::arg("optimizer"), py::arg("step_size"), py::arg("gamma") = 0.1)
@@ -489,7 +489,7 @@ Every step_size epochs each group's lr is multiplied by gamma.)doc")
     py::class_<CosineWarmupLR, LRScheduler, std::shared_ptr<CosineWarmupLR>>(m, "CosineWarmupLR", R"doc(CosineWarmupLR(optimizer, warmup_iters, lr_decay_iters, min_lr)
 
 nanoGPT's schedule: lr at epoch it = cosine_with_warmup(it, warmup_iters, lr_decay_iters, base_lr, min_lr).)doc")
-        .def(py::init([](py::object optimizer, py::object warmup_iters, py::object lr_decay_iters, double min_lr) {
+        .def(py::init([](py::object optimizer, ctpy::Int warmup_iters, ctpy::Int lr_decay_iters, double min_lr) {
             auto opt = as_optimizer(optimizer, "CosineWarmupLR");
             const std::int64_t warmup = to_int(warmup_iters, "CosineWarmupLR: warmup_iters");
             const std::int64_t decay = to_int(lr_decay_iters, "CosineWarmupLR: lr_decay_iters");
@@ -503,7 +503,7 @@ nanoGPT's schedule: lr at epoch it = cosine_with_warmup(it, warmup_iters, lr_dec
 
 Seeds 000/001: step_and_update_lr() does n_steps += 1, sets every group's
 lr = lr_mul * d_model^-0.5 * min(n_steps^-0.5, n_steps * n_warmup_steps^-1.5), then steps the optimizer.)doc")
-        .def(py::init([](py::object optimizer, double lr_mul, double d_model, py::object n_warmup_steps) {
+        .def(py::init([](py::object optimizer, double lr_mul, double d_model, ctpy::Int n_warmup_steps) {
             return std::make_shared<ScheduledOptim>(as_optimizer(optimizer, "ScheduledOptim"), lr_mul, d_model,
                                                     to_int(n_warmup_steps, "ScheduledOptim: n_warmup_steps"));
         }), py::arg("optimizer"), py::arg("lr_mul"), py::arg("d_model"), py::arg("n_warmup_steps"))

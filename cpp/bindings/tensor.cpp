@@ -94,7 +94,7 @@ Create one with ``ctransformer.tensor(array, requires_grad=False)``.)doc")
             py::gil_scoped_release release;
             return ct::reshape(t, s);
         }, "As reshape (ctransformer tensors are always contiguous, so the result owns a copy).")
-        .def("transpose", [](const Tensor& t, py::object dim0, py::object dim1) {
+        .def("transpose", [](const Tensor& t, ctpy::Int dim0, ctpy::Int dim1) {
             const std::int64_t a = to_dim(dim0, t.dim(), "transpose: dim0"), b = to_dim(dim1, t.dim(), "transpose: dim1");
             py::gil_scoped_release release;
             return ct::transpose(t, a, b);

@@ -148,6 +148,9 @@ namespace ct {
 
 void set_num_threads(int n) {
     if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
+    // Each thread beyond the first is a pool worker started on the next parallel op: a hostile
+    // n (10**6) would exhaust the process's threads there, far from the call that asked for it.
+    if (n > 1024) throw ValueError("set_num_threads: n must be at most 1024, got " + std::to_string(n));
     blas::init();
     parallel::set_threads(n);  // BLAS products and the kernels alike (parallel.hpp)
 }

@@ -89,8 +89,6 @@ def _remove_stale_temp_files(folder, name):
 
 def save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, config=None, extra=None):
     """Write model (+ optimizer, scheduler) state, the step, the config and `extra` atomically."""
-    from safetensors.numpy import save
-
     tensors = {f"model.{k}": np.ascontiguousarray(v) for k, v in model.state_dict().items()}
     metadata = {"format": FORMAT, "step": json.dumps(int(step)), "config": json.dumps(config or {}),
                 "extra": json.dumps(_flatten(extra or {}, "extra", tensors))}
@@ -98,8 +96,15 @@ def save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, config=
         metadata["optimizer"] = json.dumps(_flatten(optimizer.state_dict(), "optimizer", tensors))
     if scheduler is not None:
         metadata["scheduler"] = json.dumps(_flatten(scheduler.state_dict(), "scheduler", tensors))
-    metadata["sha256"] = _digest(tensors)
+    return _write(path, tensors, metadata)
 
+
+def _write(path, tensors, metadata):
+    """Write tensors + metadata (its checksum added) to a temporary file, sync it, rename it over `path`
+    and sync the folder."""
+    from safetensors.numpy import save
+
+    metadata = {**metadata, "sha256": _digest(tensors)}
     folder = os.path.dirname(os.path.abspath(path))
     _remove_stale_temp_files(folder, os.path.basename(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp", dir=folder)
@@ -253,3 +258,31 @@ def load_checkpoint(path, model, optimizer=None, scheduler=None, config=None):
         if target is not None:
             target.load_state_dict(states[name])
     return {"step": step, "config": stored_config, "extra": extra}
+
+
+def average_checkpoints(paths, output):
+    """Write to `output` the element-wise mean of the model weights of `paths` (fairseq's
+    average_checkpoints.py); step, config and extra are the last file's, optimizer state is dropped.
+
+    The files must hold the same weights by name and shape (checkpoints of one run). The mean is taken
+    in float64 and stored in each weight's dtype.
+    """
+    paths = list(paths)
+    if not paths:
+        raise ValueError("average_checkpoints: no checkpoint paths given")
+    total, metadata = None, None
+    for path in paths:
+        tensors, metadata = read_checkpoint(path)
+        weights = {k: v for k, v in tensors.items() if k.startswith("model.")}
+        if total is None:
+            total = {k: v.astype(np.float64) for k, v in weights.items()}
+            dtypes = {k: v.dtype for k, v in weights.items()}
+            continue
+        if weights.keys() != total.keys() or any(weights[k].shape != total[k].shape for k in total):
+            raise CheckpointError(f"average_checkpoints: {path} does not hold the same weights as {paths[0]}")
+        for k in total:
+            total[k] += weights[k]
+    averaged = {k: (v / len(paths)).astype(dtypes[k]) for k, v in total.items()}
+    extra_tensors = {k: v for k, v in tensors.items() if k.startswith("extra.")}
+    kept = {k: metadata[k] for k in ("format", "step", "config", "extra")}
+    return _write(output, {**averaged, **extra_tensors}, kept)

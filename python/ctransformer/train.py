@@ -4,6 +4,8 @@ Tasks (``--list`` shows their defaults):
   copy           the Annotated Transformer's copy task on system A's Transformer
   toy-translate  seed 003's toy translation with its pre-norm model
   shakespeare    seed 004's GPT on Tiny Shakespeare characters, nanoGPT's CPU settings
+  multi30k       Multi30k German->English (or any parallel corpus: --set train_src=FILE ...) with
+                 subwords, token batches, validation BLEU; translate with ctransformer-translate
 
 Every run is reproducible from ``--seed``. ``--checkpoint PATH`` saves model, optimizer, schedule,
 step, history and both random generators' states (every ``--checkpoint-every`` steps and at the end);
@@ -18,7 +20,8 @@ import time
 import numpy as np
 
 import ctransformer as ct
-from ctransformer.checkpoint import load_checkpoint, save_checkpoint
+from ctransformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ctransformer.data.parallel_corpus import CorpusError
 from ctransformer.tasks import TASKS
 
 
@@ -47,6 +50,7 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
         raise ValueError(f"train: unknown option(s) for task {task_name!r}: {', '.join(sorted(unknown))}")
     ct.manual_seed(cfg["seed"])
     rng = np.random.default_rng(cfg["seed"])
+    task.checkpoint, task.resume, task.cfg, task.log = checkpoint, resume, cfg, log
     model, optimizer, scheduler = task.build(cfg)
     history, start = [], 0
     if resume:
@@ -56,10 +60,12 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
         start, history = info["step"], list(info["extra"]["history"])
         rng.bit_generator.state = info["extra"]["numpy_rng"]
         ct.set_rng_state(info["extra"]["ct_rng"])
+        task.restore_extra(info["extra"])
         log(f"resumed {task_name} from {checkpoint} at step {start}")
 
     def save(step):
-        extra = {"history": history, "numpy_rng": rng.bit_generator.state, "ct_rng": ct.get_rng_state()}
+        extra = {**task.checkpoint_extra(), "history": history, "numpy_rng": rng.bit_generator.state,
+                 "ct_rng": ct.get_rng_state()}
         save_checkpoint(checkpoint, model, optimizer, scheduler, step=step, config=cfg, extra=extra)
 
     total = cfg["steps"]
@@ -71,10 +77,16 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
         bar = tqdm(total=total, initial=start, desc=task_name, unit="step", dynamic_ncols=True,
                    disable=not sys.stderr.isatty() and os.environ.get("CTRANSFORMER_PROGRESS") != "1")
     began = time.perf_counter()
+    tokens = 0
     model.train()
     for step in range(start, stop):
         metrics = task.train_step(model, optimizer, scheduler, rng, step, cfg)
-        if (step + 1) % cfg["log_every"] == 0 or step == 0 or step + 1 == total:
+        if "tokens" in metrics:
+            tokens += metrics.pop("tokens")
+            if bar:
+                bar.set_postfix_str(f"{tokens / (time.perf_counter() - began):.0f} tok/s", refresh=False)
+        if ((step + 1) % cfg["log_every"] == 0 or step == 0 or step + 1 == total
+                or task.log_due(step + 1, cfg)):
             metrics = {"step": step + 1, **metrics, **task.periodic_eval(model, rng, step + 1, cfg)}
             history.append(metrics)
             message = f"step {step + 1:5d}/{total}  {_format(metrics)}"
@@ -122,8 +134,9 @@ def main(argv=None):
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: all cores)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override any default shown by --list, e.g. --set lr=1e-3")
+    parser.add_argument("--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="override any default shown by --list, e.g. --set lr=1e-3 (several: --set a=1 b=2, "
+                             "or --set a=1 --set b=2)")
     parser.add_argument("--json", help="write the result (history, evaluation, samples, time) here")
     args = parser.parse_args(argv)
     if args.list:
@@ -132,6 +145,9 @@ def main(argv=None):
             for key, value in cls.defaults.items():
                 print(f"    {key} = {value!r}")
         return 0
+    for item in args.set:
+        if "=" not in item:
+            parser.error(f"--set takes KEY=VALUE items, got {item!r} (name the task before --set)")
     if not args.task:
         parser.error("a task is required (or --list)")
     if args.threads:
@@ -146,13 +162,20 @@ def main(argv=None):
     if args.seed is not None:
         config["seed"] = args.seed
     if args.epochs is not None:
-        if "steps_per_epoch" not in defaults:
+        if "epochs" in defaults:        # the task turns epochs into steps once it has its batches
+            if args.steps is None:
+                config["epochs"] = args.epochs
+        elif "steps_per_epoch" in defaults:
+            config["steps"] = args.epochs * defaults["steps_per_epoch"]
+        else:
             parser.error(f"--epochs: task {args.task} counts steps, not epochs")
-        config["steps"] = args.epochs * defaults["steps_per_epoch"]
     if args.steps is not None:
         config["steps"] = args.steps
-    task, model, result = train(args.task, config, checkpoint=args.checkpoint, resume=args.resume,
-                                checkpoint_every=args.checkpoint_every, progress=not args.no_progress)
+    try:
+        task, model, result = train(args.task, config, checkpoint=args.checkpoint, resume=args.resume,
+                                    checkpoint_every=args.checkpoint_every, progress=not args.no_progress)
+    except (OSError, CorpusError, CheckpointError) as error:   # a missing or unreadable file: say which
+        parser.exit(2, f"ctransformer-train: error: {error}\n")
     print(f"trained {result['steps']} steps in {result['train_seconds']:.1f} s")
     evaluation = result.get("evaluation", {})
     if evaluation:

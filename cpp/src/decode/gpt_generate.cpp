@@ -38,15 +38,17 @@ IndexArray generate(const nn::gpt::GPT& model, const IndexArray& idx, std::size_
     const std::size_t b = idx.shape[0], t0 = idx.shape[1], V = model.vocab_size, C = model.max_seq_len;
     const std::size_t k = top_k ? std::min<std::size_t>(std::size_t(*top_k), V) : V;
     const std::size_t T_end = detail::checked_generate_length(b, t0, max_new_tokens, "generate");
-    IndexArray out{std::vector<std::int64_t>(b * T_end), {b, T_end}};
-    for (std::size_t r = 0; r < b; ++r) std::copy_n(idx.data.begin() + std::ptrdiff_t(r * t0), t0, out.data.begin() + std::ptrdiff_t(r * T_end));
+    // One growing vector per row: memory grows with the tokens made, not all at once up front (a
+    // long request would otherwise zero-fill its whole output before the first, interruptible, step).
+    std::vector<std::vector<std::int64_t>> rows(b);
+    for (std::size_t r = 0; r < b; ++r)
+        rows[r].assign(idx.data.begin() + std::ptrdiff_t(r * t0), idx.data.begin() + std::ptrdiff_t((r + 1) * t0));
 
     // The ids [from, to) of every row, as a (b, to - from) batch.
     auto columns = [&](std::size_t from, std::size_t to) {
         IndexArray ids{std::vector<std::int64_t>(b * (to - from)), {b, to - from}};
         for (std::size_t r = 0; r < b; ++r)
-            std::copy_n(out.data.begin() + std::ptrdiff_t(r * T_end + from), to - from,
-                        ids.data.begin() + std::ptrdiff_t(r * (to - from)));
+            std::copy_n(rows[r].begin() + std::ptrdiff_t(from), to - from, ids.data.begin() + std::ptrdiff_t(r * (to - from)));
         return ids;
     };
 
@@ -62,7 +64,12 @@ IndexArray generate(const nn::gpt::GPT& model, const IndexArray& idx, std::size_
             logits = cache.step(columns(T - std::min(T, C), T));
         }
         for (std::size_t r = 0; r < b; ++r)
-            out.data[r * T_end + T] = sample_top_k(logits.data() + r * V, V, temperature, k, default_generator());
+            rows[r].push_back(sample_top_k(logits.data() + r * V, V, temperature, k, default_generator()));
+    }
+    IndexArray out{std::vector<std::int64_t>(b * T_end), {b, T_end}};
+    for (std::size_t r = 0; r < b; ++r) {
+        std::copy(rows[r].begin(), rows[r].end(), out.data.begin() + std::ptrdiff_t(r * T_end));
+        std::vector<std::int64_t>().swap(rows[r]);   // freed as the output fills
     }
     return out;
 }

@@ -6,13 +6,38 @@ class Task:
 
     defaults = {}
 
+    # Set by ctransformer.train.train before build(): the run's checkpoint path (or None), whether
+    # it resumes, its full config and where messages go.
+    checkpoint = None
+    resume = False
+    cfg = None
+
+    @staticmethod
+    def log(message):
+        print(message)
+
     def build(self, cfg):
         """(model, optimizer, scheduler) for this configuration; scheduler may be None."""
         raise NotImplementedError
 
     def train_step(self, model, optimizer, scheduler, rng, step, cfg):
-        """One optimizer step on a fresh batch; returns the metrics to log (loss, lr, ...)."""
+        """One optimizer step on a fresh batch; returns the metrics to log (loss, lr, ...).
+
+        A "tokens" entry (tokens trained on in this step) feeds the progress bar's tokens/s and is
+        not logged."""
         raise NotImplementedError
+
+    def log_due(self, step, cfg):
+        """True to log (and call periodic_eval) after `step` steps besides every log_every (e.g. at an
+        epoch's end); False by default."""
+        return False
+
+    def checkpoint_extra(self):
+        """What this task adds to a checkpoint's extra (JSON values and NumPy arrays); {} by default."""
+        return {}
+
+    def restore_extra(self, extra):
+        """Take back, on --resume, what checkpoint_extra stored."""
 
     def periodic_eval(self, model, rng, step, cfg):
         """Extra metrics at logging time (e.g. validation loss); {} by default."""

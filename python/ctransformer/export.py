@@ -1,0 +1,155 @@
+"""Export a trained Transformer to other inference engines.
+
+``to_ctranslate2(model, path, vocabulary)`` writes system A (seed 000/001's ``nn.Transformer``) as a
+CTranslate2 model directory, so a translation service can run it with CTranslate2's ``Translator``.
+CTranslate2's Transformer spec expresses every part of system A:
+
+- post-norm layers (``pre_norm=False``: residual add, then LayerNorm) with no final LayerNorm;
+- bias-free attention projections: the spec's linears take an optional bias, left unset; its
+  self-attention takes q, k and v as one fused (3 d, d) weight, its cross-attention q alone and
+  k, v fused;
+- the LayerNorm applied after embedding + position encoding (``layernorm_embedding``);
+- the seed's sinusoid table, stored as explicit position encodings (CTranslate2's own sinusoids put
+  all sines before all cosines; the seed interleaves them);
+- ``scale_emb_or_prj='prj'``: the logits times d_model^-1/2, folded into the output projection's
+  weight (the projection then no longer equals the target embedding, so the two are stored apart);
+  ``'emb'``: CTranslate2's own embedding scaling by d_model^1/2.
+
+Only the weights are converted, never re-derived: a CTranslate2 float32 model decodes the same
+tokens as ctransformer's greedy_decode and scores a target with the same log-probabilities to 2e-5
+(tests/test_export.py). Pass ``min_decoding_length=0`` to ``translate_batch`` for the same tokens
+throughout: CTranslate2's default (1) forbids an empty translation, ctransformer does not. Quantise at load time,
+``ctranslate2.Translator(path, compute_type="int8")``, or with ``quantization="int8"`` here.
+ctranslate2 is an optional dependency (``pip install ctransformer[export]``).
+"""
+import numpy as np
+
+__all__ = ["to_ctranslate2"]
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+        from ctranslate2.specs import transformer_spec
+    except ImportError as e:  # pragma: no cover - exercised only without the extra installed
+        raise ImportError("to_ctranslate2 needs the ctranslate2 package: pip install ctranslate2 "
+                          "(or ctransformer[export])") from e
+    return ctranslate2, transformer_spec
+
+
+def _check_supported(cfg):
+    """The system-A settings CTranslate2's spec can express; anything else is refused by name."""
+    wanted = {"layout": "seed000", "norm_first": False, "qkv_bias": False, "output_bias": False,
+              "embed_layer_norm": True, "pe_formula": "paired", "scale_after_matmul": False}
+    for name, value in wanted.items():
+        if getattr(cfg, name) != value:
+            raise ValueError(f"to_ctranslate2: model.config.{name} is {getattr(cfg, name)!r}; only system A's "
+                             f"{name}={value!r} is supported (seed 000/001's Transformer)")
+    if cfg.d_k != cfg.d_v:
+        raise ValueError(f"to_ctranslate2: model.config.d_k ({cfg.d_k}) must equal d_v ({cfg.d_v}): "
+                         "CTranslate2 has one head size")
+
+
+def _check_vocabulary(name, tokens, size):
+    tokens = list(tokens)
+    if len(tokens) != size:
+        raise ValueError(f"to_ctranslate2: {name} has {len(tokens)} tokens, the model's vocabulary has {size}")
+    if not all(isinstance(t, str) for t in tokens):
+        raise TypeError(f"to_ctranslate2: {name} must be a list of str")
+    if len(set(tokens)) != len(tokens):
+        raise ValueError(f"to_ctranslate2: {name} has duplicate tokens")
+    return tokens
+
+
+def _build_spec(model, transformer_spec, tokens):
+    """The TransformerSpec holding model's weights (float32 copies)."""
+    cfg = model.config
+    sd = {k: np.asarray(v, dtype=np.float32) for k, v in model.state_dict().items()}
+    head_dim = int(cfg.d_k)
+    # The seed scales the scores by 1 / sqrt(d_k), as CTranslate2 does by 1 / sqrt(head_dim).
+    enc = transformer_spec.TransformerEncoderSpec(cfg.n_layers, cfg.n_head, pre_norm=False,
+                                                  layernorm_embedding=True, head_dim=head_dim)
+    dec = transformer_spec.TransformerDecoderSpec(cfg.n_layers, cfg.n_head, pre_norm=False,
+                                                  layernorm_embedding=True, head_dim=head_dim)
+    scale_emb = cfg.scale_emb_or_prj == "emb" and cfg.trg_emb_prj_weight_sharing
+    scale_prj = cfg.scale_emb_or_prj == "prj" and cfg.trg_emb_prj_weight_sharing
+
+    def linear(spec, *names, bias=False):
+        spec.weight = np.concatenate([sd[n + ".weight"] for n in names], axis=0)
+        if bias:
+            spec.bias = np.concatenate([sd[n + ".bias"] for n in names], axis=0)
+
+    def layer_norm(spec, name):
+        spec.gamma, spec.beta = sd[name + ".weight"], sd[name + ".bias"]
+
+    def attention(spec, prefix, self_attention):
+        if self_attention:
+            linear(spec.linear[0], f"{prefix}.w_qs", f"{prefix}.w_ks", f"{prefix}.w_vs")
+            linear(spec.linear[1], f"{prefix}.fc")
+        else:
+            linear(spec.linear[0], f"{prefix}.w_qs")
+            linear(spec.linear[1], f"{prefix}.w_ks", f"{prefix}.w_vs")
+            linear(spec.linear[2], f"{prefix}.fc")
+        layer_norm(spec.layer_norm, f"{prefix}.layer_norm")
+
+    def feed_forward(spec, prefix):
+        linear(spec.linear_0, f"{prefix}.w_1", bias=True)
+        linear(spec.linear_1, f"{prefix}.w_2", bias=True)
+        layer_norm(spec.layer_norm, f"{prefix}.layer_norm")
+
+    def stack(spec, side, embedding):
+        emb = spec.embeddings[0] if side == "encoder" else spec.embeddings
+        emb.weight = sd[f"{side}.{embedding}.weight"]
+        spec.scale_embeddings = bool(scale_emb)
+        spec.position_encodings.encodings = sd[f"{side}.position_enc.pos_table"][0]
+        layer_norm(spec.layernorm_embedding, f"{side}.layer_norm")
+        for i, layer in enumerate(spec.layer):
+            p = f"{side}.layer_stack.{i}"
+            attention(layer.self_attention, f"{p}.slf_attn", True)
+            if side == "decoder":
+                attention(layer.attention, f"{p}.enc_attn", False)
+            feed_forward(layer.ffn, f"{p}.pos_ffn")
+
+    stack(enc, "encoder", "src_word_emb")
+    stack(dec, "decoder", "trg_word_emb")
+    projection = sd["trg_word_prj.weight"]
+    dec.projection.weight = projection * np.float32(cfg.d_model ** -0.5) if scale_prj else projection
+
+    spec = transformer_spec.TransformerSpec(enc, dec)
+    spec.config.layer_norm_epsilon = float(cfg.layer_norm_eps)
+    src_tokens, trg_tokens = tokens
+    spec.register_source_vocabulary(src_tokens)
+    spec.register_target_vocabulary(trg_tokens)
+    return spec
+
+
+def to_ctranslate2(model, path, vocabulary, *, target_vocabulary=None, unk_token="<unk>", bos_token="<s>",
+                   eos_token="</s>", quantization=None, force=False):
+    """Write `model` (system A's ``nn.Transformer``) as a CTranslate2 model directory at `path`.
+
+    vocabulary: the source tokens as a list of str, token i for id i (for a sentencepiece model
+    ``[sp.id_to_piece(i) for i in range(sp.get_piece_size())]``); with shared embeddings the target
+    uses it too, else pass target_vocabulary. unk_token, bos_token and eos_token name the tokens
+    CTranslate2 treats as such: the decoder starts from bos_token and a hypothesis ends at
+    eos_token, as ``decode.greedy_decode(..., start_symbol=bos id, end_symbol=eos id)``; sources are
+    passed as they are (no bos/eos added). quantization: None (float32), or a CTranslate2 scheme such
+    as "int8". force: replace an existing directory. Returns path.
+    """
+    ctranslate2, transformer_spec = _ctranslate2()
+    cfg = model.config
+    _check_supported(cfg)
+    src_tokens = _check_vocabulary("vocabulary", vocabulary, cfg.n_src_vocab)
+    trg_tokens = _check_vocabulary("target_vocabulary", vocabulary if target_vocabulary is None
+                                   else target_vocabulary, cfg.n_trg_vocab)
+    for name, token in (("unk_token", unk_token), ("bos_token", bos_token), ("eos_token", eos_token)):
+        if token not in trg_tokens:
+            raise ValueError(f"to_ctranslate2: {name} {token!r} is not in the target vocabulary")
+
+    class _Converter(ctranslate2.converters.Converter):
+        def _load(self):
+            spec = _build_spec(model, transformer_spec, (src_tokens, trg_tokens))
+            spec.config.unk_token, spec.config.bos_token = unk_token, bos_token
+            spec.config.eos_token, spec.config.decoder_start_token = eos_token, bos_token
+            return spec
+
+    return _Converter().convert(str(path), quantization=quantization, force=force)
