@@ -1,6 +1,6 @@
 # The README's two commands, plus a few conveniences. Each sets up what it needs first
 # (scripts/setup.sh: Debian packages, .venv, pip install .).
-.PHONY: train test demo bench notebooks
+.PHONY: train test sanitize demo bench notebooks
 
 TASK ?= copy
 ARGS ?=
@@ -14,6 +14,12 @@ train:
 test:
 	./scripts/setup.sh test
 	.venv/bin/python -m pytest tests -q
+
+# The core rebuilt under AddressSanitizer+UBSan and ThreadSanitizer, running part of the suite;
+# any report fails (scripts/sanitize.sh; README, "Sanitizers").
+sanitize:
+	./scripts/setup.sh test
+	./scripts/sanitize.sh all
 
 # A ten-second first look: a tiny model trained from Python with plain gradient descent.
 demo:

@@ -6,6 +6,9 @@
 --arch native is what `pip install .` builds; --arch default is the compiler's own level (plain
 x86-64 on x86-64: CTRANSFORMER_NATIVE=OFF); any other value is passed to -march. The tests use it
 to check the portable build against PyTorch, the benchmarks to measure what a level buys.
+
+--sanitize address|thread builds the same under ASan+UBSan or TSan (CTRANSFORMER_SANITIZE), for
+scripts/sanitize.sh (make sanitize); such a package needs the runtime in LD_PRELOAD to import.
 """
 import argparse
 import os
@@ -17,9 +20,10 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def build(arch, out):
-    """CMake-build the extension at `arch` into out/build; returns out/pkg, which holds a copy of the
-    Python package with that extension (put it first on PYTHONPATH)."""
+def build(arch, out, sanitize=""):
+    """CMake-build the extension at `arch` (under `sanitize`, if given) into out/build; returns
+    out/pkg, which holds a copy of the Python package with that extension (put it first on
+    PYTHONPATH)."""
     import pybind11
 
     out = pathlib.Path(out).resolve()
@@ -32,7 +36,7 @@ def build(arch, out):
                                                                    f"-DCTRANSFORMER_ARCH={'' if arch == 'default' else arch}"]
     configure = ["cmake", "-S", str(ROOT), "-B", str(out / "build"), "-DCMAKE_BUILD_TYPE=Release", *level,
                  f"-DCTRANSFORMER_PYTHON_OUTPUT_DIR={package}", f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
-                 f"-DPython_EXECUTABLE={sys.executable}"]
+                 f"-DPython_EXECUTABLE={sys.executable}", f"-DCTRANSFORMER_SANITIZE={sanitize}"]
     if shutil.which("ninja") and not (out / "build" / "CMakeCache.txt").exists():
         configure += ["-G", "Ninja"]
     for cmd in [configure, ["cmake", "--build", str(out / "build"), "-j", str(os.cpu_count() or 1)]]:
@@ -46,8 +50,10 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", required=True, help="native, default, or a -march value such as x86-64-v3")
     p.add_argument("--out", required=True, help="folder for the build and the package copy")
+    p.add_argument("--sanitize", default="", choices=["", "address", "thread"],
+                   help="instrument with ASan+UBSan (address) or TSan (thread)")
     a = p.parse_args()
-    print(build(a.arch, a.out))
+    print(build(a.arch, a.out, a.sanitize))
 
 
 if __name__ == "__main__":

@@ -112,3 +112,18 @@ def test_linear_weight_only_needs_grad():
     backward_both(out, tout, seed=19)
     assert x.grad is None and b.grad is None
     assert_close(w.grad, tw.grad, rtol=RTOL, atol=ATOL, what="linear grad weight")
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_with_zero_in_features_gives_the_bias(bias):
+    # Found by tests/fuzz: with in_features = 0 the row count came out 0, the bias was never copied
+    # and the output was uninitialised memory. torch: an empty product, so y = bias (or 0); exact.
+    x = ct.tensor(np.zeros((2, 3, 0), np.float32), requires_grad=True)
+    w = ct.tensor(np.zeros((4, 0), np.float32), requires_grad=True)
+    b = ct.tensor(np.arange(4, dtype=np.float32) + 0.5, requires_grad=True) if bias else None
+    out = F.linear(x, w, b)
+    expected = np.broadcast_to(np.arange(4, dtype=np.float32) + 0.5 if bias else np.zeros(4, np.float32), (2, 3, 4))
+    assert np.array_equal(out.numpy(), expected)
+    out.sum().backward()
+    if bias:
+        assert np.array_equal(b.grad.numpy(), np.full(4, 6.0, np.float32))

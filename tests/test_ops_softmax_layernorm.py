@@ -113,3 +113,14 @@ def test_layer_norm_constant_row():
     assert_close(x.grad, tx.grad, rtol=1e-5, atol=1e-6, what="grad input")
     assert_close(w.grad, tw.grad, rtol=1e-6, atol=1e-6, what="grad weight")
     assert_close(b.grad, tb.grad, rtol=1e-6, atol=1e-6, what="grad bias")
+
+
+def test_log_softmax_keeps_full_precision_far_from_zero():
+    # Found by tests/fuzz: x - (max + lse) rounded at 512's magnitude (-0.693176 for log 1/2).
+    # (x - max) - lse is exact here, as torch's is: |d| <= 1 ulp of the result.
+    x = np.full((3, 2), 512.0, np.float32)
+    x[1] = [-4096.0, -4096.0]
+    x[2] = [1e6, 1e6 + 1]
+    out = F.log_softmax(ct.tensor(x), -1).numpy()
+    expected = torch.log_softmax(torch.from_numpy(x), -1).numpy()
+    np.testing.assert_allclose(out, expected, rtol=2 ** -23, atol=0)

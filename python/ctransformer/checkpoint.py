@@ -3,8 +3,11 @@
 Tensors go in as tensors (``model.<name>``, ``optimizer.<path>``, ``scheduler.<path>``); everything
 else (config, counters, hyperparameters) goes in the metadata as JSON. Loading parses a header
 and copies bytes: no code is executed (no pickle). A SHA-256 of all tensor bytes, kept in the
-metadata, catches corruption that still parses. Saving writes a temporary file in the same folder,
-syncs it and renames it over the target, so a crash mid-save leaves the previous checkpoint whole.
+metadata, catches corruption that still parses. Before safetensors reads anything, the file's
+layout is checked against its size (_check_layout): a header that claims more bytes than the file
+holds is refused before anything is allocated. Saving writes a temporary file in the same folder,
+syncs it, renames it over the target and syncs the folder, so a crash or power cut mid-save leaves
+the previous checkpoint whole (tests/test_checkpoint_faults.py kills a saving process at random).
 """
 import hashlib
 import json
@@ -14,6 +17,11 @@ import tempfile
 import numpy as np
 
 FORMAT = "ctransformer-checkpoint-1"
+# safetensors' own cap on the JSON header (its MAX_HEADER_SIZE); ours has a few hundred bytes per tensor.
+MAX_HEADER_BYTES = 100_000_000
+# Bytes per element of each safetensors dtype a checkpoint may hold.
+_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+                "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 
 
 class CheckpointError(ValueError):
@@ -58,6 +66,27 @@ def _digest(tensors):
     return h.hexdigest()
 
 
+def _remove_stale_temp_files(folder, name):
+    """Remove temp files a killed save of `name` left behind: they carry their writer's pid, and
+    a file whose writer is gone will never be renamed. Another live process's save is left alone."""
+    prefix = f".{name}."
+    for entry in os.listdir(folder):
+        if not (entry.startswith(prefix) and entry.endswith(".tmp")):
+            continue
+        pid = entry[len(prefix):].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            try:
+                os.remove(os.path.join(folder, entry))
+            except FileNotFoundError:  # another saver removed it first
+                pass
+        except PermissionError:  # alive, another user's
+            pass
+
+
 def save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, config=None, extra=None):
     """Write model (+ optimizer, scheduler) state, the step, the config and `extra` atomically."""
     tensors = {f"model.{k}": np.ascontiguousarray(v) for k, v in model.state_dict().items()}
@@ -71,23 +100,81 @@ def save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, config=
 
 
 def _write(path, tensors, metadata):
-    """Write tensors + metadata (its checksum added) to a temporary file, sync it, rename it over `path`."""
-    from safetensors.numpy import save_file
+    """Write tensors + metadata (its checksum added) to a temporary file, sync it, rename it over `path`
+    and sync the folder."""
+    from safetensors.numpy import save
 
     metadata = {**metadata, "sha256": _digest(tensors)}
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=folder)
-    os.close(fd)
+    _remove_stale_temp_files(folder, os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp", dir=folder)
     try:
-        save_file(tensors, tmp, metadata=metadata)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
+        # The bytes are built in memory and written to our own temp file: safetensors' save_file
+        # writes through a temp file of its own (".tmpXXXXXX"), which a kill mid-save left behind
+        # with no pid to tell it from another process's (tests/test_checkpoint_faults.py).
+        with os.fdopen(fd, "wb") as f:
+            f.write(save(tensors, metadata=metadata))
+            f.flush()
+            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+    # The rename itself lives in the folder's entry: sync it too, or a power cut could undo it.
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
     return path
+
+
+def _check_layout(path):
+    """Check the safetensors layout against the file's size before anything is read into memory:
+    8 bytes of little-endian header length, a JSON header within the file, and tensors whose
+    dtype x shape bytes equal their offsets, which lie within the file. Raises CheckpointError."""
+    size = os.path.getsize(path)
+
+    def bad(why):
+        return CheckpointError(f"checkpoint: {path} is not a readable safetensors file (truncated or "
+                               f"corrupted?): {why}")
+
+    if size < 8:
+        raise bad(f"it holds {size} bytes, fewer than the 8 of the header length")
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if n > MAX_HEADER_BYTES or 8 + n > size:
+            raise bad(f"its header claims {n} bytes, but the file holds {size} bytes "
+                      f"(and a header may hold at most {MAX_HEADER_BYTES})")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise bad(f"its header is not JSON: {error}") from None
+    if not isinstance(header, dict):
+        raise bad("its header is not a JSON object")
+    data = size - 8 - n
+    for name, info in header.items():
+        if name == "__metadata__":
+            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+                raise bad("its __metadata__ is not a map of strings")
+            continue
+        try:
+            dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+            ok = (dtype in _DTYPE_BYTES and isinstance(shape, list)
+                  and all(type(d) is int and d >= 0 for d in shape)
+                  and type(begin) is int and type(end) is int and 0 <= begin <= end <= data)
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise bad(f"tensor {name!r} has a malformed entry {str(info)[:200]} (data section: {data} bytes)")
+        count = 1
+        for d in shape:
+            count *= d  # Python ints: no overflow for any claimed shape
+        if count * _DTYPE_BYTES[dtype] != end - begin:
+            raise bad(f"tensor {name!r} claims shape {shape} of {dtype} ({count * _DTYPE_BYTES[dtype]} bytes) "
+                      f"in {end - begin} bytes of data")
 
 
 def read_checkpoint(path):
@@ -97,6 +184,7 @@ def read_checkpoint(path):
 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint: no file at {path}")
+    _check_layout(path)
     try:
         from safetensors import safe_open
 

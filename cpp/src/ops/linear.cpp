@@ -63,7 +63,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
                          shape_str(bias->shape()));
     Shape out_shape = x.shape();
     out_shape.back() = out_f;
-    const std::size_t rows = x.numel() / (in_f ? in_f : 1);
+    // The leading dimensions' product, not numel / in_features: with in_features = 0 that was 0
+    // rows, so the bias was never copied and the output was uninitialised memory (found by tests/fuzz).
+    std::size_t rows = 1;
+    for (std::size_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
     Tensor out(Array::from_shape(out_shape));
     float* y = out.data();
     if (bias) {  // start from the bias and let gemm add x W^T (beta = 1)
@@ -75,8 +78,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
     } else if (in_f == 0) {
         out.array().fill(0.0f);
     }
-    blas::gemm(false, true, int(rows), int(out_f), int(in_f), alpha, x.data(), int(in_f), weight.data(), int(in_f),
-               bias ? 1.0f : 0.0f, y, int(out_f));
+    if (in_f > 0)  // an empty product adds nothing: y is already the bias (or zeros)
+        blas::gemm(false, true, int(rows), int(out_f), int(in_f), alpha, x.data(), int(in_f), weight.data(),
+                   int(in_f), bias ? 1.0f : 0.0f, y, int(out_f));
     if (needs_grad({&x, &weight, bias}))
         attach(out, std::make_shared<LinearBackward>(rows, in_f, out_f, bias != nullptr, alpha), {&x, &weight, bias});
     return out;

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# make sanitize: the core and the extension rebuilt under AddressSanitizer + UndefinedBehaviorSanitizer
+# (build/asan) and ThreadSanitizer (build/tsan), each running a part of the test suite. Any report
+# fails the run. Usage: scripts/sanitize.sh [address|thread|all]   (default all)
+#
+# The builds are copies of the package made by scripts/build_at_level.py --sanitize, put first on
+# PYTHONPATH. The Python interpreter itself is not instrumented, so the sanitizer's runtime has to be
+# loaded before anything else: LD_PRELOAD=$(g++ -print-file-name=libasan.so). The runtime writes each
+# report to $out/logs/<tool>.<pid> (log_path) rather than stderr, so reports from the tests'
+# subprocesses are caught too, and a test that checks a subprocess's stderr is not confused; the run
+# fails if any log file appears, and prints them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+which="${1:-all}"
+py=.venv/bin/python
+[ -x "$py" ] || { echo "sanitize: no .venv; run scripts/setup.sh test first (make sanitize does)"; exit 2; }
+export PYTHONDONTWRITEBYTECODE=1  # the instrumented package copy shares no __pycache__ with the real one
+failed=0
+
+# Runs pytest on the given files with the sanitizer's runtime preloaded; fails on a report.
+run_under() {
+  local tool=$1 out=$2 runtime=$3; shift 3
+  rm -rf "$out/logs" && mkdir -p "$out/logs"
+  local start=$(date +%s) status=0
+  env LD_PRELOAD="$runtime" PYTHONPATH="$out/pkg" \
+      ASAN_OPTIONS="${ASAN_OPTIONS:-}:log_path=$PWD/$out/logs/asan" \
+      UBSAN_OPTIONS="${UBSAN_OPTIONS:-}:log_path=$PWD/$out/logs/ubsan" \
+      TSAN_OPTIONS="${TSAN_OPTIONS:-}:log_path=$PWD/$out/logs/tsan" \
+      "$py" -m pytest -q -p no:cacheprovider "$@" || status=$?
+  echo "== $tool: pytest exited $status after $(( $(date +%s) - start )) s"
+  if compgen -G "$out/logs/*" >/dev/null; then
+    echo "== $tool: sanitizer reports:"
+    cat "$out"/logs/*
+    status=1
+  fi
+  [ $status -eq 0 ] || failed=1
+}
+
+if [[ $which == all || $which == address ]]; then
+  start=$(date +%s)
+  "$py" scripts/build_at_level.py --arch native --out build/asan --sanitize address >/dev/null
+  echo "== address: built in $(( $(date +%s) - start )) s"
+  # detect_leaks=0: CPython (and torch, which the reference tests import) never frees much of what it
+  # allocates at exit, by design, so LeakSanitizer would report thousands of leaks that are not ours;
+  # tests/test_memory.py checks our own memory stays flat instead.
+  # allocator_may_return_null=1: a failed malloc returns null as it does without ASan, so the
+  # allocator's MemoryError path is tested as it is; ASan would otherwise abort on a huge request.
+  export ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:abort_on_error=0:detect_stack_use_after_return=0"
+  # halt_on_error: the first undefined behaviour ends the run (the build also has -fno-sanitize-recover).
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+  # libstdc++ preloaded too: else it loads after the ASan runtime, whose __cxa_throw interceptor then
+  # finds no real __cxa_throw and aborts at the first C++ exception ("CHECK failed ... real___cxa_throw").
+  run_under address build/asan "$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
+    tests/test_autograd.py tests/test_ops_activation_dropout.py tests/test_ops_attention.py \
+    tests/test_ops_attention_fused.py tests/test_ops_elementwise.py tests/test_ops_embedding.py \
+    tests/test_ops_masked_fill.py tests/test_ops_matmul_linear.py tests/test_ops_shape_reduce.py \
+    tests/test_ops_softmax_layernorm.py tests/test_losses.py tests/test_label_smoothing.py \
+    tests/test_nn_layers.py tests/test_transformer.py tests/test_gpt.py tests/test_gpt_generate_cache.py \
+    tests/test_optim.py tests/test_schedules.py tests/test_decode.py tests/test_beam_search.py \
+    tests/test_checkpoint.py tests/test_checkpoint_faults.py tests/test_bad_input.py tests/test_hostile_calls.py \
+    tests/test_batch.py tests/test_thread_pool.py
+fi
+
+if [[ $which == all || $which == thread ]]; then
+  start=$(date +%s)
+  "$py" scripts/build_at_level.py --arch native --out build/tsan --sanitize thread >/dev/null
+  echo "== thread: built in $(( $(date +%s) - start )) s"
+  # halt_on_error=0: collect every race of the run into the logs (the run fails on any of them).
+  export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
+  # --noconftest: tests/conftest.py imports torch, whose OpenMP threads TSan cannot see through;
+  # these two files need neither torch nor the conftest.
+  run_under thread build/tsan "$(g++ -print-file-name=libtsan.so)" --noconftest \
+    tests/test_thread_pool.py tests/test_threads_training.py
+fi
+
+exit $failed
