@@ -139,6 +139,20 @@ def test_parameters_too_large_to_count_or_hold_are_refused():
     ''')
 
 
+def test_layer_counts_whose_weights_cannot_fit_are_refused_before_building():
+    """Each layer's buffers are small, so only the total tells: refused at once, naming the count."""
+    run('''
+    t0 = time.perf_counter()
+    expect(MemoryError, r"num_layer=2147483647 layers needs", lambda: ct.nn.GPT(11, 8, 2**31 - 1, 8, 2, 16, 0.0))
+    expect(MemoryError, r"n_layers=1099511627776 layers needs",
+           lambda: ct.nn.Transformer(11, 11, 0, 0, d_word_vec=8, d_model=8, d_inner=16, n_layers=2**40, n_head=2,
+                                     d_k=4, d_v=4))
+    expect(MemoryError, r"Decoder: the weights of n_layers=",
+           lambda: ct.nn.Decoder(11, 8, 2**40, 2, 4, 4, 8, 16, 0))
+    assert time.perf_counter() - t0 < 5
+    ''')
+
+
 def test_reshape_sizes_are_validated():
     run('''
     x = ct.zeros([2, 3])

@@ -9,6 +9,7 @@
 import os
 import sys
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -19,11 +20,16 @@ settings.register_profile("ci", max_examples=100, derandomize=True, deadline=Non
 settings.register_profile("long", max_examples=1000, deadline=None, print_blob=True, suppress_health_check=_quiet)
 
 
+@pytest.fixture(scope="module", autouse=True)
 def _cap_address_space(room=2 << 30):
     """Hostile sizes below physical memory (e.g. a shape of [2**31] floats, 8 GiB) are valid
     requests the allocator grants; capped, they fail with MemoryError instead of filling the
-    machine. Not under a sanitizer: its runtime maps terabytes of shadow memory on its own."""
+    machine. The cap holds for this folder's test modules only and is lifted after each: set for the
+    whole process, it starved the tests that run after the fuzzing in the same `pytest tests` (torch
+    could not allocate a base model). Not under a sanitizer: its runtime maps terabytes of shadow
+    memory on its own."""
     if "LD_PRELOAD" in os.environ:
+        yield
         return
     import resource
 
@@ -32,10 +38,13 @@ def _cap_address_space(room=2 << 30):
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY or soft > cap:
         resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def pytest_configure(config):
-    _cap_address_space()
     # hypothesis's plugin has already loaded a profile named on the command line; otherwise "ci".
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("ci")

@@ -80,10 +80,10 @@ GPT_FIELDS = dict(vocab_size=11, max_seq_len=8, num_layer=1, embed_dim=8, num_he
 @given(field=st.sampled_from(sorted(GPT_FIELDS)), value=st.one_of(sizes, st.integers(7, 9)),
        dropout=st.one_of(st.just(0.0), hostile_floats))
 def test_gpt_constructor_with_one_hostile_field(field, value, dropout):
-    # Known gap (not fixed here): a huge num_layer builds layer after layer until memory runs out
-    # (MemoryError "std::bad_alloc" under the cap, the OOM killer without it) instead of refusing
-    # the total parameter bytes up front.
-    assume(not (field == "num_layer" and value > 1000))
+    # From 2**34 layers the weights exceed any machine's memory and are refused up front, naming
+    # num_layer; between 1000 and that, the model may be buildable but takes minutes, or passes the
+    # fuzz run's address-space cap mid-build (a MemoryError naming the allocation, not the field).
+    assume(not (field == "num_layer" and 1000 < value < 2**34))
     cfg = {**GPT_FIELDS, field: value}
     try:
         model = ct.nn.GPT(**cfg, dropout=dropout)

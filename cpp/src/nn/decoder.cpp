@@ -23,6 +23,9 @@ Decoder::Decoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
     trg_word_emb = detail::make_word_embedding(c, c.n_trg_vocab, c.trg_pad_idx);
     position_enc = std::make_shared<PositionalEncoding>(c.d_word_vec, c.n_position, c.pe_formula);
     if (c.embed_dropout) dropout = std::make_shared<Dropout>(c.dropout);
+    detail::check_layers_fit("Decoder: the weights of n_layers=" + std::to_string(c.n_layers) + " layers", c.n_layers,
+                             2 * detail::attention_floats(c.d_model, c.n_head, c.d_k, c.d_v) +
+                                 detail::feed_forward_floats(c.d_model, c.d_inner));
     const SublayerOptions o = c.sublayer_options();
     for (std::size_t i = 0; i < c.n_layers; ++i)
         layers.push_back(std::make_shared<DecoderLayer>(c.d_model, c.d_inner, c.n_head, c.d_k, c.d_v, c.dropout, o));

@@ -1,9 +1,11 @@
 // What the Encoder and the Decoder build alike: the word embedding of one side and seed 003's
 // layer names.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
+#include "ctransformer/allocator.hpp"
 #include "ctransformer/nn/embedding.hpp"
 #include "ctransformer/nn/transformer_config.hpp"
 #include "ctransformer/random.hpp"
@@ -23,6 +25,27 @@ inline std::shared_ptr<Embedding> make_word_embedding(const TransformerConfig& c
 // Seed 003 names its encoder layers layer_l (sic), layer_2, layer_3 and its decoder layers layer_1, ...
 inline std::string seed003_layer_name(std::size_t i, bool encoder) {
     return i == 0 && encoder ? "layer_l" : "layer_" + std::to_string(i + 1);
+}
+
+// Refuses a stack of layers whose weights cannot fit in memory together, before the first is built.
+// Each layer's buffers are small, so the allocator's per-buffer check passes them one at a time
+// until the OOM killer ends the process; here the total is counted (in long double: no overflow)
+// and checked at once. `floats_per_layer` need only count the matrices; the biases and norms add
+// a few rows.
+inline void check_layers_fit(const std::string& what, std::size_t n_layers, long double floats_per_layer) {
+    const long double bytes = floats_per_layer * static_cast<long double>(n_layers) * sizeof(float);
+    const long double most = static_cast<long double>(SIZE_MAX);
+    check_fits_in_memory(bytes >= most ? SIZE_MAX : static_cast<std::size_t>(bytes), what);
+}
+
+// The matrices of one attention block (w_qs, w_ks: d_model x n_head d_k; w_vs: d_model x n_head d_v;
+// fc: n_head d_v x d_model) and of one feed-forward block (d_model x d_inner, twice).
+inline long double attention_floats(std::size_t d_model, std::size_t n_head, std::size_t d_k, std::size_t d_v) {
+    const long double d = d_model, h = n_head;
+    return 2.0L * d * h * d_k + 2.0L * d * h * d_v;
+}
+inline long double feed_forward_floats(std::size_t d_model, std::size_t d_inner) {
+    return 2.0L * d_model * d_inner;
 }
 
 }  // namespace ct::nn::detail

@@ -15,6 +15,7 @@
 #include "ctransformer/ops/shape.hpp"
 #include "ctransformer/random.hpp"
 #include "decode/generate_checks.hpp"
+#include "nn/stack_helpers.hpp"
 
 namespace ct::nn::gpt {
 
@@ -56,6 +57,9 @@ GPT::GPT(std::size_t vocab, std::size_t max_len, std::size_t layers, std::size_t
     word_pos_embedding = register_module("word_pos_embedding", std::make_shared<Embedding>(max_len, embed));
     drop = register_module("drop", std::make_shared<Dropout>(p));
     transformer = register_module("transformer", std::make_shared<ModuleList<TransformerLayer>>());
+    // The layers' total before the first is built: q, k, v and the projection are embed x embed; the feed-forward embed x ff twice.
+    nn::detail::check_layers_fit("GPT: the weights of num_layer=" + std::to_string(layers) + " layers", layers,
+                                 4.0L * embed * embed + nn::detail::feed_forward_floats(embed, ff));
     for (std::size_t l = 0; l < layers; ++l)
         transformer->append(std::make_shared<TransformerLayer>(embed, heads, ff, p, without_res));
     norm = register_module("norm", std::make_shared<LayerNorm>(embed));
