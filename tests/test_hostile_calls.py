@@ -153,6 +153,14 @@ def test_layer_counts_whose_weights_cannot_fit_are_refused_before_building():
     ''')
 
 
+@pytest.mark.parametrize("eps", [float("nan"), -1e-5, float("-inf")])
+def test_layer_norm_refuses_a_bad_eps_when_made(eps):
+    """Not only at the first forward, which may run far from where the module was built."""
+    with pytest.raises(ValueError, match="LayerNorm: eps must be >= 0"):
+        ct.nn.LayerNorm(4, eps=eps)
+    assert ct.nn.LayerNorm(4, eps=0.0).eps == 0.0
+
+
 def test_reshape_sizes_are_validated():
     run('''
     x = ct.zeros([2, 3])
