@@ -242,8 +242,7 @@ def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2):
             return None
         import ctransformer as ct
         src, _ = a_batch(c, seed=1, rows=rows)
-        vocab = ["<pad>", "<s>", "</s>"] + [f"t{i}" for i in range(3, c["vocab"])]
-        vocab[3] = "<unk>"
+        vocab = ["<pad>", "<s>", "</s>", "<unk>"] + [f"t{i}" for i in range(4, c["vocab"])]
         path = ct.export.to_ctranslate2(ct_model, os.path.join(folder, f"{size}-ct2"), vocab, force=True)
         translator = ctranslate2.Translator(path, device="cpu", inter_threads=1, intra_threads=threads)
         tokens = [[vocab[i] for i in row if i != PAD] for row in src]
