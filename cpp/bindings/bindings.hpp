@@ -17,5 +17,6 @@ void bind_nn_gpt(py::module_& nn);
 void bind_optim(py::module_& m);
 void bind_loss(py::module_& m);
 void bind_decode(py::module_& m);
+void bind_distributed(py::module_& m);
 
 }  // namespace ctpy

@@ -205,4 +205,29 @@ ct::Tensor as_tensor(const py::handle& obj, const char* arg) {
                         py::str(py::type::of(obj)).cast<std::string>());
 }
 
+std::string type_name(const py::handle& obj) { return py::str(py::type::of(obj).attr("__name__")).cast<std::string>(); }
+
+std::vector<ct::Tensor> to_tensor_list(const py::handle& obj, const std::string& what, bool allow_single) {
+    if (py::isinstance<ct::Tensor>(obj)) {
+        if (allow_single) return {obj.cast<ct::Tensor>()};
+        throw ct::TypeError(what + ": expected an iterable of ctransformer.Tensor or of dicts, got a single Tensor; "
+                                   "wrap it in a list");
+    }
+    if (py::isinstance<py::set>(obj) || py::isinstance<py::frozenset>(obj))
+        throw ct::TypeError(what + ": parameters need an ordered collection (list or tuple), got a set, whose order "
+                                   "changes between runs");
+    if (!py::hasattr(obj, "__iter__") || py::isinstance<py::str>(obj))
+        throw ct::TypeError(what + ": expected an iterable of ctransformer.Tensor, got " + type_name(obj));
+    std::vector<ct::Tensor> out;
+    std::size_t i = 0;
+    for (py::handle item : obj) {
+        if (!py::isinstance<ct::Tensor>(item))
+            throw ct::TypeError(what + "[" + std::to_string(i) + "]: expected a ctransformer.Tensor, got " +
+                                type_name(item));
+        out.push_back(item.cast<ct::Tensor>());
+        ++i;
+    }
+    return out;
+}
+
 }  // namespace ctpy

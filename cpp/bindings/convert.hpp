@@ -51,6 +51,12 @@ struct Int : py::object {
     explicit Int(py::object o) : py::object(std::move(o)) {}
 };
 
+// The name of an object's type, for error messages ("list", "NoneType", ...).
+std::string type_name(const py::handle& obj);
+// An iterable of tensors (or one tensor, when `allow_single`) as a vector, in order; a set is refused
+// (its order changes between runs) and every error names `what` and the offending item.
+std::vector<ct::Tensor> to_tensor_list(const py::handle& obj, const std::string& what, bool allow_single);
+
 }  // namespace ctpy
 
 namespace pybind11::detail {

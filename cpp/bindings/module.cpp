@@ -75,9 +75,10 @@ PYBIND11_MODULE(_core, m) {
         d["float_lanes"] = b.float_lanes;
         d["fused_multiply_add"] = b.fused_multiply_add;
         d["masked_tails"] = b.masked_tails;
+        d["mpi"] = b.mpi;
         return d;
     }, "What the core was compiled for: -march, the kernels' instruction set and vector width, whether "
-       "multiply-adds are fused and vector tails masked.");
+       "multiply-adds are fused and vector tails masked, whether MPI (data-parallel training) is built in.");
     ctpy::bind_tensor(m);
     auto functional = m.def_submodule("functional", "Functional ops, each with its backward.");
     ctpy::bind_functional(functional);
@@ -91,4 +92,7 @@ PYBIND11_MODULE(_core, m) {
     ctpy::bind_loss(loss);
     auto decode = m.def_submodule("decode", "Greedy decoding, beam search and GPT generation with key/value caches.");
     ctpy::bind_decode(decode);
+    auto distributed = m.def_submodule("distributed", "Data-parallel training over MPI: the process group, "
+                                                      "gradient averaging overlapped with backward, batch shards.");
+    ctpy::bind_distributed(distributed);
 }

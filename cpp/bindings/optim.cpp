@@ -22,8 +22,6 @@ using namespace ct::optim;
 
 namespace {
 
-std::string type_name(const py::handle& obj) { return py::str(py::type::of(obj).attr("__name__")).cast<std::string>(); }
-
 double to_double(const py::handle& obj, const std::string& what) {
     if (py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj) || obj.is_none() || py::isinstance<py::bool_>(obj))
         throw ct::TypeError(what + ": expected a number, got " + type_name(obj));
@@ -53,30 +51,6 @@ std::pair<double, double> to_betas(const py::handle& obj, const std::string& wha
     if (seq.size() != 2)
         throw ct::ValueError(what + ": expected a pair (beta1, beta2), got " + std::to_string(seq.size()) + " values");
     return {to_double(seq[0], what + "[0]"), to_double(seq[1], what + "[1]")};
-}
-
-// An iterable of tensors (or one tensor, when `allow_single`) as a vector; errors name `what`.
-std::vector<Tensor> to_tensor_list(const py::handle& obj, const std::string& what, bool allow_single) {
-    if (py::isinstance<Tensor>(obj)) {
-        if (allow_single) return {obj.cast<Tensor>()};
-        throw ct::TypeError(what + ": expected an iterable of ctransformer.Tensor or of dicts, got a single Tensor; "
-                                   "wrap it in a list");
-    }
-    if (py::isinstance<py::set>(obj) || py::isinstance<py::frozenset>(obj))
-        throw ct::TypeError(what + ": parameters need an ordered collection (list or tuple), got a set, whose order "
-                                   "changes between runs");
-    if (!py::hasattr(obj, "__iter__") || py::isinstance<py::str>(obj))
-        throw ct::TypeError(what + ": expected an iterable of ctransformer.Tensor, got " + type_name(obj));
-    std::vector<Tensor> out;
-    std::size_t i = 0;
-    for (py::handle item : obj) {
-        if (!py::isinstance<Tensor>(item))
-            throw ct::TypeError(what + "[" + std::to_string(i) + "]: expected a ctransformer.Tensor, got " +
-                                type_name(item));
-        out.push_back(item.cast<Tensor>());
-        ++i;
-    }
-    return out;
 }
 
 const char* const kGroupKeys[] = {"params", "lr", "betas", "eps", "weight_decay", "initial_lr"};

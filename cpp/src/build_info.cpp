@@ -1,5 +1,6 @@
 #include "ctransformer/build_info.hpp"
 
+#include "ctransformer/distributed/process_group.hpp"
 #include "simd.hpp"
 
 #ifndef CT_MARCH
@@ -19,6 +20,7 @@ BuildInfo build_info() {
 #else
     info.masked_tails = false;
 #endif
+    info.mpi = distributed::available();
     return info;
 }
 

@@ -26,12 +26,12 @@ from ._core import (  # noqa: E402
     tensor,
     zeros,
 )
-from . import decode, export, functional, nn, optim, training  # noqa: E402
+from . import decode, distributed, export, functional, nn, optim, training  # noqa: E402
 from .grad_mode import no_grad  # noqa: E402
 
 __all__ = [
     "Tensor", "tensor", "zeros", "ones", "no_grad", "is_grad_enabled", "set_grad_enabled",
     "build_info", "manual_seed", "get_rng_state", "set_rng_state", "set_num_threads", "get_num_threads", "memory_stats",
-    "reset_peak_memory_stats", "empty_cache", "set_cache_limit", "decode", "export", "functional", "nn", "optim", "training",
+    "reset_peak_memory_stats", "empty_cache", "set_cache_limit", "decode", "distributed", "export", "functional", "nn", "optim", "training",
 ]
 __version__ = "0.1.0"

@@ -36,13 +36,33 @@ def _format(metrics):
 
 
 def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_every=None, progress=True,
-          log=print, max_steps=None):
+          log=print, max_steps=None, max_minutes=None, distributed=False, bucket_cap_mb=1.0):
     """Train `task_name` with `config` (overrides of its defaults); returns (task, model, result).
 
     `max_steps` stops early without changing the schedule (used to test resuming); `result` holds
-    the history of logged metrics, the final evaluation and the wall time.
+    the history of logged metrics, the final evaluation and the wall time. `max_minutes` is a time
+    budget (fairseq's --stop-time-hours): training ends after the first step that exceeds it, and the
+    run is then saved and evaluated as if `steps` had been that step. Every schedule here depends on
+    the step only, so a budget changes where a run stops, never what it did before.
+
+    `distributed` trains on every process of an MPI job (mpirun -np N): the same global batches,
+    each process running its rows, gradients averaged during backward (ctransformer.distributed).
+    Rank 0 alone logs, validates, writes checkpoints and evaluates; every rank reads the checkpoint
+    on --resume (a shared filesystem, as for any multi-machine job).
     """
+    if max_minutes is not None and not max_minutes > 0:
+        raise ValueError(f"train: max_minutes must be a positive number of minutes, got {max_minutes!r}")
+    rank0, ddp = True, None
+    if distributed:
+        from ctransformer import distributed as dist
+
+        rank, world = dist.init_process_group()
+        rank0 = rank == 0
+        if not rank0:
+            log, progress = (lambda message: None), False
     task = TASKS[task_name]()
+    if distributed:
+        task.shard = dist.Shard(rank, world)
     cfg = dict(task.defaults)
     cfg.update(config or {})
     unknown = set(config or {}) - set(task.defaults)
@@ -62,8 +82,14 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
         ct.set_rng_state(info["extra"]["ct_rng"])
         task.restore_extra(info["extra"])
         log(f"resumed {task_name} from {checkpoint} at step {start}")
+    if distributed:
+        ddp = dist.DistributedDataParallel(model, bucket_cap_mb)   # rank 0's weights everywhere, then hooks
+        log(f"distributed: {world} processes, {ddp.communication_stats()['bytes'] / 2**20:.2f} MiB of gradients "
+            f"in {ddp.communication_stats()['buckets']} buckets a step")
 
     def save(step):
+        if not rank0:
+            return
         extra = {**task.checkpoint_extra(), "history": history, "numpy_rng": rng.bit_generator.state,
                  "ct_rng": ct.get_rng_state()}
         save_checkpoint(checkpoint, model, optimizer, scheduler, step=step, config=cfg, extra=extra)
@@ -85,8 +111,8 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
             tokens += metrics.pop("tokens")
             if bar:
                 bar.set_postfix_str(f"{tokens / (time.perf_counter() - began):.0f} tok/s", refresh=False)
-        if ((step + 1) % cfg["log_every"] == 0 or step == 0 or step + 1 == total
-                or task.log_due(step + 1, cfg)):
+        if rank0 and ((step + 1) % cfg["log_every"] == 0 or step == 0 or step + 1 == total
+                      or task.log_due(step + 1, cfg)):
             metrics = {"step": step + 1, **metrics, **task.periodic_eval(model, rng, step + 1, cfg)}
             history.append(metrics)
             message = f"step {step + 1:5d}/{total}  {_format(metrics)}"
@@ -95,18 +121,53 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
             bar.update(1)
         if checkpoint and checkpoint_every and (step + 1) % checkpoint_every == 0:
             save(step + 1)
+        if max_minutes is not None and _agreed(time.perf_counter() - began >= 60 * max_minutes, distributed) \
+                and step + 1 < stop:
+            log(f"time budget of {max_minutes:g} min reached after step {step + 1}")
+            stop = step + 1
+            break
     if bar:
         bar.close()
     elapsed = time.perf_counter() - began
     if checkpoint:
         save(stop)
     result = {"history": history, "train_seconds": elapsed, "steps": stop}
-    if stop == total:
+    if ddp is not None:
+        stats = ddp.communication_stats()
+        result["communication"] = {"processes": world, "buckets": stats["buckets"], "bytes_per_step": stats["bytes"],
+                                   "wait_seconds": stats["wait_seconds"], "steps": stats["steps"]}
+    if max_minutes is not None and stop < total:
+        result["stopped_by"] = f"time budget of {max_minutes:g} min"
+    if rank0 and (stop == total or "stopped_by" in result):
         model.eval()
         with ct.no_grad():
             result["evaluation"] = task.evaluate(model, np.random.default_rng(cfg["seed"] + 1), cfg)
             result["samples"] = task.samples(model, np.random.default_rng(cfg["seed"] + 2), cfg)
     return task, model, result
+
+
+def _stop_job(args, message):
+    """In an MPI job, one process's error stops all of them at once (the others would wait for it in
+    the next all-reduce forever), with a message naming the rank."""
+    if not args.distributed:
+        return
+    from ctransformer import distributed as dist
+
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        import traceback
+
+        traceback.print_exc()
+        dist.abort(f"ctransformer-train: error: {message}")
+
+
+def _agreed(flag, distributed):
+    """Rank 0's `flag` on every process (a decision all must take at the same step, such as a time
+    budget running out: each process's own clock could disagree by a step)."""
+    if not distributed:
+        return flag
+    from ctransformer import distributed as dist
+
+    return dist.broadcast_bytes(b"1" if flag else b"0") == b"1"
 
 
 def _parse_value(text, default):
@@ -133,6 +194,14 @@ def main(argv=None):
     parser.add_argument("--checkpoint-every", type=int, default=None, help="save every N steps too")
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: all cores)")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="time budget: stop after the first step past it, save and evaluate (schedules are "
+                             "per step, so this only moves the end)")
+    parser.add_argument("--distributed", action="store_true",
+                        help="train on every process of an MPI job (mpirun -np N ctransformer-train TASK --distributed): "
+                             "the same global batches, split over the processes, gradients averaged during backward")
+    parser.add_argument("--bucket-mb", type=float, default=1.0,
+                        help="with --distributed: MiB of gradients per all-reduce bucket (default 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                         help="override any default shown by --list, e.g. --set lr=1e-3 (several: --set a=1 b=2, "
@@ -150,6 +219,15 @@ def main(argv=None):
             parser.error(f"--set takes KEY=VALUE items, got {item!r} (name the task before --set)")
     if not args.task:
         parser.error("a task is required (or --list)")
+    if args.distributed:
+        from ctransformer import distributed as dist
+
+        if not dist.is_available():
+            parser.exit(2, "ctransformer-train: error: --distributed needs MPI, and this build of ctransformer has "
+                           "none: install MPI (Debian: apt-get install openmpi-bin libopenmpi-dev) and reinstall "
+                           "(pip install .)\n")
+        if not args.threads:    # the cores shared by this machine's processes, not each taking all of them
+            ct.set_num_threads(max(1, (os.cpu_count() or 1) // dist.local_world_size()))
     if args.threads:
         ct.set_num_threads(args.threads)
     defaults = TASKS[args.task].defaults
@@ -173,10 +251,19 @@ def main(argv=None):
         config["steps"] = args.steps
     try:
         task, model, result = train(args.task, config, checkpoint=args.checkpoint, resume=args.resume,
-                                    checkpoint_every=args.checkpoint_every, progress=not args.no_progress)
+                                    checkpoint_every=args.checkpoint_every, progress=not args.no_progress,
+                                    max_minutes=args.max_minutes, distributed=args.distributed,
+                                    bucket_cap_mb=args.bucket_mb)
     except (OSError, CorpusError, CheckpointError) as error:   # a missing or unreadable file: say which
+        _stop_job(args, f"{error}")
         parser.exit(2, f"ctransformer-train: error: {error}\n")
-    print(f"trained {result['steps']} steps in {result['train_seconds']:.1f} s")
+    except BaseException as error:
+        _stop_job(args, f"{type(error).__name__}: {error}")
+        raise
+    if args.distributed and dist.get_rank() != 0:
+        return 0
+    print(f"trained {result['steps']} steps in {result['train_seconds']:.1f} s"
+          + (f" (stopped by the {result['stopped_by']})" if "stopped_by" in result else ""))
     evaluation = result.get("evaluation", {})
     if evaluation:
         print("evaluation: " + _format(evaluation))

@@ -70,4 +70,17 @@ void attach(Tensor& out, std::shared_ptr<Node> node, std::initializer_list<const
 // The engine behind Tensor::backward.
 void run_backward(const Tensor& root, const Array& seed);
 
+// Hooks into the engine, as PyTorch's Tensor.register_post_accumulate_grad_hook and the engine's
+// queue_callback (what DistributedDataParallel is built on). A post-accumulate hook runs once per
+// backward pass that reaches the leaf, right after the node that adds the pass's last contribution
+// to its .grad, in the thread running backward; leaves are taken in a fixed order (the graph's
+// topological order, then each node's inputs in order), so every process of a data-parallel job
+// sees the same sequence. End callbacks run after every backward pass (completed = false when the
+// pass threw). Both run under the engine's lock: they must not start another backward or
+// (un)register hooks. Registration returns an id for removal.
+std::uint64_t register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(TensorImpl&)> hook);
+void remove_post_accumulate_grad_hook(const Tensor& leaf, std::uint64_t id);
+std::uint64_t add_backward_end_callback(std::function<void(bool completed)> callback);
+void remove_backward_end_callback(std::uint64_t id);
+
 }  // namespace ct

@@ -14,6 +14,7 @@ struct BuildInfo {
     std::size_t float_lanes;    // floats per vector in the kernels
     bool fused_multiply_add;    // multiply-adds rounded once (Adam's moments equal torch's fused kernels bit for bit)
     bool masked_tails;          // vector tails by masked loads/stores (AVX2, AVX-512) rather than a padded copy
+    bool mpi;                   // data-parallel training over MPI built in (CTRANSFORMER_MPI)
 };
 
 BuildInfo build_info();

@@ -2,6 +2,8 @@
 // Copying a Tensor shares storage (that is how weight tying works: two modules holding the
 // same Tensor hold one parameter with one gradient).
 #pragma once
+#include <functional>
+#include <utility>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,6 +27,10 @@ struct TensorImpl {
     std::shared_ptr<TensorImpl> grad;    // null until a backward reaches a leaf
     bool requires_grad = false;
     std::shared_ptr<Node> grad_fn;       // null for leaves
+    // Leaves only: called once per backward pass that reaches this leaf, right after the pass's last
+    // contribution to .grad (ct::register_post_accumulate_grad_hook). Data-parallel training starts
+    // reducing a gradient across processes the moment it is complete, while backward goes on.
+    std::vector<std::pair<std::uint64_t, std::function<void(TensorImpl&)>>> post_accumulate_grad_hooks;
 };
 
 class Tensor {

@@ -11,6 +11,7 @@
 #include "../simd.hpp"
 #include "broadcast.hpp"
 #include "ctransformer/autograd.hpp"
+#include "ctransformer/distributed/batch_shard.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/ops/dropout.hpp"
 #include "ctransformer/ops/elementwise.hpp"
@@ -177,7 +178,8 @@ std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, cons
         if (!(dropout_p <= 1.0f))
             throw ValueError("attention: dropout p must be a probability in [0, 1], got " + std::to_string(dropout_p));
         keep.resize(G.G * S);
-        detail::dropout_keep_mask(keep.data(), keep.size(), dropout_p, default_generator().next());
+        detail::dropout_keep_mask(keep.data(), keep.size(), dropout_p, default_generator().next(),
+                                  distributed::global_mask_offset(keep.size(), "attention dropout"));
     }
     Tensor out(Array::from_shape(out_shape));
     float* P = probs.data();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ctransformer/autograd.hpp"
+#include "ctransformer/distributed/batch_shard.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/random.hpp"
 #include "../parallel.hpp"
@@ -49,7 +50,8 @@ Tensor dropout(const Tensor& x, float p, bool training) {
     if (!training || p == 0.0f) return x;
     const float keep_scale = p == 1.0f ? 0.0f : 1.0f / (1.0f - p);
     std::vector<std::uint8_t> keep(x.numel());
-    detail::dropout_keep_mask(keep.data(), keep.size(), p, default_generator().next());
+    detail::dropout_keep_mask(keep.data(), keep.size(), p, default_generator().next(),
+                              distributed::global_mask_offset(keep.size(), "dropout"));
     Tensor out(Array::from_shape(x.array().shape()));
     const float* px = x.data();
     float* po = out.data();

@@ -10,7 +10,8 @@ from . import nn
 from . import optim
 from . import loss
 from . import decode
-__all__: list[str] = ['Tensor', 'build_info', 'decode', 'empty_cache', 'functional', 'get_num_threads', 'get_rng_state', 'is_grad_enabled', 'loss', 'manual_seed', 'memory_stats', 'nn', 'ones', 'optim', 'reset_peak_memory_stats', 'set_cache_limit', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'tensor', 'zeros']
+from . import distributed
+__all__: list[str] = ['Tensor', 'build_info', 'decode', 'distributed', 'empty_cache', 'functional', 'get_num_threads', 'get_rng_state', 'is_grad_enabled', 'loss', 'manual_seed', 'memory_stats', 'nn', 'ones', 'optim', 'reset_peak_memory_stats', 'set_cache_limit', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'tensor', 'zeros']
 class Tensor:
     """
     A float32 tensor that can record the operations made on it for autograd.
@@ -119,7 +120,7 @@ class Tensor:
         """
 def build_info() -> dict:
     """
-    What the core was compiled for: -march, the kernels' instruction set and vector width, whether multiply-adds are fused and vector tails masked.
+    What the core was compiled for: -march, the kernels' instruction set and vector width, whether multiply-adds are fused and vector tails masked, whether MPI (data-parallel training) is built in.
     """
 def empty_cache() -> None:
     """

@@ -1,4 +1,5 @@
 """What a task provides to the training loop in ctransformer.train."""
+from ctransformer.distributed import Shard
 
 
 class Task:
@@ -11,6 +12,10 @@ class Task:
     checkpoint = None
     resume = False
     cfg = None
+    # This process's rows of every global batch (--distributed): train_step draws the global batch
+    # (the same on every process), runs shard.split(...) of it and backwards shard.scale_loss(...).
+    # One process: Shard(0, 1), which takes everything and changes nothing.
+    shard = Shard()
 
     @staticmethod
     def log(message):

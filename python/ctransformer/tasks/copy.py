@@ -36,15 +36,22 @@ class Copy(Task):
 
     def train_step(self, model, optimizer, scheduler, rng, step, cfg):
         src, tgt = copy_batch(rng, cfg["batch_size"], cfg["length"], cfg["vocab"], cfg["start_symbol"])
-        batch = Batch(src, tgt, cfg["pad"])
-        (total, loss), logits = self.loss(model, batch)
+        global_tokens = Batch(src, tgt, cfg["pad"]).ntokens
+        with self.shard.split(src, tgt) as (src, tgt):
+            batch = Batch(src, tgt, cfg["pad"])
+            (total, loss), logits = self.loss(model, batch)
+        loss = self.shard.scale_loss(loss, batch.ntokens, global_tokens)
         optimizer.zero_grad()
         loss.backward()
         lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
         scheduler.step()
         accuracy = float((logits.numpy().argmax(-1) == batch.tgt_y.reshape(-1)).mean())
-        return {"loss": total / batch.ntokens, "accuracy": accuracy, "lr": lr}
+        # Accuracy counts every position, padding included; the global batch has batch_size rows.
+        positions = batch.tgt_y.shape[1]
+        return {"loss": self.shard.global_mean(total / batch.ntokens, batch.ntokens, global_tokens),
+                "accuracy": self.shard.global_mean(accuracy, batch.tgt_y.size, cfg["batch_size"] * positions),
+                "lr": lr}
 
     def decode(self, model, src, cfg):
         src_mask = ct.nn.get_pad_mask(src, cfg["pad"])

@@ -113,7 +113,8 @@ class Multi30k(Task):
         optimizer = ct.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
         scheduler = ct.optim.LambdaLR(optimizer, ct.optim.NoamLambda(cfg["d_model"], cfg["lr_factor"], cfg["warmup"]))
         self.best, self.snapshots = None, []
-        self._tokens, self._padded, self._clock = 0, 0, time.perf_counter()
+        self._tokens, self._clock = 0, time.perf_counter()
+        self._began, self._minutes_before = None, 0.0     # wall time of training, validation included
         return model, optimizer, scheduler
 
     # --- checkpoint hooks ------------------------------------------------------------------------------
@@ -131,15 +132,24 @@ class Multi30k(Task):
                                   f"its token ids would not mean the same subwords")
         self.best = extra.get("best")
         self.snapshots = list(extra.get("snapshots", []))
+        timed = [h["wall_min"] for h in extra.get("history", []) if "wall_min" in h]
+        self._minutes_before = timed[-1] if timed else 0.0
 
     # --- training --------------------------------------------------------------------------------------
     def train_step(self, model, optimizer, scheduler, rng, step, cfg):
+        if self._began is None:
+            self._began = time.perf_counter()
         _, _, indices = self.batcher.at_step(step)
-        src, tgt = self.batcher.arrays(indices)
-        logits = model(src, tgt[:, :-1])                    # (b * lt, vocab)
+        src, tgt = self.batcher.arrays(indices)             # the global batch, padded to its lengths
+        global_tokens = int((tgt[:, 1:] != PAD_ID).sum())
+        with self.shard.split(src, tgt) as (src, tgt):
+            logits = model(src, tgt[:, :-1])                # (b * lt, vocab)
         target = tgt[:, 1:].reshape(-1)
         loss = ct.functional.cross_entropy(logits, target, ignore_index=PAD_ID,
                                            label_smoothing=cfg["label_smoothing"])  # mean over real tokens
+        local_tokens = int((target != PAD_ID).sum())
+        loss_value = self.shard.global_mean(loss.item(), local_tokens, global_tokens)
+        loss = self.shard.scale_loss(loss, local_tokens, global_tokens)
         optimizer.zero_grad()
         loss.backward()
         if cfg["grad_clip"] > 0:
@@ -147,10 +157,8 @@ class Multi30k(Task):
         lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
         scheduler.step()
-        ntokens = int((target != PAD_ID).sum())
-        self._tokens += ntokens
-        self._padded += src.size + tgt.size - tgt.shape[0]
-        return {"loss": loss.item(), "lr": lr, "tokens": ntokens}
+        self._tokens += global_tokens                      # the job's tokens, over every process
+        return {"loss": loss_value, "lr": lr, "tokens": global_tokens}
 
     def log_due(self, step, cfg):
         """Validate (and so log) at the end of every epoch, or every eval_every steps."""
@@ -169,6 +177,7 @@ class Multi30k(Task):
         with ct.no_grad():
             metrics.update(self.validate(model, cfg, beam_size=cfg["val_beam_size"]))
         model.train()
+        metrics["wall_min"] = round(self._minutes_before + (time.perf_counter() - self._began) / 60, 3)
         self._keep(model, step, metrics, cfg)
         self._tokens, self._clock = 0, time.perf_counter()     # validation time is not training throughput
         return metrics

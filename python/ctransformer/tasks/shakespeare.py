@@ -47,14 +47,17 @@ class Shakespeare(Task):
 
     def train_step(self, model, optimizer, scheduler, rng, step, cfg):
         x, y = self.batch("train", rng, cfg)
-        _, loss = model(x, y)
+        with self.shard.split(x, y) as (x_local, y_local):
+            _, loss = model(x_local, y_local)   # the mean over this process's rows x block_size characters
+        loss_value = self.shard.global_mean(loss.item(), x_local.size, x.size)
+        loss = self.shard.scale_loss(loss, x_local.size, x.size)
         optimizer.zero_grad()
         loss.backward()
         ct.optim.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
         lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
         scheduler.step()
-        return {"loss": loss.item(), "lr": lr}
+        return {"loss": loss_value, "lr": lr}
 
     def estimate_loss(self, model, split, rng, cfg):
         with ct.no_grad():

@@ -28,10 +28,15 @@ class ToyTranslate(Task):
 
     def train_step(self, model, optimizer, scheduler, rng, step, cfg):
         x, y = toy_translation_batch(rng, cfg["batch_size"])
-        logits = model(x, y[:, :-1])                     # (b, 50, 39)
+        global_tokens = int((y[:, 1:] != PAD).sum())
+        with self.shard.split(x, y) as (x, y):
+            logits = model(x, y[:, :-1])                 # (b, 50, 39)
         logits = logits.reshape(-1, logits.shape[-1])
         target = y[:, 1:].reshape(-1)
         loss = ct.functional.cross_entropy(logits, target, ignore_index=PAD)  # the seed drops PAD targets
+        local_tokens = int((target != PAD).sum())
+        loss_value = self.shard.global_mean(loss.item(), local_tokens, global_tokens)
+        loss = self.shard.scale_loss(loss, local_tokens, global_tokens)
         optimizer.zero_grad()
         loss.backward()
         lr = optimizer.param_groups[0]["lr"]
@@ -40,7 +45,8 @@ class ToyTranslate(Task):
             scheduler.step()
         keep = target != PAD
         accuracy = float((logits.numpy().argmax(-1)[keep] == target[keep]).mean())
-        return {"loss": loss.item(), "accuracy": accuracy, "lr": lr}
+        return {"loss": loss_value, "accuracy": self.shard.global_mean(accuracy, local_tokens, global_tokens),
+                "lr": lr}
 
     def translate(self, model, x):
         """Greedy decoding from <SOS> for 50 positions (the seed's predict, run to the end)."""
