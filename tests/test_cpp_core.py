@@ -1,4 +1,5 @@
-"""The C++ core is a library of its own: it builds and trains a model with no Python involved."""
+"""The C++ core is a library of its own: it builds and trains a model with no Python involved,
+on one process or, over MPI, on several (cpp/examples)."""
 import os
 import pathlib
 import shutil
@@ -6,20 +7,46 @@ import subprocess
 
 import pytest
 
+import ctransformer as ct
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is needed to build the C++ examples")
 
 
-@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is needed to build the C++ example")
-def test_cpp_example_builds_without_python_and_learns(tmp_path):
-    build = tmp_path / "build"
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    """The core and the examples, built with CMake alone (no Python extension)."""
+    build = tmp_path_factory.mktemp("cpp") / "build"
     subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-DCTRANSFORMER_PYTHON=OFF",
                     "-DCTRANSFORMER_EXAMPLES=ON", "-DCMAKE_BUILD_TYPE=Release"],
                    check=True, capture_output=True)
     subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 1)], check=True,
                    capture_output=True)
+    return build
+
+
+def test_cpp_example_builds_without_python_and_learns(build):
     run = subprocess.run([str(build / "train_toy")], capture_output=True, text=True)
     lines = run.stdout.strip().splitlines()
     first = float(lines[0].split()[-1])
     final = float(lines[-1].split()[-1])
     assert run.returncode == 0, run.stdout + run.stderr
     assert final < 0.05 < first, run.stdout  # the loss fell from ~2.3 to below 0.05
+
+
+@pytest.mark.skipif(not (ct.distributed.is_available() and shutil.which("mpirun")),
+                    reason="needs MPI and mpirun (scripts/setup.sh installs Open MPI)")
+def test_cpp_data_parallel_example(build):
+    """Data-parallel training from C++ alone: 2 and 3 processes end where 1 does (train_data_parallel.cpp;
+    the losses agree to 1e-4 relative: only the order of summation differs)."""
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    finals = {}
+    for n in (1, 2, 3):
+        run = subprocess.run([shutil.which("mpirun"), "-np", str(n), "--oversubscribe", str(build / "train_data_parallel")],
+                             capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 0, run.stdout + run.stderr
+        final = run.stdout.strip().splitlines()[-1]
+        assert final.startswith("final loss") and f"({n} processes" in final, run.stdout
+        finals[n] = float(final.split()[2])
+    assert finals[1] < 0.05
+    assert finals[2] == pytest.approx(finals[1], rel=1e-4) and finals[3] == pytest.approx(finals[1], rel=1e-4)
