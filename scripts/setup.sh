@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 extras="${1:-}"
 
-packages=(g++ libxtensor-dev libxtensor-blas-dev libopenblas-dev)
+# Open MPI: data-parallel training (mpirun ... --distributed); the build finds it and links it in.
+packages=(g++ libxtensor-dev libxtensor-blas-dev libopenblas-dev openmpi-bin libopenmpi-dev)
 # The tests also compile the SIMD kernels for aarch64, so an x86-only intrinsic cannot slip in.
 [[ ",$extras," == *",test,"* ]] && packages+=(g++-aarch64-linux-gnu)
 need=()

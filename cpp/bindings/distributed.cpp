@@ -96,11 +96,12 @@ Construction broadcasts rank 0's parameter values to every process.)doc")
             py::dict d;
             d["buckets"] = s.buckets;
             d["bytes"] = s.bytes;
+            d["bucket_bytes"] = s.bucket_bytes;
             d["steps"] = s.steps;
             d["wait_seconds"] = s.wait_seconds;
             return d;
-        }, "buckets and bytes all-reduced per step, backward passes reduced, and the seconds backward's end "
-           "spent waiting for communication (summed).")
+        }, "buckets and bytes all-reduced per step (bucket_bytes: each bucket's, in the order they start), "
+           "backward passes reduced, and the seconds backward's end spent waiting for communication (summed).")
         .def("reset_stats", &GradientReducer::reset_stats)
         .def_property_readonly("bucket_of", &GradientReducer::bucket_of,
                                "The bucket of each (distinct) parameter, in parameter order.");

@@ -37,7 +37,10 @@ GradientReducer::GradientReducer(std::vector<Tensor> parameters, ProcessGroup& g
         bucket.buffer.resize(bucket.buffer.size() + size);
     }
     stats_.buckets = buckets_.size();
-    for (const Bucket& b : buckets_) stats_.bytes += b.buffer.size() * sizeof(float);
+    for (const Bucket& b : buckets_) {
+        stats_.bucket_bytes.push_back(b.buffer.size() * sizeof(float));
+        stats_.bytes += stats_.bucket_bytes.back();
+    }
 
     // Everyone starts from rank 0's weights.
     for (Tensor& p : params_) group_.broadcast(p.data(), p.numel(), 0);

@@ -20,7 +20,7 @@ class GradientReducer:
         ...
     def stats(self) -> dict:
         """
-        buckets and bytes all-reduced per step, backward passes reduced, and the seconds backward's end spent waiting for communication (summed).
+        buckets and bytes all-reduced per step (bucket_bytes: each bucket's, in the order they start), backward passes reduced, and the seconds backward's end spent waiting for communication (summed).
         """
     @property
     def bucket_of(self) -> list[int]:

@@ -28,6 +28,7 @@ public:
     struct Stats {
         std::size_t buckets = 0;          // buckets per step
         std::size_t bytes = 0;            // gradient bytes all-reduced per step
+        std::vector<std::size_t> bucket_bytes;  // each bucket's, in the order they start
         std::uint64_t steps = 0;          // backward passes reduced
         double wait_seconds = 0.0;        // time backward's end spent waiting for communication, summed
     };
