@@ -1,0 +1,89 @@
+#!/usr/bin/env python
+"""The Multi30k quality run: one hour of training on this machine, then test2016 sacreBLEU.
+
+    python benchmarks/multi30k_hour.py [--out runs/hour] [--minutes 60] [--from-json runs/hour/m30k.json]
+
+1. Trains (unless --from-json names a finished run):
+       python -m ctransformer.train multi30k --checkpoint OUT/m30k.safetensors --steps 10000 \
+           --max-minutes 60 --no-progress --json OUT/m30k.json --set log_every=40
+   with the task's default recipe; the time budget covers training and the per-epoch validation
+   (greedy BLEU on all 1014 validation sentences), and the run stops after the first step past it.
+   The task then reports test2016 BLEU (beam 4, length penalty 0.6) for the last model and for the
+   average of the last 5 validated ones.
+2. Draws val BLEU and val loss against wall time (docs/images/multi30k_hour.png), translates test2016
+   with the best of the last/averaged models by validation BLEU, and prints the BLEU with its
+   signature and ten sample translations beside their references (the first ten of test2016) as
+   Markdown for the README.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def train(out, minutes):
+    os.makedirs(out, exist_ok=True)
+    command = [sys.executable, "-m", "ctransformer.train", "multi30k", "--checkpoint", f"{out}/m30k.safetensors",
+               "--steps", "10000", "--max-minutes", str(minutes), "--no-progress", "--json", f"{out}/m30k.json",
+               "--set", "log_every=40"]
+    print("$", " ".join(command), flush=True)
+    started = time.time()
+    run = subprocess.run(command, cwd=ROOT)
+    print(f"finished in {(time.time() - started) / 60:.1f} min (training, validation and the final evaluation)")
+    if run.returncode not in (0, 1):      # 1: trained, but the BLEU target was not reached
+        raise SystemExit(run.returncode)
+    return f"{out}/m30k.json"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="runs/hour", help="folder for the checkpoints and the result")
+    parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")
+    parser.add_argument("--from-json", help="a finished run's --json result: only draw and translate")
+    parser.add_argument("--image", default=os.path.join(ROOT, "docs", "images", "multi30k_hour.png"))
+    args = parser.parse_args()
+    path = args.from_json or train(args.out, args.minutes)
+    with open(path) as f:
+        result = json.load(f)
+    stem = path[: -len(".json")]
+    evaluation = result["evaluation"]
+    validated = [h for h in result["history"] if "wall_min" in h]
+
+    from ctransformer import plots
+    from ctransformer.data.parallel_corpus import multi30k
+    from ctransformer.translate import Translator, corpus_bleu, load_translation_checkpoint
+
+    chart = plots.training_curves_chart(validated, x="wall_min", metrics=("val_bleu", "val_loss"), width=300)
+    plots.save_png(chart.properties(title="Multi30k de-en: validation against wall time (minutes)"), args.image)
+    print(f"wrote {args.image}")
+
+    use_average = evaluation.get("averaged_val_bleu", -1) > evaluation["val_bleu"]
+    checkpoint = f"{stem}.averaged.safetensors" if use_average else f"{stem}.safetensors"
+    model, vocab, cfg = load_translation_checkpoint(checkpoint)
+    test = multi30k("test2016")
+    translator = Translator(model, vocab, beam_size=cfg["beam_size"], length_penalty=cfg["length_penalty"],
+                            max_len_ratio=cfg["max_len_ratio"], batch_size=cfg["eval_batch_size"])
+    started = time.perf_counter()
+    hypotheses = translator.translate(test.src)
+    seconds = time.perf_counter() - started
+    score, signature = corpus_bleu(hypotheses, test.tgt)
+    last = validated[-1]
+    print(f"\ntrained {result['steps']} steps ({last['epoch']:.1f} epochs) in {result['train_seconds'] / 60:.1f} min "
+          f"({result.get('stopped_by', 'all steps')}); validation every epoch, last at {last['wall_min']:.1f} min")
+    print(f"final evaluation (beam {cfg['beam_size']}, length penalty {cfg['length_penalty']}): "
+          f"val BLEU {evaluation['val_bleu']:.2f} last / {evaluation.get('averaged_val_bleu', float('nan')):.2f} "
+          f"averaged; test2016 BLEU {evaluation['test_bleu']:.2f} last / "
+          f"{evaluation.get('averaged_test_bleu', float('nan')):.2f} averaged")
+    print(f"{os.path.basename(checkpoint)} on test2016: BLEU {score.score:.2f} ({signature}); "
+          f"1000 sentences translated in {seconds:.1f} s")
+    print("\n| # | source (test2016) | reference | ctransformer |\n|---|---|---|---|")
+    for i in range(10):
+        print(f"| {i + 1} | {test.src[i]} | {test.tgt[i]} | {hypotheses[i]} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
