@@ -173,8 +173,11 @@ def test_baseline_build_targets_the_plain_level(baseline_package):
     assert info["march"] == ""
     if os.uname().machine == "x86_64":
         # SSE2 only: 4 floats a vector, tails through the padded buffer, unfused multiply-adds.
+        # (MPI is whatever CMake found, as in the native build: not a property of the level.)
+        import ctransformer as ct
+
         assert info == {"march": "", "simd": "sse2", "float_lanes": 4, "fused_multiply_add": False,
-                        "masked_tails": False}
+                        "masked_tails": False, "mpi": ct.build_info()["mpi"]}
 
 
 def test_baseline_build_matches_torch(baseline_package):
