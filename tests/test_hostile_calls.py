@@ -423,6 +423,9 @@ def test_one_model_decoding_from_two_threads():
 def test_ctrl_c_stops_a_long_decode_and_leaves_the_model_usable(call):
     run(f'''
     import os, signal, threading
+    # Python's own Ctrl-C handler, whatever this process inherited: a shell without job control
+    # starts background jobs with SIGINT ignored, and an ignored SIGINT never reaches Python.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     call = {call!r}
     if call in ("greedy", "beam"):
         m = transformer(n_position=4000)
