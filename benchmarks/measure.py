@@ -26,31 +26,48 @@ def interleaved(fns, repeats, warmup):
     return {name: statistics.median(v) for name, v in times.items()}, times
 
 
-# --- OpenBLAS sgemm: the library ctransformer links, called directly on preallocated buffers ----
-def _openblas():
-    import ctransformer._core as core  # loads libopenblas.so.0 into the process
-    path = None
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            if "libopenblas" in line:
-                path = line.split()[-1]
-                break
-    lib = ctypes.CDLL(path or ctypes.util.find_library("openblas"))
-    lib.cblas_sgemm.restype = None
-    lib.cblas_sgemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+# --- OpenBLAS sgemm: the library ctransformer links (or another one), called directly on preallocated buffers ----
+class OpenBLAS:
+    """An OpenBLAS shared library through ctypes, its symbols with or without a prefix (the
+    scipy-openblas32 wheel's are scipy_cblas_sgemm, ...). By default: the one ctransformer runs on."""
+
+    def __init__(self, path=None, prefix=None):
+        if path is None:
+            import ctransformer as ct  # loads the library into the process
+            blas = ct.build_info()["blas"]
+            path, prefix = blas["library"], "scipy_" if blas["source"] == "scipy-openblas32" else ""
+        self.path, self.prefix = path, prefix or ""
+        self.lib = ctypes.CDLL(path)
+        self.sgemm = self.fn("cblas_sgemm")
+        self.sgemm.restype = None
+        self.sgemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                                     ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
-    lib.openblas_get_config.restype = ctypes.c_char_p
-    lib.openblas_set_num_threads.argtypes = [ctypes.c_int]
-    return core, lib, path
+        self.fn("openblas_set_num_threads").argtypes = [ctypes.c_int]
+        for name in ("openblas_get_config", "openblas_get_corename"):
+            self.fn(name).restype = ctypes.c_char_p
+
+    def fn(self, name):
+        return getattr(self.lib, self.prefix + name)
+
+    def set_threads(self, n):
+        self.fn("openblas_set_num_threads")(n)
+
+    def config(self):
+        return self.fn("openblas_get_config")().decode()
+
+    def corename(self):
+        return self.fn("openblas_get_corename")().decode()
 
 
-def sgemm_rate(shapes, threads=2, min_time=0.15):
+def sgemm_rate(shapes, threads=2, min_time=0.15, blas=None):
     """GFLOP/s of OpenBLAS sgemm (its own `threads`-thread code) over `shapes`, a list of
     (m, n, k, trans_a, trans_b, count): the flops of all of them over the time they take at each
-    shape's measured speed (the step's matmul mix)."""
-    core, lib, path = _openblas()
-    core.get_num_threads()  # ct pins OpenBLAS to one thread on first use (it splits products itself) ...
-    lib.openblas_set_num_threads(threads)  # ... so OpenBLAS's own threading is switched on for this measure
+    shape's measured speed (the step's matmul mix). blas: an OpenBLAS (default: ctransformer's)."""
+    lib = blas or OpenBLAS()
+    if blas is None:
+        import ctransformer as ct
+        ct.get_num_threads()  # ct pins OpenBLAS to one thread on first use (it splits products itself) ...
+    lib.set_threads(threads)  # ... so OpenBLAS's own threading is switched on for this measure
     total_flops = total_time = 0.0
     per_shape = []
     for m, n, k, ta, tb, count in shapes:
@@ -59,11 +76,11 @@ def sgemm_rate(shapes, threads=2, min_time=0.15):
         c = np.zeros((m, n), np.float32)
         args = (101, 112 if ta else 111, 112 if tb else 111, m, n, k, 1.0, a.ctypes.data, a.shape[1],
                 b.ctypes.data, b.shape[1], 0.0, c.ctypes.data, n)
-        lib.cblas_sgemm(*args)
+        lib.sgemm(*args)
         reps, best = 1, []
         while True:  # repeat until min_time is covered; keep the median of single calls
             t0 = time.perf_counter()
-            lib.cblas_sgemm(*args)
+            lib.sgemm(*args)
             best.append(time.perf_counter() - t0)
             if sum(best) > min_time and len(best) >= 5:
                 break
@@ -72,10 +89,10 @@ def sgemm_rate(shapes, threads=2, min_time=0.15):
         per_shape.append({"shape": [m, n, k], "trans": [bool(ta), bool(tb)], "gflops": flops / t / 1e9})
         total_flops += flops * count
         total_time += t * count
-    lib.openblas_set_num_threads(1)  # back to what ct expects
+    lib.set_threads(1)  # back to what ct expects
     time.sleep(0.3)  # let OpenBLAS's workers stop spinning before anything else is timed
-    return {"gflops": total_flops / total_time / 1e9, "threads": threads, "library": path,
-            "config": lib.openblas_get_config().decode(), "shapes": per_shape}
+    return {"gflops": total_flops / total_time / 1e9, "threads": threads, "library": lib.path,
+            "config": lib.config(), "core": lib.corename(), "shapes": per_shape}
 
 
 def linear_gemms(rows, d_in, d_out, count=1):

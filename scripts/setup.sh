@@ -7,8 +7,10 @@ cd "$(dirname "$0")/.."
 
 extras="${1:-}"
 
-# Open MPI: data-parallel training (mpirun ... --distributed); the build finds it and links it in.
-packages=(g++ libxtensor-dev libxtensor-blas-dev libopenblas-dev openmpi-bin libopenmpi-dev)
+# xtensor: header-only C++ arrays. OpenBLAS is not among them: pip installs the scipy-openblas32 wheel
+# (pyproject.toml), the OpenBLAS that numpy and SciPy ship. Open MPI: data-parallel training
+# (mpirun ... --distributed); the build finds it and links it in.
+packages=(g++ libxtensor-dev openmpi-bin libopenmpi-dev)
 # The tests also compile the SIMD kernels for aarch64, so an x86-only intrinsic cannot slip in.
 [[ ",$extras," == *",test,"* ]] && packages+=(g++-aarch64-linux-gnu)
 need=()

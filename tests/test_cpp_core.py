@@ -4,6 +4,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -15,11 +16,14 @@ pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is 
 
 @pytest.fixture(scope="module")
 def build(tmp_path_factory):
-    """The core and the examples, built with CMake alone (no Python extension)."""
+    """The core and the examples, built with CMake alone (no Python extension). The BLAS is found as a C++
+    user finds it: the scipy-openblas32 wheel of the Python named by -DPython_EXECUTABLE (this one)."""
     build = tmp_path_factory.mktemp("cpp") / "build"
-    subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-DCTRANSFORMER_PYTHON=OFF",
-                    "-DCTRANSFORMER_EXAMPLES=ON", "-DCMAKE_BUILD_TYPE=Release"],
-                   check=True, capture_output=True)
+    configure = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-DCTRANSFORMER_PYTHON=OFF",
+                                "-DCTRANSFORMER_EXAMPLES=ON", "-DCMAKE_BUILD_TYPE=Release",
+                                f"-DPython_EXECUTABLE={sys.executable}"],
+                               check=True, capture_output=True, text=True)
+    assert "ctransformer: BLAS is scipy-openblas32" in configure.stdout, configure.stdout
     subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 1)], check=True,
                    capture_output=True)
     return build

@@ -2,7 +2,9 @@
 #include "bindings.hpp"
 #include "convert.hpp"
 #include "ctransformer/allocator.hpp"
+#include "ctransformer/blas_info.hpp"
 #include "ctransformer/build_info.hpp"
+#include "ctransformer/cpu_features.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/random.hpp"
 #include "ctransformer/threads.hpp"
@@ -76,9 +78,39 @@ PYBIND11_MODULE(_core, m) {
         d["fused_multiply_add"] = b.fused_multiply_add;
         d["masked_tails"] = b.masked_tails;
         d["mpi"] = b.mpi;
+        const ct::BlasInfo blas = ct::blas_info();
+        py::dict bd;
+        bd["name"] = blas.name;
+        bd["version"] = blas.version;
+        bd["source"] = blas.source;
+        bd["library"] = blas.library;
+        bd["core"] = blas.core;
+        bd["core_level"] = blas.core_level;
+        bd["config"] = blas.config;
+        bd["threads"] = blas.threads;
+        d["blas"] = bd;
+        const ct::CpuFeatures& cpu = ct::cpu_features();
+        py::dict cd;
+        cd["vendor"] = cpu.vendor;
+        cd["simd_level"] = cpu.simd_level;
+        cd["avx2"] = cpu.avx2;
+        cd["fma"] = cpu.fma;
+        cd["avx512f"] = cpu.avx512f;
+        cd["avx512_vnni"] = cpu.avx512_vnni;
+        cd["avx_vnni"] = cpu.avx_vnni;
+        cd["avx512_bf16"] = cpu.avx512_bf16;
+        cd["avx512_fp16"] = cpu.avx512_fp16;
+        cd["amx_tile"] = cpu.amx_tile;
+        cd["amx_bf16"] = cpu.amx_bf16;
+        cd["amx_int8"] = cpu.amx_int8;
+        d["cpu"] = cd;
         return d;
-    }, "What the core was compiled for: -march, the kernels' instruction set and vector width, whether "
-       "multiply-adds are fused and vector tails masked, whether MPI (data-parallel training) is built in.");
+    }, "What the core was compiled for (-march, the kernels' instruction set and vector width, whether "
+       "multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: "
+       "name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what "
+       "this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time.");
+    m.def("_blas_core_advice", &ct::blas_core_advice,
+          "'' when OpenBLAS's kernels use what this CPU offers; else what is slower and the one-line fix.");
     ctpy::bind_tensor(m);
     auto functional = m.def_submodule("functional", "Functional ops, each with its backward.");
     ctpy::bind_functional(functional);

@@ -4,10 +4,14 @@ Tensors are float32 and record the operations made on them, so ``loss.backward()
 leaf's ``.grad``, as in PyTorch. Token ids are NumPy integer arrays.
 """
 from ._cpu_check import check_cpu as _check_cpu
+from . import _blas
 
 _check_cpu()
 del _check_cpu
+_blas.load()  # the OpenBLAS the core was linked against, before the core itself
 
+from . import _core  # noqa: E402
+from ._blas import BLASCoreWarning  # noqa: E402
 from ._core import (  # noqa: E402
     Tensor,
     build_info,
@@ -29,9 +33,19 @@ from ._core import (  # noqa: E402
 from . import decode, distributed, export, functional, nn, optim, training  # noqa: E402
 from .grad_mode import no_grad  # noqa: E402
 
+
+def show_config(mode="stdout"):
+    """Print (or, with mode="dicts", return) what this ctransformer runs on, in numpy's manner: the build's
+    instruction set, the BLAS library (name, version, path, the kernel core OpenBLAS picked at run time,
+    threads) and the CPU's best SIMD level and its bf16 / int8 (VNNI) / AMX units."""
+    return _blas.show_config(_core, mode)
+
+
+_blas.warn_if_slow_core(_core)  # once, at import: kernels below the CPU's level run everything slower
+
 __all__ = [
     "Tensor", "tensor", "zeros", "ones", "no_grad", "is_grad_enabled", "set_grad_enabled",
-    "build_info", "manual_seed", "get_rng_state", "set_rng_state", "set_num_threads", "get_num_threads", "memory_stats",
+    "build_info", "show_config", "BLASCoreWarning", "manual_seed", "get_rng_state", "set_rng_state", "set_num_threads", "get_num_threads", "memory_stats",
     "reset_peak_memory_stats", "empty_cache", "set_cache_limit", "decode", "distributed", "export", "functional", "nn", "optim", "training",
 ]
 __version__ = "0.1.0"

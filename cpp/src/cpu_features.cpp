@@ -1,0 +1,83 @@
+#include "ctransformer/cpu_features.hpp"
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace ct {
+
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+struct Regs { unsigned a = 0, b = 0, c = 0, d = 0; };
+
+Regs cpuid(unsigned leaf, unsigned sub) {
+    Regs r;
+    if (!__get_cpuid_count(leaf, sub, &r.a, &r.b, &r.c, &r.d)) return Regs{};
+    return r;
+}
+
+// XCR0: which register states the OS saves on a context switch (only readable when OSXSAVE is set).
+std::uint64_t xcr0() {
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (std::uint64_t(hi) << 32) | lo;
+}
+
+bool bit(unsigned reg, int n) { return (reg >> n) & 1u; }
+
+CpuFeatures detect() {
+    CpuFeatures f;
+    const Regs v = cpuid(0, 0);
+    char vendor[13] = {};
+    std::memcpy(vendor, &v.b, 4);
+    std::memcpy(vendor + 4, &v.d, 4);
+    std::memcpy(vendor + 8, &v.c, 4);
+    f.vendor = vendor;
+    const unsigned max_leaf = v.a;
+    const Regs l1 = cpuid(1, 0);
+    const Regs l7 = max_leaf >= 7 ? cpuid(7, 0) : Regs{};
+    const Regs l7s1 = max_leaf >= 7 ? cpuid(7, 1) : Regs{};
+    const std::uint64_t xcr = bit(l1.c, 27) ? xcr0() : 0;  // OSXSAVE
+    const bool os_avx = (xcr & 0x6) == 0x6;                 // SSE and AVX state
+    const bool os_avx512 = os_avx && (xcr & 0xE0) == 0xE0;  // opmask, ZMM0-15 high halves, ZMM16-31
+    const bool os_amx = (xcr & 0x60000) == 0x60000;         // XTILECFG, XTILEDATA
+    const bool avx = os_avx && bit(l1.c, 28);
+    f.fma = avx && bit(l1.c, 12);
+    f.avx2 = avx && bit(l7.b, 5);
+    f.avx512f = os_avx512 && bit(l7.b, 16);
+    const bool avx512_core = f.avx512f && bit(l7.b, 17) && bit(l7.b, 30) && bit(l7.b, 31);  // DQ, BW, VL
+    f.avx512_vnni = f.avx512f && bit(l7.c, 11);
+    f.avx512_bf16 = f.avx512f && bit(l7s1.a, 5);
+    f.avx512_fp16 = f.avx512f && bit(l7.d, 23);
+    f.avx_vnni = avx && bit(l7s1.a, 4);
+    f.amx_tile = os_amx && bit(l7.d, 24);
+    f.amx_bf16 = f.amx_tile && bit(l7.d, 22);
+    f.amx_int8 = f.amx_tile && bit(l7.d, 25);
+    f.simd_level = avx512_core ? "avx512" : (f.avx2 && f.fma) ? "avx2" : avx ? "avx"
+                   : bit(l1.c, 20) ? "sse4.2" : bit(l1.d, 26) ? "sse2" : "none";
+    return f;
+}
+#else
+CpuFeatures detect() {
+    CpuFeatures f;
+#if defined(__aarch64__) || defined(__ARM_NEON)
+    f.simd_level = "neon";
+#else
+    f.simd_level = "none";
+#endif
+    return f;
+}
+#endif
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+    static const CpuFeatures features = detect();
+    return features;
+}
+
+}  // namespace ct

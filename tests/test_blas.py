@@ -1,0 +1,230 @@
+"""The BLAS under the core: which one it is, that its kernels fit the CPU (and a warning when they do
+not), that the installed extension finds the user's copy, that the products we send it are right at the
+shapes, strides and transposes the models use, and that the parity tests hold under every OpenBLAS kernel
+core this CPU can run (DESIGN.md, "Parity tests and ReLU knife edges")."""
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ctransformer as ct
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CPU = ct.build_info()["cpu"]
+BLAS = ct.build_info()["blas"]
+
+
+def run_python(code, coretype=None, extra_env=None, args=()):
+    """A fresh interpreter; OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) as given: None removes them, so
+    OpenBLAS picks its core by itself."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
+    env.update(extra_env or {})
+    return subprocess.run([sys.executable, *args, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+
+
+# --- what build_info and show_config report ----------------------------------------------------------------
+def test_build_info_names_the_blas():
+    assert BLAS["name"] == "OpenBLAS"
+    assert BLAS["config"].startswith("OpenBLAS " + BLAS["version"])
+    assert BLAS["core"] and BLAS["core"] in BLAS["config"]
+    assert BLAS["threads"] == ct.get_num_threads()
+    assert pathlib.Path(BLAS["library"]).is_file()
+    assert BLAS["source"] == "scipy-openblas32"           # what pip install . links (pyproject.toml)
+    import scipy_openblas32
+
+    # the user's copy in site-packages, not a build environment's
+    assert pathlib.Path(BLAS["library"]).resolve().parent == pathlib.Path(scipy_openblas32.get_lib_dir()).resolve()
+    major, minor, patch = (int(x) for x in BLAS["version"].split(".")[:3])
+    assert (major, minor, patch) >= (0, 3, 34)
+
+
+def test_cpu_features_agree_with_proc_cpuinfo():
+    """cpuid (the core's reading) against the kernel's flags: each feature the core reports is one the
+    kernel lists (the core also requires the OS to save the registers, so it may report less)."""
+    from ctransformer._cpu_check import cpu_flags
+
+    flags = cpu_flags()
+    if flags is None or os.uname().machine != "x86_64":
+        pytest.skip("needs /proc/cpuinfo on x86-64")
+    for ours, theirs in [("avx2", "avx2"), ("fma", "fma"), ("avx512f", "avx512f"), ("avx512_vnni", "avx512_vnni"),
+                         ("avx_vnni", "avx_vnni"), ("avx512_bf16", "avx512_bf16"), ("avx512_fp16", "avx512_fp16"),
+                         ("amx_tile", "amx_tile"), ("amx_bf16", "amx_bf16"), ("amx_int8", "amx_int8")]:
+        if CPU[ours]:
+            assert theirs in flags, ours
+        elif theirs in flags and ours.startswith("avx"):
+            pytest.fail(f"{theirs} is in /proc/cpuinfo but the core did not detect it")
+    level = {"avx512": "avx512bw", "avx2": "avx2"}.get(CPU["simd_level"])
+    if level:
+        assert level in flags
+
+
+def test_show_config_prints_and_returns_the_same():
+    config = ct.show_config(mode="dicts")
+    assert config["BLAS"]["core"].startswith(BLAS["core"]) and config["BLAS"]["library"] == BLAS["library"]
+    assert config["CPU"]["best SIMD level"] == CPU["simd_level"]
+    run = run_python("import ctransformer as ct; ct.show_config()")
+    assert run.returncode == 0, run.stderr
+    for line in ["BLAS:", "  name: OpenBLAS", f"  version: {BLAS['version']}", f"  library: {BLAS['library']}",
+                 "CPU:", f"  best SIMD level: {CPU['simd_level']}", "  bf16 units:", "  int8 units:"]:
+        assert line in run.stdout, run.stdout
+    with pytest.raises(ValueError, match="mode must be 'stdout' or 'dicts'"):
+        ct.show_config(mode="yaml")
+
+
+# --- the guard --------------------------------------------------------------------------------------------
+needs_avx2 = pytest.mark.skipif(CPU["simd_level"] not in ("avx2", "avx512"),
+                                reason="the guard acts only on CPUs with AVX2 or AVX-512")
+
+
+@needs_avx2
+def test_on_its_own_openblas_picks_a_core_of_this_cpus_level_and_nothing_warns():
+    code = ("import warnings; warnings.simplefilter('error')\n"
+            "import ctransformer as ct; b = ct.build_info(); print(b['blas']['core'], b['blas']['core_level'])")
+    run = run_python(code)
+    assert run.returncode == 0, run.stderr
+    core, level = run.stdout.split()
+    assert level == CPU["simd_level"], f"OpenBLAS picked {core} ({level}) on a CPU with {CPU['simd_level']}"
+
+
+@needs_avx2
+def test_a_generic_core_makes_the_guard_warn_and_the_users_choice_stands():
+    """OPENBLAS_CORETYPE=Prescott, as a CPU unknown to the library would get: one warning at import naming
+    the core, the CPU's level and the fix; OpenBLAS keeps the user's choice (the wheel names its oldest
+    x86-64 core Katmai)."""
+    code = "import ctransformer as ct; print('core', ct.build_info()['blas']['core'])"
+    run = run_python(code, coretype="Prescott", args=("-W", "always"))
+    assert run.returncode == 0, run.stderr
+    core = run.stdout.split()[-1]
+    assert core in ("Prescott", "Katmai", "Core2"), run.stdout
+    assert run.stderr.count("BLASCoreWarning") == 1, run.stderr
+    assert f"runs its {core} kernels (sse) on a CPU with {CPU['simd_level']}" in run.stderr, run.stderr
+    assert "OPENBLAS_CORETYPE=Prescott is set in the environment" in run.stderr
+    assert "Fix: unset OPENBLAS_CORETYPE, or set OPENBLAS_CORETYPE=" in run.stderr
+
+
+@needs_avx2
+def test_the_guard_words_an_unrecognised_cpu_differently():
+    """Without OPENBLAS_CORETYPE in the environment, the advice is to set it (the library chose by itself).
+    Shown by making OpenBLAS load with Prescott, then hiding the variable from the check."""
+    code = ("import os, ctransformer as ct; os.environ.pop('OPENBLAS_CORETYPE'); "
+            "print(ct._core._blas_core_advice())")
+    run = run_python(code, coretype="Prescott", args=("-W", "ignore"))
+    assert run.returncode == 0, run.stderr
+    assert "This OpenBLAS does not recognise the CPU. Fix: export OPENBLAS_CORETYPE=" in run.stdout, run.stdout
+
+
+# --- the installed package finds the user's OpenBLAS ----------------------------------------------------------
+def installed_core():
+    path = pathlib.Path(ct._core.__file__)
+    if "site-packages" not in path.parts:
+        pytest.skip("ctransformer is not imported from an installed package (a development build)")
+    return path
+
+
+def test_installed_extension_points_at_site_packages_not_the_build_env():
+    """pip builds in a temporary environment that is gone by now: the RUNPATH must lead from the extension
+    to site-packages/scipy_openblas32/lib, and nowhere into the build environment."""
+    path = installed_core()
+    if shutil.which("readelf") is None:
+        pytest.skip("needs readelf")
+    dynamic = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
+    runpath = re.search(r"(?:RUNPATH|RPATH).*\[(.*)\]", dynamic)
+    assert runpath and runpath.group(1) == "$ORIGIN/../scipy_openblas32/lib", dynamic
+    assert "libscipy_openblas.so" in dynamic
+
+
+def test_installed_extension_loads_its_blas_through_the_runpath_alone():
+    """_core imported by file, without the package's __init__ (which imports scipy_openblas32 first)."""
+    path = installed_core()
+    code = (f"import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('ctransformer._core', {str(path)!r})\n"
+            f"m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            f"assert 'scipy_openblas32' not in sys.modules\n"
+            f"print(m.build_info()['blas']['library'])")
+    run = run_python(code)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == BLAS["library"]
+
+
+# --- the products we send it, at our shapes, strides and transposes --------------------------------------------
+# (m, k, n): the base model's Linear at 100 rows and at 1 and 2 rows (decoding: sgemv), small and tiny shapes,
+# odd sizes that leave vector tails, and products small enough for the straight loops (<= 8192 multiply-adds).
+GEMM_SHAPES = [(100, 512, 2048), (100, 2048, 512), (1, 512, 512), (2, 512, 8000), (37, 256, 256),
+               (50, 32, 39), (128, 64, 128), (7, 17, 4097), (3, 9, 70)]
+
+
+@pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
+def test_linear_and_its_gradients_against_float64(m, k, n):
+    """y = x W^T + b, dx = g W, dW = g^T x, db = sum g, each entry held to the float32 error bound of a
+    k-term (or m-term) sum, |err| <= 2 k u sum_p |a_ip b_pj| (u = 2^-24), whatever the summation order: no
+    kernel-dependent luck. Seen: at most 0.12 of the bound (k = 17; 3e-4 to 3e-3 of it at the base shapes)."""
+    rng = np.random.default_rng(m * 7919 + k * 31 + n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    g = rng.standard_normal((m, n)).astype(np.float32)
+    u = 2.0 ** -24
+    X, W, B = ct.tensor(x, requires_grad=True), ct.tensor(w, requires_grad=True), ct.tensor(b, requires_grad=True)
+    y = ct.functional.linear(X, W, B)
+    (y * ct.tensor(g)).sum().backward()
+    x64, w64, g64 = x.astype(np.float64), w.astype(np.float64), g.astype(np.float64)
+    checks = [("y", y.numpy(), x64 @ w64.T + b, np.abs(x64) @ np.abs(w64).T + np.abs(b), k + 1),
+              ("dx", X.grad.numpy(), g64 @ w64, np.abs(g64) @ np.abs(w64), n),
+              ("dW", W.grad.numpy(), g64.T @ x64, np.abs(g64).T @ np.abs(x64), m),
+              ("db", B.grad.numpy(), g64.sum(0), np.abs(g64).sum(0), m)]
+    for name, got, exact, magnitude, terms in checks:
+        bound = 2 * terms * u * magnitude + 1e-30
+        ratio = np.abs(got - exact) / bound
+        assert ratio.max() <= 1.0, f"{name}: error {ratio.max():.3g} x the float32 bound at {np.argmax(ratio)}"
+
+
+# --- the parity tests under every kernel core -------------------------------------------------------------------
+PARITY = ["tests/test_seed003.py", "tests/test_transformer.py", "tests/test_nn_layers.py",
+          "tests/test_relu_knife_edges.py"]
+# OPENBLAS_CORETYPE values to try, with what each needs of the CPU (/proc/cpuinfo). The wheel maps some to
+# others (Zen -> Haswell, Cooperlake -> SkylakeX, Prescott -> Katmai); each core actually run is tested once.
+CORE_CANDIDATES = [("SkylakeX", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}), ("Cooperlake", {"avx512_bf16"}),
+                   ("SapphireRapids", {"amx_bf16", "avx512_fp16"}), ("Haswell", {"avx2", "fma"}),
+                   ("Zen", {"avx2", "fma"}), ("Sandybridge", {"avx"}), ("Prescott", {"pni"})]
+
+
+def runnable_cores():
+    from ctransformer._cpu_check import cpu_flags
+
+    flags = cpu_flags() or set()
+    asked = [name for name, need in CORE_CANDIDATES if need <= flags]
+    cores = {}
+    for name in asked:
+        run = run_python("import ctransformer as ct; print(ct.build_info()['blas']['core'])", coretype=name,
+                         args=("-W", "ignore"))
+        assert run.returncode == 0, run.stderr
+        cores.setdefault(run.stdout.strip(), name)
+    return cores  # {core run: OPENBLAS_CORETYPE that gives it}
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="OpenBLAS's x86-64 cores")
+def test_parity_tests_pass_under_every_kernel_core_this_cpu_runs():
+    """Every model and layer parity test (float32 against torch, gradients also against float64) in a fresh
+    process per OpenBLAS core, plus one run on one thread: none may depend on the summation order."""
+    cores = runnable_cores()
+    assert len(cores) >= 2, cores   # at least two different kernels, or this proves nothing
+    runs = [(asked, {}) for asked in cores.values()] + [(next(iter(cores.values())), {"OPENBLAS_NUM_THREADS": "1"})]
+    failures = []
+    for asked, extra in runs:
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
+                              "ignore::ctransformer.BLASCoreWarning", *PARITY],
+                             env={**{k: v for k, v in os.environ.items()
+                                     if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
+                                  "OPENBLAS_CORETYPE": asked, **extra},
+                             capture_output=True, text=True, cwd=ROOT, timeout=1200)
+        if run.returncode != 0 or not re.search(r"\d+ passed", run.stdout):
+            failures.append(f"OPENBLAS_CORETYPE={asked} {extra}:\n{run.stdout[-3000:]}\n{run.stderr[-1000:]}")
+    assert not failures, "\n".join(failures)
