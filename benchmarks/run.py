@@ -217,6 +217,7 @@ def main():
             "threads": THREADS, "torch": torch.__version__, "ctransformer": ct.__version__,
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "sgemm": sgemm, "policy_check": policy,
             "quick": a.quick, "wall_s": time.time() - started, "build": ct.build_info(), "simd_levels": simd,
+            "blas": ct.build_info()["blas"], "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
             "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}
     out = a.out or os.path.join(HERE, "results", datetime.datetime.now().strftime("%Y-%m-%d_%H%M") +
                                 ("_quick" if a.quick else "") + ".json")
@@ -230,8 +231,12 @@ def main():
 
 def table(results, meta):
     sg = meta["sgemm"]["gflops"]
+    blas = meta.get("blas") or {}
     lines = [f"### ctransformer vs PyTorch {meta['torch']}, {meta['date']}, {meta['threads']} threads each "
              f"(torch with OMP_WAIT_POLICY={meta['omp_wait_policy']})", "",
+             f"CPU: {meta.get('cpu')}. ctransformer's BLAS: {blas.get('name')} {blas.get('version')} "
+             f"({blas.get('source')}), kernel core **{blas.get('core')}** (openblas_get_corename); "
+             f"OPENBLAS_CORETYPE={meta.get('openblas_coretype') or '(unset)'}.", "",
              "Training steps (forward + label-smoothed cross-entropy + backward + Adam/AdamW step):", "",
              "| case | ct | torch | torch/ct | ct GFLOP/s | torch GFLOP/s | ct % of sgemm | peak RSS MiB ct / torch | step rise MiB ct / torch |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

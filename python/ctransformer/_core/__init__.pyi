@@ -118,9 +118,13 @@ class Tensor:
         """
         The shape, as a tuple.
         """
+def _blas_core_advice() -> str:
+    """
+    '' when OpenBLAS's kernels use what this CPU offers; else what is slower and the one-line fix.
+    """
 def build_info() -> dict:
     """
-    What the core was compiled for: -march, the kernels' instruction set and vector width, whether multiply-adds are fused and vector tails masked, whether MPI (data-parallel training) is built in.
+    What the core was compiled for (-march, the kernels' instruction set and vector width, whether multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time.
     """
 def empty_cache() -> None:
     """
