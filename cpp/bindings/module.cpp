@@ -1,5 +1,7 @@
 // ctransformer._core: the pybind11 layer over the C++ core. The maths lives in cpp/src.
 #include "bindings.hpp"
+
+#include <utility>
 #include "convert.hpp"
 #include "ctransformer/allocator.hpp"
 #include "ctransformer/blas_info.hpp"
@@ -80,29 +82,22 @@ PYBIND11_MODULE(_core, m) {
         d["mpi"] = b.mpi;
         const ct::BlasInfo blas = ct::blas_info();
         py::dict bd;
-        bd["name"] = blas.name;
-        bd["version"] = blas.version;
-        bd["source"] = blas.source;
-        bd["library"] = blas.library;
-        bd["core"] = blas.core;
-        bd["core_level"] = blas.core_level;
-        bd["config"] = blas.config;
+        for (const auto& [name, value] : {std::pair<const char*, const std::string*>{"name", &blas.name},
+                                          {"version", &blas.version}, {"source", &blas.source},
+                                          {"library", &blas.library}, {"core", &blas.core},
+                                          {"core_level", &blas.core_level}, {"config", &blas.config}})
+            bd[name] = *value;
         bd["threads"] = blas.threads;
         d["blas"] = bd;
         const ct::CpuFeatures& cpu = ct::cpu_features();
         py::dict cd;
         cd["vendor"] = cpu.vendor;
         cd["simd_level"] = cpu.simd_level;
-        cd["avx2"] = cpu.avx2;
-        cd["fma"] = cpu.fma;
-        cd["avx512f"] = cpu.avx512f;
-        cd["avx512_vnni"] = cpu.avx512_vnni;
-        cd["avx_vnni"] = cpu.avx_vnni;
-        cd["avx512_bf16"] = cpu.avx512_bf16;
-        cd["avx512_fp16"] = cpu.avx512_fp16;
-        cd["amx_tile"] = cpu.amx_tile;
-        cd["amx_bf16"] = cpu.amx_bf16;
-        cd["amx_int8"] = cpu.amx_int8;
+        const std::pair<const char*, bool> flags[] = {
+            {"avx2", cpu.avx2}, {"fma", cpu.fma}, {"avx512f", cpu.avx512f}, {"avx512_vnni", cpu.avx512_vnni},
+            {"avx_vnni", cpu.avx_vnni}, {"avx512_bf16", cpu.avx512_bf16}, {"avx512_fp16", cpu.avx512_fp16},
+            {"amx_tile", cpu.amx_tile}, {"amx_bf16", cpu.amx_bf16}, {"amx_int8", cpu.amx_int8}};
+        for (const auto& [name, on] : flags) cd[name] = on;
         d["cpu"] = cd;
         return d;
     }, "What the core was compiled for (-march, the kernels' instruction set and vector width, whether "
