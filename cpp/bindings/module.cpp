@@ -1,7 +1,5 @@
 // ctransformer._core: the pybind11 layer over the C++ core. The maths lives in cpp/src.
 #include "bindings.hpp"
-
-#include <utility>
 #include "convert.hpp"
 #include "ctransformer/allocator.hpp"
 #include "ctransformer/blas_info.hpp"
@@ -10,6 +8,8 @@
 #include "ctransformer/error.hpp"
 #include "ctransformer/random.hpp"
 #include "ctransformer/threads.hpp"
+
+#include <utility>
 
 namespace py = pybind11;
 
