@@ -1,7 +1,7 @@
 """The BLAS under the core: which one it is, that its kernels fit the CPU (and a warning when they do
 not), that the installed extension finds the user's copy, that the products we send it are right at the
 shapes, strides and transposes the models use, and that the parity tests hold under every OpenBLAS kernel
-core this CPU can run (DESIGN.md, "Parity tests and ReLU knife edges")."""
+core this CPU can run (DEVELOPING.md, "Parity tests and ReLU knife edges")."""
 import os
 import pathlib
 import re

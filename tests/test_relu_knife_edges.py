@@ -1,4 +1,4 @@
-"""The rule that keeps the parity tests independent of the BLAS kernel (reference.parity, DESIGN.md
+"""The rule that keeps the parity tests independent of the BLAS kernel (reference.parity, DEVELOPING.md
 "Parity tests and ReLU knife edges"), checked on the model where it first bit: seed 003 at the base size,
 whose float64-compared gradients passed or failed by which OpenBLAS core ran (Cooperlake vs SkylakeX on
 Zen 4), because one ReLU input sat 7e-9 of its row's largest from zero."""

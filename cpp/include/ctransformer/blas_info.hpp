@@ -1,6 +1,6 @@
 // Which BLAS the core runs on, and whether its kernels fit this CPU. OpenBLAS picks its kernels ("core")
 // at load time from the CPU it recognises; a CPU newer than the library falls back to its oldest x86-64
-// kernels (Prescott, SSE3) and every product runs ~4x slower, silently (DESIGN.md). blas_core_advice()
+// kernels (Prescott, SSE3) and every product runs ~4x slower, silently (DEVELOPING.md, "The BLAS"). blas_core_advice()
 // turns that into words; the Python package warns with them at import.
 #pragma once
 #include <string>
