@@ -54,3 +54,30 @@ def test_cpp_data_parallel_example(build):
         finals[n] = float(final.split()[2])
     assert finals[1] < 0.05
     assert finals[2] == pytest.approx(finals[1], rel=1e-4) and finals[3] == pytest.approx(finals[1], rel=1e-4)
+
+
+def test_installed_library_builds_a_project_of_its_own(build, tmp_path):
+    """cmake --install, then a separate CMake project that finds the package (find_package(ctransformer),
+    ctransformer::core) builds cpp/examples/train_toy.cpp against the installed headers and library, and
+    the program learns."""
+    prefix = tmp_path / "prefix"
+    subprocess.run(["cmake", "--install", str(build), "--prefix", str(prefix)], check=True, capture_output=True)
+    assert (prefix / "include" / "ctransformer" / "tensor.hpp").is_file()
+    assert list(prefix.glob("lib*/cmake/ctransformer/ctransformerConfig.cmake"))
+    project = tmp_path / "app"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(app LANGUAGES CXX)\nset(CMAKE_CXX_STANDARD 17)\n"
+        "find_package(ctransformer 0.1 REQUIRED)\n"
+        f"add_executable(train_toy {ROOT / 'cpp' / 'examples' / 'train_toy.cpp'})\n"
+        "target_link_libraries(train_toy PRIVATE ctransformer::core)\n")
+    app_build = tmp_path / "app-build"
+    for cmd in (["cmake", "-S", str(project), "-B", str(app_build), "-DCMAKE_BUILD_TYPE=Release",
+                 f"-DCMAKE_PREFIX_PATH={prefix}"],
+                ["cmake", "--build", str(app_build), "-j", str(os.cpu_count() or 1)]):
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = subprocess.run([str(app_build / "train_toy")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.strip().splitlines()
+    assert float(lines[-1].split()[-1]) < 0.05 < float(lines[0].split()[-1]), run.stdout
