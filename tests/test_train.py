@@ -99,3 +99,38 @@ def test_cli_list_shows_every_task():
                          timeout=120)
     for task in ("copy", "toy-translate", "shakespeare"):
         assert task + ":" in run.stdout
+
+
+@pytest.mark.parametrize("task,evaluation,targets,expected", [
+    ("toy-translate", {"token_accuracy": 0.95, "exact_match": 0.5}, {}, False),
+    ("toy-translate", {"token_accuracy": 0.95, "exact_match": 0.5},
+     {"target_token_accuracy": 0.9, "target_exact_match": 0.4}, True),
+    ("shakespeare", {"val_loss": 2.0}, {}, False),
+    ("shakespeare", {"val_loss": 2.0}, {"target_val_loss": 2.5}, True),
+    ("multi30k", {"test_bleu": 20.0, "bleu_signature": "sig"}, {}, False),
+    ("multi30k", {"test_bleu": 20.0, "bleu_signature": "sig"}, {"target_bleu": 15.0}, True),
+])
+def test_each_tasks_targets_are_the_runs_not_the_defaults(task, evaluation, targets, expected):
+    """--set target_...=X reaches the check: toy-translate and shakespeare used to read the class defaults
+    and ignore it (issue 20)."""
+    from ctransformer.train import TASKS
+
+    cls = TASKS[task]
+    cfg = {**cls.defaults, **targets}
+    ok, message = cls.check(cls.__new__(cls), evaluation, cfg)
+    assert bool(ok) is expected, message
+    for value in targets.values():
+        assert f"{value:g}" in message, message
+
+
+def test_cli_set_target_reaches_the_check(tmp_path):
+    """Two steps of toy-translate cannot reach its default targets (exit 1); with the targets set to 0
+    through --set, the same run reports them reached (exit 0)."""
+    base = [sys.executable, "-W", "ignore", "-m", "ctransformer.train", "toy-translate", "--steps", "2",
+            "--no-progress", "--set", "eval_samples=8"]
+    default = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    assert default.returncode == 1 and "NOT reached" in default.stdout, default.stdout + default.stderr
+    lowered = subprocess.run(base + ["--set", "target_token_accuracy=0", "target_exact_match=0"],
+                             capture_output=True, text=True, timeout=300)
+    assert lowered.returncode == 0, lowered.stdout + lowered.stderr
+    assert "(target >= 0)" in lowered.stdout and "reached" in lowered.stdout, lowered.stdout

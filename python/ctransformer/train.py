@@ -272,7 +272,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1, default=float)
-    ok, message = task.check(evaluation) if evaluation else (True, "")
+    ok, message = task.check(evaluation, task.cfg) if evaluation else (True, "")
     if message:
         print(message)
     return 0 if ok else 1

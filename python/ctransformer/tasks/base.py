@@ -56,6 +56,6 @@ class Task:
         """A few decoded examples to print at the end."""
         return []
 
-    def check(self, evaluation):
-        """(reached the task's target?, a sentence saying so)."""
+    def check(self, evaluation, cfg):
+        """(reached the task's target, as this run's cfg sets it?, a sentence saying so)."""
         return True, ""

@@ -71,6 +71,6 @@ class Copy(Task):
         out = self.decode(model, counting, cfg)
         return [f"source  {' '.join(map(str, counting[0]))}", f"decoded {' '.join(map(str, out[0]))}"]
 
-    def check(self, evaluation):
+    def check(self, evaluation, cfg):
         ok = evaluation["copies_1_to_10"]
         return ok, "greedy decoding of 1..10 " + ("returns it" if ok else "does NOT return it")

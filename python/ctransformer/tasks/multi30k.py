@@ -257,10 +257,10 @@ class Multi30k(Task):
             lines += [f"source     {src}", f"reference  {ref}", f"translated {hyp}", ""]
         return lines
 
-    def check(self, evaluation):
+    def check(self, evaluation, cfg):
         if "test_bleu" not in evaluation:
             return True, f"val BLEU {evaluation['val_bleu']:.2f} (no test set named)"
-        target = self.cfg["target_bleu"]
+        target = cfg["target_bleu"]
         ok = evaluation["test_bleu"] >= target
         return ok, (f"test BLEU {evaluation['test_bleu']:.2f} ({evaluation['bleu_signature']}), target >= {target}: "
                     f"{'reached' if ok else 'NOT reached'}")

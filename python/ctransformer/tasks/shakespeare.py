@@ -94,7 +94,7 @@ class Shakespeare(Task):
         ids = model.generate(start, cfg["sample_chars"], temperature=cfg["temperature"], top_k=cfg["top_k"])
         return ["--- sample ---", self.data.decode(np.asarray(ids).reshape(-1)[1:] - 1)]
 
-    def check(self, evaluation):
-        target = self.defaults["target_val_loss"]
+    def check(self, evaluation, cfg):
+        target = cfg["target_val_loss"]
         ok = evaluation["val_loss"] <= target
         return ok, f"val loss {evaluation['val_loss']:.4f} {'<=' if ok else '>'} target {target}"

@@ -72,8 +72,8 @@ class ToyTranslate(Task):
                       f"translated {' '.join(decode_tokens(oi))}", ""]
         return lines
 
-    def check(self, evaluation):
-        ok = (evaluation["token_accuracy"] >= self.defaults["target_token_accuracy"]
-              and evaluation["exact_match"] >= self.defaults["target_exact_match"])
-        return ok, (f"token accuracy {evaluation['token_accuracy']:.4f} (target >= 0.99), exact match "
-                    f"{evaluation['exact_match']:.3f} (target >= 0.90): {'reached' if ok else 'NOT reached'}")
+    def check(self, evaluation, cfg):
+        tokens, exact = cfg["target_token_accuracy"], cfg["target_exact_match"]
+        ok = evaluation["token_accuracy"] >= tokens and evaluation["exact_match"] >= exact
+        return ok, (f"token accuracy {evaluation['token_accuracy']:.4f} (target >= {tokens:g}), exact match "
+                    f"{evaluation['exact_match']:.3f} (target >= {exact:g}): {'reached' if ok else 'NOT reached'}")
