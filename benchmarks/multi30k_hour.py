@@ -55,7 +55,7 @@ def main():
 
     from ctransformer import plots
     from ctransformer.data.parallel_corpus import multi30k
-    from ctransformer.translate import Translator, corpus_bleu, load_translation_checkpoint
+    from ctransformer.translation import Translator, corpus_bleu, load_translation_checkpoint
 
     chart = plots.training_curves_chart(validated, x="wall_min", metrics=("val_bleu", "val_loss"), width=300)
     plots.save_png(chart.properties(title="Multi30k de-en: validation against wall time (minutes)"), args.image)

@@ -3,7 +3,7 @@
     python benchmarks/translate_speed.py --checkpoint runs/multi30k.safetensors [--sentences 1000]
 
 One checkpoint of ``ctransformer-train multi30k``, four engines on the same weights, in one process:
-- ctransformer: ``ctransformer.translate.Translator`` (batched beam search on the key/value caches;
+- ctransformer: ``ctransformer.translation.Translator`` (batched beam search on the key/value caches;
   beam 1 is greedy);
 - CTranslate2 float32 and int8 (weights quantised at load time): the model written by
   ``ct.export.to_ctranslate2``, its sources the same subwords plus end-of-sentence;
@@ -36,7 +36,7 @@ THREADS = 2
 
 
 def ctransformer_engine(model, vocab, beam, batch):
-    from ctransformer.translate import Translator
+    from ctransformer.translation import Translator
     translator = Translator(model, vocab, beam_size=beam, length_penalty=0.6, batch_size=batch)
 
     def run(ids):
@@ -118,7 +118,7 @@ def main():
     import ctransformer as ct
     from ctransformer.checkpoint import read_checkpoint
     from ctransformer.data.parallel_corpus import multi30k
-    from ctransformer.translate import load_translation_checkpoint
+    from ctransformer.translation import load_translation_checkpoint
     torch.set_num_threads(THREADS)
     ct.set_num_threads(THREADS)
 

@@ -123,3 +123,34 @@ def test_loading_executes_no_code(tmp_path):
     info = load_checkpoint(path, model)
     assert info["extra"]["payload"] == payload
     assert not (tmp_path / "pwned").exists()
+
+
+def test_contents_read_without_a_model(tmp_path):
+    """read_checkpoint_contents: the weights under their module names, step, config and extra (its arrays
+    put back), for readers that build the model from the stored config (ctransformer.translation)."""
+    model, optimizer, scheduler = _model_and_optimizer()
+    path = tmp_path / "ckpt.safetensors"
+    table = np.arange(6, dtype=np.uint8)
+    save_checkpoint(path, model, optimizer, scheduler, step=7, config={"d_model": 16},
+                    extra={"note": [1, 2], "table": table})
+    contents = checkpoint.read_checkpoint_contents(path)
+    assert contents["step"] == 7 and contents["config"] == {"d_model": 16}
+    assert contents["extra"]["note"] == [1, 2]
+    np.testing.assert_array_equal(contents["extra"]["table"], table)
+    assert sorted(contents["model"]) == sorted(model.state_dict())
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(contents["model"][name], value, err_msg=name)
+
+
+def test_contents_of_a_tampered_extra_entry_is_a_checkpoint_error(tmp_path):
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    model, _, _ = _model_and_optimizer()
+    path = tmp_path / "ckpt.safetensors"
+    save_checkpoint(path, model, extra={"note": 1})
+    with safe_open(str(path), framework="numpy") as f:
+        metadata = f.metadata()
+    save_file(load_file(str(path)), str(path), metadata={**metadata, "extra": "{not json"})
+    with pytest.raises(CheckpointError, match="corrupted 'extra' entry"):
+        checkpoint.read_checkpoint_contents(path)

@@ -277,7 +277,7 @@ def test_run_leaves_vocab_best_and_averaged_checkpoints(trained):
 
 
 def test_checkpoint_carries_a_tied_model_and_its_vocab(trained):
-    from ctransformer.translate import load_translation_checkpoint
+    from ctransformer.translation import load_translation_checkpoint
 
     task, model, _, path = trained
     loaded, vocab, cfg = load_translation_checkpoint(path)
@@ -319,7 +319,7 @@ def test_resume_equals_never_stopping(tmp_path, corpus_files):
 
 
 def test_beam_one_is_greedy_on_the_trained_model(trained):
-    from ctransformer.translate import Translator
+    from ctransformer.translation import Translator
 
     task, model, _, _ = trained
     model.eval()
@@ -376,7 +376,7 @@ def test_translate_cli_stdin_to_stdout_with_bleu(trained, corpus_files):
     assert "line 8 has 80 subwords" in run.stderr and "truncated" in run.stderr    # n_position 64
     assert "BLEU = " in run.stderr and "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in run.stderr
     # The same as translating in-process with the checkpoint's settings but beam 2.
-    from ctransformer.translate import Translator, load_translation_checkpoint
+    from ctransformer.translation import Translator, load_translation_checkpoint
 
     model, vocab, cfg = load_translation_checkpoint(path)
     expected = Translator(model, vocab, beam_size=2, length_penalty=cfg["length_penalty"],

@@ -227,6 +227,17 @@ def _metadata_state(metadata, key, path, tensors):
                               f"({type(error).__name__}: {error})") from error
 
 
+def read_checkpoint_contents(path):
+    """{"model": {name: array}, "step", "config", "extra"} of a checkpoint, without a model to load into
+    (the model's weights under their own names, extra with its arrays put back); raises CheckpointError on
+    a damaged file, as load_checkpoint does. For readers that build the model from the stored config."""
+    tensors, metadata = read_checkpoint(path)
+    return {"model": {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")},
+            "step": _metadata_json(metadata, "step", path),
+            "config": _metadata_json(metadata, "config", path, default="{}"),
+            "extra": _metadata_state(metadata, "extra", path, tensors) if "extra" in metadata else {}}
+
+
 def load_checkpoint(path, model, optimizer=None, scheduler=None, config=None):
     """Load into model (and optimizer, scheduler); returns {"step", "config", "extra"}.
 

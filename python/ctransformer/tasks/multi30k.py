@@ -29,7 +29,7 @@ from ctransformer.data.parallel_corpus import corpus_from_options, multi30k
 from ctransformer.data.paths import cache_dir
 from ctransformer.data.subword import PAD_ID, cached_subword_vocab, training_key
 from ctransformer.data.token_batches import TokenBatcher
-from ctransformer.translate import TASK, Translator, build_model, corpus_bleu
+from ctransformer.translation import TASK, Translator, build_model, corpus_bleu
 
 from .base import Task
 

@@ -1,0 +1,123 @@
+"""Translation with a model of the ``multi30k`` task, as a library: the model it trains (``build_model``),
+reading its checkpoints (``load_translation_checkpoint``), batched beam-search translation of raw sentences
+(``Translator``) and corpus BLEU (``corpus_bleu``). The ``multi30k`` task, the ``ctransformer-translate``
+command (``ctransformer.translate``, which re-exports these names) and the notebooks use them.
+"""
+import math
+import sys
+
+import numpy as np
+
+import ctransformer as ct
+from ctransformer.checkpoint import CheckpointError, read_checkpoint_contents
+from ctransformer.data.subword import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
+from ctransformer.data.token_batches import make_arrays
+
+TASK = "multi30k"
+
+
+def build_model(cfg, vocab_size):
+    """The multi30k task's model: the post-norm Transformer of seed 000 (jadore801120) with one embedding matrix
+    shared by the source, the target and the output projection. The task and the translator both build it here."""
+    d_model, n_head = cfg["d_model"], cfg["n_head"]
+    if d_model % n_head:
+        raise ValueError(f"multi30k: d_model ({d_model}) must be a multiple of n_head ({n_head})")
+    return ct.nn.Transformer(vocab_size, vocab_size, PAD_ID, PAD_ID, d_word_vec=d_model, d_model=d_model,
+                             d_inner=cfg["d_inner"], n_layers=cfg["n_layers"], n_head=n_head, d_k=d_model // n_head,
+                             d_v=d_model // n_head, dropout=cfg["dropout"], n_position=cfg["n_position"],
+                             trg_emb_prj_weight_sharing=True, emb_src_trg_weight_sharing=True,
+                             scale_emb_or_prj=cfg["scale_emb_or_prj"])
+
+
+def load_translation_checkpoint(path):
+    """(model in eval mode, SubwordVocab, config) from a checkpoint the multi30k task wrote."""
+    contents = read_checkpoint_contents(path)
+    extra = contents["extra"]
+    if extra.get("task") != TASK or "sentencepiece" not in extra:
+        raise CheckpointError(f"translate: {path} is not a checkpoint of the {TASK} task (it carries no "
+                              f"sentencepiece model); write one with ctransformer-train {TASK} --checkpoint PATH")
+    cfg = contents["config"]
+    vocab = SubwordVocab.from_array(extra["sentencepiece"])
+    model = build_model(cfg, len(vocab))
+    try:
+        model.load_state_dict(contents["model"], strict=True)
+    except RuntimeError as error:
+        raise CheckpointError(f"translate: {path} does not fit the model its config describes: {error}") from error
+    model.eval()
+    return model, vocab, cfg
+
+
+class Translator:
+    """Batched translation of raw sentences with a model and its subword vocabulary."""
+
+    def __init__(self, model, vocab, beam_size=4, length_penalty=0.6, max_len_ratio=1.5, max_len_extra=10,
+                 batch_size=32, warn=None):
+        for name, value, low in (("beam_size", beam_size, 1), ("batch_size", batch_size, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"Translator: {name} must be an int >= {low}, got {value!r}")
+        if not length_penalty >= 0:
+            raise ValueError(f"Translator: length_penalty must be >= 0, got {length_penalty!r}")
+        if not max_len_ratio > 0:
+            raise ValueError(f"Translator: max_len_ratio must be > 0, got {max_len_ratio!r}")
+        self.model, self.vocab = model, vocab
+        self.beam_size, self.alpha = beam_size, float(length_penalty)
+        self.max_len_ratio, self.max_len_extra = float(max_len_ratio), int(max_len_extra)
+        self.batch_size = batch_size
+        self.n_position = model.config.n_position
+        self.warn = warn if warn is not None else (lambda message: print(message, file=sys.stderr))
+        self.truncated = 0
+
+    def encode(self, sentences, line_numbers=None):
+        """Subword ids of each sentence, cut to the model's positions (one kept for end-of-sentence)."""
+        room = self.n_position - 1
+        ids = self.vocab.encode(list(sentences))
+        for i, s in enumerate(ids):
+            if len(s) > room:
+                line = line_numbers[i] if line_numbers is not None else i + 1
+                self.warn(f"warning: line {line} has {len(s)} subwords, more than the model's {room} "
+                          f"source positions (n_position {self.n_position} less end-of-sentence): truncated to "
+                          f"its first {room}")
+                ids[i] = s[:room]
+                self.truncated += 1
+        return ids
+
+    def max_len(self, src_len):
+        """Target positions allowed (start symbol counted) for a batch whose longest source has src_len ids."""
+        return max(2, min(self.n_position, int(math.ceil(self.max_len_ratio * src_len)) + self.max_len_extra))
+
+    def translate_ids(self, ids):
+        """Output subword ids (end-of-sentence and padding removed) for each source id list, in order."""
+        out = [None] * len(ids)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start:start + self.batch_size]
+            src, _ = make_arrays([ids[i] for i in rows], None)
+            mask = ct.nn.get_pad_mask(src, PAD_ID)
+            hyps, _ = ct.decode.beam_search(self.model, src, mask, self.max_len(src.shape[1]), BOS_ID, EOS_ID,
+                                            beam_size=self.beam_size, alpha=self.alpha)
+            for r, i in enumerate(rows):
+                h = hyps[r, 1:]
+                end = np.flatnonzero((h == EOS_ID) | (h == PAD_ID))
+                out[i] = h[:end[0]].tolist() if len(end) else h.tolist()
+        return out
+
+    def translate(self, sentences):
+        """Detokenised translations of raw sentences (an empty line translates to an empty line)."""
+        sentences = list(sentences)
+        keep = [i for i, s in enumerate(sentences) if s.strip()]
+        ids = self.encode([sentences[i] for i in keep], [i + 1 for i in keep])
+        result = [""] * len(sentences)
+        with ct.no_grad():
+            for i, out in zip(keep, self.translate_ids(ids)):
+                result[i] = self.vocab.decode(out)
+        return result
+
+
+def corpus_bleu(hypotheses, references):
+    """(sacrebleu BLEU result, its signature) for detokenised hypotheses against one reference each."""
+    from sacrebleu.metrics import BLEU
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"corpus_bleu: {len(hypotheses)} translations but {len(references)} references")
+    bleu = BLEU()
+    return bleu.corpus_score(list(hypotheses), [list(references)]), bleu.get_signature()
