@@ -78,7 +78,7 @@ def assert_grads_close(ct_module, torch_module, rel, floor=1e-6):
     return worst
 
 
-# --- ReLU knife edges (DESIGN: "Parity tests and ReLU knife edges") -------------------------------------
+# --- ReLU knife edges (DEVELOPING.md: "Parity tests and ReLU knife edges") -------------------------------
 #
 # A ReLU unit whose input lies within float32 rounding of zero is on under one legal summation order and
 # off under another (another BLAS core, another thread split), and that one flipped bit moves the

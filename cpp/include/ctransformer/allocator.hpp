@@ -1,7 +1,7 @@
 // The allocator behind every tensor buffer (ct::Array): a cache of freed blocks, by size class.
 //
 // A training step allocates and frees the same buffers every step. From the system, a fresh
-// 13 MB buffer costs ~3300 page faults (2-3 us per 4 KiB page, DESIGN.md); from this cache it costs
+// 13 MB buffer costs ~3300 page faults (2-3 us per 4 KiB page, docs/DESIGN.md); from this cache it costs
 // a lock and a vector pop. Blocks are 64-byte aligned (whole AVX-512 vectors); blocks of 2 MiB and
 // more are asked to be backed by transparent huge pages, so even their first use faults 512x less.
 //
