@@ -276,6 +276,21 @@ def test_run_leaves_vocab_best_and_averaged_checkpoints(trained):
     assert task.best["step"] == best["step"]
 
 
+def test_a_run_stopped_by_its_time_budget_validates_its_last_model(corpus_files, tmp_path):
+    """--max-minutes ends the run between validations: the last model is validated all the same, and the
+    .best choice sees it (issue 20: a 30-minute run's .best was 27 steps older than its better final model)."""
+    from ctransformer.train import train
+
+    path = str(tmp_path / "budget.safetensors")
+    task, _, result = train("multi30k", _tiny(corpus_files, steps=60, eval_every=20), checkpoint=path,
+                            progress=False, log=_quiet, max_minutes=1e-9)
+    assert result["steps"] == 1 and result["stopped_by"].startswith("time budget")
+    last = result["history"][-1]
+    assert last["step"] == 1 and "val_bleu" in last and "val_loss" in last, result["history"]
+    assert task.best["step"] == 1
+    assert os.path.isfile(path[: -len(".safetensors")] + ".best.safetensors")
+
+
 def test_checkpoint_carries_a_tied_model_and_its_vocab(trained):
     from ctransformer.translation import load_translation_checkpoint
 

@@ -111,9 +111,14 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
             tokens += metrics.pop("tokens")
             if bar:
                 bar.set_postfix_str(f"{tokens / (time.perf_counter() - began):.0f} tok/s", refresh=False)
-        if rank0 and ((step + 1) % cfg["log_every"] == 0 or step == 0 or step + 1 == total
-                      or task.log_due(step + 1, cfg)):
-            metrics = {"step": step + 1, **metrics, **task.periodic_eval(model, rng, step + 1, cfg)}
+        # The time budget is agreed on by every process each step (a collective), before logging: the step
+        # that ends a run is logged and evaluated as its last one (final=True), so the model a run ends
+        # with is always validated, and a task choosing a best checkpoint sees it.
+        time_up = max_minutes is not None and _agreed(time.perf_counter() - began >= 60 * max_minutes, distributed) \
+            and step + 1 < stop
+        final = step + 1 == total or time_up
+        if rank0 and ((step + 1) % cfg["log_every"] == 0 or step == 0 or final or task.log_due(step + 1, cfg)):
+            metrics = {"step": step + 1, **metrics, **task.periodic_eval(model, rng, step + 1, cfg, final=final)}
             history.append(metrics)
             message = f"step {step + 1:5d}/{total}  {_format(metrics)}"
             (bar.write if bar else log)(message)
@@ -121,8 +126,7 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
             bar.update(1)
         if checkpoint and checkpoint_every and (step + 1) % checkpoint_every == 0:
             save(step + 1)
-        if max_minutes is not None and _agreed(time.perf_counter() - began >= 60 * max_minutes, distributed) \
-                and step + 1 < stop:
+        if time_up:
             log(f"time budget of {max_minutes:g} min reached after step {step + 1}")
             stop = step + 1
             break

@@ -44,8 +44,9 @@ class Task:
     def restore_extra(self, extra):
         """Take back, on --resume, what checkpoint_extra stored."""
 
-    def periodic_eval(self, model, rng, step, cfg):
-        """Extra metrics at logging time (e.g. validation loss); {} by default."""
+    def periodic_eval(self, model, rng, step, cfg, final=False):
+        """Extra metrics at logging time (e.g. validation loss); {} by default. final: this is the run's last
+        step (its natural end or its time budget), whose model must be validated."""
         return {}
 
     def evaluate(self, model, rng, cfg):

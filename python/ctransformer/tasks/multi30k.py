@@ -168,12 +168,12 @@ class Multi30k(Task):
         every = cfg["eval_every"] or len(self.batcher)
         return step % every == 0
 
-    def periodic_eval(self, model, rng, step, cfg):
+    def periodic_eval(self, model, rng, step, cfg, final=False):
         now = time.perf_counter()
         metrics = {"epoch": round(step / len(self.batcher), 2)}
         if self._tokens:
             metrics["tok/s"] = round(self._tokens / max(now - self._clock, 1e-9))
-        if not (self.log_due(step, cfg) or step == cfg["steps"]):
+        if not (self.log_due(step, cfg) or final):
             self._tokens, self._clock = 0, time.perf_counter()
             return metrics
         model.eval()

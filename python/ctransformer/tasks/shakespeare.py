@@ -63,7 +63,7 @@ class Shakespeare(Task):
         with ct.no_grad():
             return float(np.mean([model(*self.batch(split, rng, cfg))[1].item() for _ in range(cfg["eval_iters"])]))
 
-    def periodic_eval(self, model, rng, step, cfg):
+    def periodic_eval(self, model, rng, step, cfg, final=False):
         # A separate generator, so evaluating does not change the training batches.
         eval_rng = np.random.default_rng(cfg["seed"] + step)
         model.eval()
