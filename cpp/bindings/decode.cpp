@@ -53,6 +53,8 @@ py::array_t<float> array_to_numpy(const ct::Array& a) {
 }  // namespace
 
 void bind_decode(py::module_& m) {
+    m.attr("DEFAULT_BEAM_SIZE") = ct::decode::defaults::beam_size;
+    m.attr("DEFAULT_ALPHA") = ct::decode::defaults::alpha;
     m.def("greedy_decode", [](const Transformer& model, py::object src, py::object src_mask, ctpy::Int max_len,
                               ctpy::Int start_symbol, py::object end_symbol, bool use_cache,
                               bool return_logits) -> py::object {
@@ -111,8 +113,8 @@ void bind_decode(py::module_& m) {
             return py::make_tuple(out_ids.attr("reshape")(py::make_tuple(b, n)), scores.attr("reshape")(b));
         return py::make_tuple(out_ids, scores);
     }, py::arg("model"), py::arg("src"), py::arg("src_mask"), py::arg("max_len"), py::arg("start_symbol"),
-       py::arg("end_symbol"), py::arg("beam_size") = 4, py::arg("alpha") = 0.6, py::arg("n_best") = py::none(),
-       py::arg("use_cache") = true,
+       py::arg("end_symbol"), py::arg("beam_size") = ct::decode::defaults::beam_size,
+       py::arg("alpha") = ct::decode::defaults::alpha, py::arg("n_best") = py::none(), py::arg("use_cache") = true,
        "(ids (b, max_len) int64, scores (b,) float64), or with n_best=k (ids (b, k, max_len), scores (b, k)). "
        "See ctransformer.decode.beam_search.");
 

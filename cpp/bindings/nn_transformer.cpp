@@ -59,6 +59,14 @@ SublayerOptions make_options(const std::string& layout, bool norm_first, bool qk
         py::arg("proj_bias") = false, py::arg("layer_norm_eps") = 1e-6, py::arg("attn_dropout") = 0.1,      \
         py::arg("mask_fill") = -1e9f, py::arg("scale_after_matmul") = false
 
+// The seed-003 preset's keyword arguments, its defaults from nn/transformer_config.hpp.
+#define CT_SEED003_ARGS                                                                                        \
+    py::arg("n_src_vocab") = defaults::seed003::vocab, py::arg("n_trg_vocab") = defaults::seed003::vocab,       \
+        py::arg("pad_idx") = defaults::seed003::pad_idx, py::arg("d_model") = defaults::seed003::d_model,       \
+        py::arg("n_head") = defaults::seed003::n_head, py::arg("d_inner") = defaults::seed003::d_inner,         \
+        py::arg("n_layers") = defaults::seed003::n_layers, py::arg("n_position") = defaults::seed003::n_position, \
+        py::arg("dropout") = defaults::seed003::dropout
+
 const char* kSublayerDoc =
     "Keyword options (seed 000's defaults; seed 003: layout='seed003', norm_first=True, qkv_bias=True, "
     "proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True).";
@@ -212,9 +220,7 @@ void bind_nn_transformer(py::module_& nn) {
         .def_readwrite("output_bias", &TransformerConfig::output_bias)
         .def_readwrite("flatten_logits", &TransformerConfig::flatten_logits)
         .def("validate", &TransformerConfig::validate)
-        .def_static("seed003", &TransformerConfig::seed003, py::arg("n_src_vocab") = 39, py::arg("n_trg_vocab") = 39,
-                    py::arg("pad_idx") = 2, py::arg("d_model") = 32, py::arg("n_head") = 4, py::arg("d_inner") = 64,
-                    py::arg("n_layers") = 3, py::arg("n_position") = 50, py::arg("dropout") = 0.1,
+        .def_static("seed003", &TransformerConfig::seed003, CT_SEED003_ARGS,
                     "Seed 003's toy translator: pre-norm, d_model 32, 4 heads, FFN 64, 3 + 3 layers, vocabulary 39, "
                     "<PAD> = 2, length <= 50.")
         .def("__repr__", [](py::object self) {
@@ -487,10 +493,13 @@ for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it retu
                                                       scale_emb_or_prj);
              }),
              py::arg("n_src_vocab"), py::arg("n_trg_vocab"), py::arg("src_pad_idx"), py::arg("trg_pad_idx"),
-             py::arg("d_word_vec") = 512, py::arg("d_model") = 512, py::arg("d_inner") = 2048,
-             py::arg("n_layers") = 6, py::arg("n_head") = 8, py::arg("d_k") = 64, py::arg("d_v") = 64,
-             py::arg("dropout") = 0.1, py::arg("n_position") = 200, py::arg("trg_emb_prj_weight_sharing") = true,
-             py::arg("emb_src_trg_weight_sharing") = true, py::arg("scale_emb_or_prj") = "prj")
+             py::arg("d_word_vec") = defaults::d_word_vec, py::arg("d_model") = defaults::d_model,
+             py::arg("d_inner") = defaults::d_inner, py::arg("n_layers") = defaults::n_layers,
+             py::arg("n_head") = defaults::n_head, py::arg("d_k") = defaults::d_k, py::arg("d_v") = defaults::d_v,
+             py::arg("dropout") = defaults::dropout, py::arg("n_position") = defaults::n_position,
+             py::arg("trg_emb_prj_weight_sharing") = defaults::trg_emb_prj_weight_sharing,
+             py::arg("emb_src_trg_weight_sharing") = defaults::emb_src_trg_weight_sharing,
+             py::arg("scale_emb_or_prj") = defaults::scale_emb_or_prj)
         .def(py::init<const TransformerConfig&>(), py::arg("config"))
         .def_static("seed003", [](ctpy::Int n_src_vocab, ctpy::Int n_trg_vocab, ctpy::Int pad_idx, ctpy::Int d_model,
                                   ctpy::Int n_head, ctpy::Int d_inner, ctpy::Int n_layers, ctpy::Int n_position,
@@ -506,9 +515,7 @@ for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it retu
             const std::size_t np = to_size(n_position, fn + "n_position");
             py::gil_scoped_release release;
             return std::make_shared<Transformer>(TransformerConfig::seed003(sv, tv, pad, dm, nh, di, nl, np, dropout));
-        }, py::arg("n_src_vocab") = 39, py::arg("n_trg_vocab") = 39, py::arg("pad_idx") = 2, py::arg("d_model") = 32,
-           py::arg("n_head") = 4, py::arg("d_inner") = 64, py::arg("n_layers") = 3, py::arg("n_position") = 50,
-           py::arg("dropout") = 0.1, "Seed 003's toy translator (TransformerConfig.seed003()).")
+        }, CT_SEED003_ARGS, "Seed 003's toy translator (TransformerConfig.seed003()).")
         .def("forward", forward, py::arg("src_seq"), py::arg("trg_seq"), py::arg("return_attns") = false)
         .def("__call__", forward, py::arg("src_seq"), py::arg("trg_seq"), py::arg("return_attns") = false)
         .def("encode", model_encode, py::arg("src_seq"), py::arg("src_mask") = py::none(),

@@ -13,7 +13,8 @@ from ._core import decode as _decode
 StepDecoder = _decode.StepDecoder
 GPTCache = _decode.GPTCache
 
-__all__ = ["greedy_decode", "beam_search", "generate", "length_penalty", "StepDecoder", "GPTCache"]
+__all__ = ["greedy_decode", "beam_search", "generate", "length_penalty", "StepDecoder", "GPTCache", "DEFAULT_BEAM_SIZE",
+           "DEFAULT_ALPHA"]
 
 
 def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, *, use_cache=True,
@@ -35,7 +36,12 @@ def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, 
                                  use_cache=use_cache, return_logits=return_logits)
 
 
-def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size=4, alpha=0.6, *,
+DEFAULT_BEAM_SIZE = _decode.DEFAULT_BEAM_SIZE   # 4: the core's default (decode/beam_search.hpp), here once
+DEFAULT_ALPHA = _decode.DEFAULT_ALPHA           # 0.6: GNMT's length penalty
+
+
+def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size=DEFAULT_BEAM_SIZE,
+                alpha=DEFAULT_ALPHA, *,
                 n_best=None, use_cache=True):
     """Beam search with GNMT's length penalty; returns (ids (b, max_len) int64, scores (b,) float64).
 

@@ -50,7 +50,8 @@ def load_translation_checkpoint(path):
 class Translator:
     """Batched translation of raw sentences with a model and its subword vocabulary."""
 
-    def __init__(self, model, vocab, beam_size=4, length_penalty=0.6, max_len_ratio=1.5, max_len_extra=10,
+    def __init__(self, model, vocab, beam_size=ct.decode.DEFAULT_BEAM_SIZE, length_penalty=ct.decode.DEFAULT_ALPHA,
+                 max_len_ratio=1.5, max_len_extra=10,
                  batch_size=32, warn=None):
         for name, value, low in (("beam_size", beam_size, 1), ("batch_size", batch_size, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:

@@ -9,7 +9,7 @@ import ctransformer._core.nn.gpt
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['GPTCache', 'StepDecoder', 'beam_search', 'generate', 'greedy_decode', 'length_penalty']
+__all__: list[str] = ['DEFAULT_ALPHA', 'DEFAULT_BEAM_SIZE', 'GPTCache', 'StepDecoder', 'beam_search', 'generate', 'greedy_decode', 'length_penalty']
 class StepDecoder:
     """
     The encoder-decoder driven one target position at a time.
@@ -63,3 +63,5 @@ def length_penalty(length: typing.Any, alpha: typing.SupportsFloat | typing.Supp
     """
     GNMT's ((5 + length) / 6) ** alpha.
     """
+DEFAULT_ALPHA: float = 0.6
+DEFAULT_BEAM_SIZE: int = 4

@@ -65,7 +65,8 @@ class Multi30k(Task):
         # Validation: every epoch (eval_every 0) or every N steps; val_sentences > 0 scores the first N.
         "eval_every": 0, "val_beam_size": 1, "val_sentences": 0, "best_metric": "bleu", "average_last": 5,
         # Translation settings: the final evaluation's, and ctransformer-translate's defaults.
-        "beam_size": 4, "length_penalty": 0.6, "max_len_ratio": 1.5, "eval_batch_size": 64,
+        "beam_size": ct.decode.DEFAULT_BEAM_SIZE, "length_penalty": ct.decode.DEFAULT_ALPHA, "max_len_ratio": 1.5,
+        "eval_batch_size": 64,
         "target_bleu": 35.0,
     }
 

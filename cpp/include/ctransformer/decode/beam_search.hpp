@@ -29,6 +29,13 @@ struct Hypothesis {
     bool ended = false;              // whether it ended with end_symbol (else it reached max_len)
 };
 
+// Beam search's defaults, here once: the C++ signature, the binding, and through it ctransformer.decode,
+// the Translator and the multi30k task (ctransformer.decode.DEFAULT_BEAM_SIZE / DEFAULT_ALPHA) read them.
+namespace defaults {
+inline constexpr std::size_t beam_size = 4;   // as the seeds' beam search (seed 001)
+inline constexpr double alpha = 0.6;           // GNMT's length penalty (Wu et al. 2016)
+}  // namespace defaults
+
 // ((5 + length) / 6)^alpha.
 double length_penalty(std::size_t length, double alpha);
 
@@ -38,7 +45,8 @@ double length_penalty(std::size_t length, double alpha);
 std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, const IndexArray& src,
                                                  const Mask* src_mask, std::size_t max_len,
                                                  std::int64_t start_symbol, std::int64_t end_symbol,
-                                                 std::size_t beam_size = 4, double alpha = 0.6,
+                                                 std::size_t beam_size = defaults::beam_size,
+                                                 double alpha = defaults::alpha,
                                                  std::size_t n_best = 1, bool use_cache = true,
                                                  const ShouldStop& should_stop = {});
 

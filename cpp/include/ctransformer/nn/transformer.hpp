@@ -24,12 +24,15 @@ struct TransformerOutput {
 class Transformer : public Module {
 public:
     explicit Transformer(const TransformerConfig& config);
-    // The seed's signature.
+    // The seed's signature (defaults: TransformerConfig's, nn/transformer_config.hpp).
     Transformer(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t src_pad_idx, std::int64_t trg_pad_idx,
-                std::size_t d_word_vec = 512, std::size_t d_model = 512, std::size_t d_inner = 2048,
-                std::size_t n_layers = 6, std::size_t n_head = 8, std::size_t d_k = 64, std::size_t d_v = 64,
-                float dropout = 0.1f, std::size_t n_position = 200, bool trg_emb_prj_weight_sharing = true,
-                bool emb_src_trg_weight_sharing = true, const std::string& scale_emb_or_prj = "prj");
+                std::size_t d_word_vec = defaults::d_word_vec, std::size_t d_model = defaults::d_model,
+                std::size_t d_inner = defaults::d_inner, std::size_t n_layers = defaults::n_layers,
+                std::size_t n_head = defaults::n_head, std::size_t d_k = defaults::d_k, std::size_t d_v = defaults::d_v,
+                float dropout = float(defaults::dropout), std::size_t n_position = defaults::n_position,
+                bool trg_emb_prj_weight_sharing = defaults::trg_emb_prj_weight_sharing,
+                bool emb_src_trg_weight_sharing = defaults::emb_src_trg_weight_sharing,
+                const std::string& scale_emb_or_prj = defaults::scale_emb_or_prj);
 
     // src_seq (b, ls) and trg_seq (b, lt) token ids. The masks are built as the seed:
     // src pad mask, and target pad mask AND the no-peek mask.

@@ -23,6 +23,24 @@ enum class Layout { Seed000, Seed003 };
 //   PerIndex (seed 003):            pos / 10000^(j/d)
 enum class PositionalFormula { Paired, PerIndex };
 
+// Every default of the Transformer lives here once: the struct's fields, the seed000()/seed003() factories, the
+// seed-style constructor and the Python bindings (and so the type stubs) all read these. Floats are doubles
+// here so the bindings show 0.1, not float(0.1)'s 0.10000000149.
+namespace defaults {
+// Seed 000's Transformer(...) arguments (the paper's base model).
+inline constexpr std::size_t d_word_vec = 512, d_model = 512, d_inner = 2048, n_layers = 6, n_head = 8, d_k = 64,
+                             d_v = 64, n_position = 200;
+inline constexpr double dropout = 0.1;
+inline constexpr bool trg_emb_prj_weight_sharing = true, emb_src_trg_weight_sharing = true;
+inline constexpr const char* scale_emb_or_prj = "prj";
+// Seed 003's toy translator (TransformerConfig::seed003()).
+namespace seed003 {
+inline constexpr std::size_t vocab = 39, d_model = 32, n_head = 4, d_inner = 64, n_layers = 3, n_position = 50;
+inline constexpr std::int64_t pad_idx = 2;
+inline constexpr double dropout = 0.1;
+}  // namespace seed003
+}  // namespace defaults
+
 // How each attention and feed-forward sub-layer is built.
 struct SublayerOptions {
     Layout layout = Layout::Seed000;
@@ -45,11 +63,13 @@ struct TransformerConfig {
     // Seed 000's Transformer(...) arguments.
     std::size_t n_src_vocab = 0, n_trg_vocab = 0;
     std::int64_t src_pad_idx = 0, trg_pad_idx = 0;
-    std::size_t d_word_vec = 512, d_model = 512, d_inner = 2048, n_layers = 6, n_head = 8, d_k = 64, d_v = 64;
-    float dropout = 0.1f;
-    std::size_t n_position = 200;
-    bool trg_emb_prj_weight_sharing = true, emb_src_trg_weight_sharing = true;
-    std::string scale_emb_or_prj = "prj";   // 'emb', 'prj' or 'none' (only with trg_emb_prj_weight_sharing)
+    std::size_t d_word_vec = defaults::d_word_vec, d_model = defaults::d_model, d_inner = defaults::d_inner,
+                n_layers = defaults::n_layers, n_head = defaults::n_head, d_k = defaults::d_k, d_v = defaults::d_v;
+    float dropout = float(defaults::dropout);
+    std::size_t n_position = defaults::n_position;
+    bool trg_emb_prj_weight_sharing = defaults::trg_emb_prj_weight_sharing,
+         emb_src_trg_weight_sharing = defaults::emb_src_trg_weight_sharing;
+    std::string scale_emb_or_prj = defaults::scale_emb_or_prj;  // 'emb', 'prj' or 'none' (only with trg_emb_prj_weight_sharing)
 
     // Sub-layer options (see SublayerOptions).
     Layout layout = Layout::Seed000;
@@ -75,19 +95,27 @@ struct TransformerConfig {
 
     // Seed 000's Transformer(...) arguments, in its order; every other option keeps seed 000's default.
     static TransformerConfig seed000(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t src_pad_idx,
-                                     std::int64_t trg_pad_idx, std::size_t d_word_vec = 512, std::size_t d_model = 512,
-                                     std::size_t d_inner = 2048, std::size_t n_layers = 6, std::size_t n_head = 8,
-                                     std::size_t d_k = 64, std::size_t d_v = 64, float dropout = 0.1f,
-                                     std::size_t n_position = 200, bool trg_emb_prj_weight_sharing = true,
-                                     bool emb_src_trg_weight_sharing = true,
-                                     const std::string& scale_emb_or_prj = "prj");
+                                     std::int64_t trg_pad_idx, std::size_t d_word_vec = defaults::d_word_vec,
+                                     std::size_t d_model = defaults::d_model, std::size_t d_inner = defaults::d_inner,
+                                     std::size_t n_layers = defaults::n_layers, std::size_t n_head = defaults::n_head,
+                                     std::size_t d_k = defaults::d_k, std::size_t d_v = defaults::d_v,
+                                     float dropout = float(defaults::dropout),
+                                     std::size_t n_position = defaults::n_position,
+                                     bool trg_emb_prj_weight_sharing = defaults::trg_emb_prj_weight_sharing,
+                                     bool emb_src_trg_weight_sharing = defaults::emb_src_trg_weight_sharing,
+                                     const std::string& scale_emb_or_prj = defaults::scale_emb_or_prj);
 
     // Seed 003's model: pre-norm, 4 heads of 8 over d_model 32, FFN 32 -> 64 -> 32, 3 + 3 layers,
     // vocabulary 39 with <PAD> = 2, sequences up to 50, no weight sharing or scaling.
-    static TransformerConfig seed003(std::size_t n_src_vocab = 39, std::size_t n_trg_vocab = 39,
-                                     std::int64_t pad_idx = 2, std::size_t d_model = 32, std::size_t n_head = 4,
-                                     std::size_t d_inner = 64, std::size_t n_layers = 3,
-                                     std::size_t n_position = 50, float dropout = 0.1f);
+    static TransformerConfig seed003(std::size_t n_src_vocab = defaults::seed003::vocab,
+                                     std::size_t n_trg_vocab = defaults::seed003::vocab,
+                                     std::int64_t pad_idx = defaults::seed003::pad_idx,
+                                     std::size_t d_model = defaults::seed003::d_model,
+                                     std::size_t n_head = defaults::seed003::n_head,
+                                     std::size_t d_inner = defaults::seed003::d_inner,
+                                     std::size_t n_layers = defaults::seed003::n_layers,
+                                     std::size_t n_position = defaults::seed003::n_position,
+                                     float dropout = float(defaults::seed003::dropout));
 };
 
 Layout parse_layout(const std::string& s, const char* fn);
