@@ -14,8 +14,6 @@
 
 #include <dlfcn.h>
 
-#include <cblas.h>
-
 // The library's symbols may carry a prefix: the scipy-openblas32 wheel's are scipy_cblas_sgemm,
 // scipy_openblas_get_corename, ... (CMake sets CT_BLAS_PREFIX to scipy_ for it, to nothing otherwise).
 #ifndef CT_BLAS_PREFIX
@@ -29,6 +27,24 @@
 #define BLAS(name) CT_BLAS_CAT(CT_BLAS_PREFIX, name)
 #define CT_BLAS_STR_(x) #x
 #define CT_BLAS_STR(x) CT_BLAS_STR_(x)
+
+// The few CBLAS and OpenBLAS entry points the core calls, declared here rather than taken from a
+// cblas.h: the CBLAS C interface and its enum values are fixed by the standard, and this file then
+// compiles wherever the core does (every x86-64 level, aarch64) whichever OpenBLAS is linked, with or
+// without its headers installed. Integers are 32-bit (blasint of the LP64 builds: the scipy-openblas32
+// wheel, Debian's libopenblas0).
+extern "C" {
+enum CBLAS_ORDER { CblasRowMajor = 101, CblasColMajor = 102 };
+enum CBLAS_TRANSPOSE { CblasNoTrans = 111, CblasTrans = 112 };
+void BLAS(cblas_sgemm)(CBLAS_ORDER order, CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
+                       float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc);
+void BLAS(cblas_sgemv)(CBLAS_ORDER order, CBLAS_TRANSPOSE trans, int m, int n, float alpha, const float* a, int lda,
+                       const float* x, int incx, float beta, float* y, int incy);
+void BLAS(openblas_set_num_threads)(int num_threads);
+int BLAS(openblas_get_num_threads)(void);
+char* BLAS(openblas_get_config)(void);
+char* BLAS(openblas_get_corename)(void);
+}
 
 namespace ct::blas {
 

@@ -1,5 +1,5 @@
-// The one place that talks to BLAS directly: <cblas.h> (whose symbols may carry the library's prefix,
-// scipy_ for the scipy-openblas32 wheel) is included only in blas.cpp, behind this small interface.
+// The one place that talks to BLAS directly: blas.cpp declares the CBLAS calls it makes (their symbols
+// may carry the library's prefix, scipy_ for the scipy-openblas32 wheel), behind this small interface.
 //
 // Threads: OpenBLAS itself runs single-threaded; gemm() splits a large product by rows (or
 // columns) of C over ct's own thread pool (parallel.hpp), each thread calling the single-threaded
