@@ -19,15 +19,15 @@ CPU = ct.build_info()["cpu"]
 BLAS = ct.build_info()["blas"]
 
 
-def run_python(code, coretype=None, extra_env=None, args=()):
-    """A fresh interpreter; OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) as given: None removes them, so
-    OpenBLAS picks its core by itself."""
+def run_python(code, coretype=None, extra_env=None, args=(), timeout=600):
+    """A fresh interpreter running `code` (or, with code=None, just `args`); OPENBLAS_CORETYPE (and
+    OPENBLAS_L2_SIZE) as given: None removes them, so OpenBLAS picks its core by itself."""
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     if coretype:
         env["OPENBLAS_CORETYPE"] = coretype
     env.update(extra_env or {})
-    return subprocess.run([sys.executable, *args, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT,
-                          timeout=600)
+    command = [sys.executable, *args] + (["-c", code] if code is not None else [])
+    return subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
 
 
 # --- what build_info and show_config report ----------------------------------------------------------------
@@ -219,12 +219,9 @@ def test_parity_tests_pass_under_every_kernel_core_this_cpu_runs():
     runs = [(asked, {}) for asked in cores.values()] + [(next(iter(cores.values())), {"OPENBLAS_NUM_THREADS": "1"})]
     failures = []
     for asked, extra in runs:
-        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
-                              "ignore::ctransformer.BLASCoreWarning", *PARITY],
-                             env={**{k: v for k, v in os.environ.items()
-                                     if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
-                                  "OPENBLAS_CORETYPE": asked, **extra},
-                             capture_output=True, text=True, cwd=ROOT, timeout=1200)
+        run = run_python(None, coretype=asked, extra_env=extra, timeout=1200,
+                         args=("-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
+                               "ignore::ctransformer.BLASCoreWarning", *PARITY))
         if run.returncode != 0 or not re.search(r"\d+ passed", run.stdout):
             failures.append(f"OPENBLAS_CORETYPE={asked} {extra}:\n{run.stdout[-3000:]}\n{run.stderr[-1000:]}")
     assert not failures, "\n".join(failures)
