@@ -38,19 +38,20 @@ def worker(args):
 
     import ctransformer as ct
     from ctransformer import distributed as dist
-    from ctransformer.tasks import TASKS
+    from ctransformer.tasks import TASKS, Run
+    from ctransformer.train import train_step
 
     ct.set_num_threads(args.threads)
-    task = TASKS[args.task]()
-    cfg = {**task.defaults, **OVERRIDES.get(args.task, {})}
-    task.cfg, task.log, task.checkpoint = cfg, (lambda message: None), None
+    run = Run(log=lambda message: None)
     ddp = None
     if args.distributed:
         rank, world = dist.init_process_group()
-        task.shard = dist.Shard(rank, world)
+        run.shard = dist.Shard(rank, world)
+    task = TASKS[args.task](OVERRIDES.get(args.task, {}), run)
+    cfg = task.cfg
     ct.manual_seed(cfg["seed"])
     rng = np.random.default_rng(cfg["seed"])
-    model, optimizer, scheduler = task.build(cfg)
+    model, optimizer, scheduler = task.build()
     if args.distributed:
         ddp = dist.DistributedDataParallel(model, args.bucket_mb)
     model.train()
@@ -59,7 +60,7 @@ def worker(args):
         before = ddp.communication_stats()["wait_seconds"] if ddp else 0.0
         dist.barrier()                       # every rank starts the step together (no-op on one process)
         start = time.perf_counter()
-        task.train_step(model, optimizer, scheduler, rng, step, cfg)
+        train_step(task, model, optimizer, scheduler, rng, step)
         elapsed = time.perf_counter() - start
         if step >= args.warmup:
             times.append(elapsed)

@@ -45,22 +45,23 @@ def main():
     import ctransformer as ct
     from ctransformer.data.subword import PAD_ID
     from ctransformer.tasks.multi30k import Multi30k
-    from ctransformer.train import _parse_value
+    from ctransformer.tasks import Run
+    from ctransformer.train import _parse_value, train_step
     from reference import seed000 as R0
     from reference.parity import ct_to_torch
 
     torch.set_num_threads(THREADS)
     ct.set_num_threads(THREADS)
-    task = Multi30k()
     cfg = dict(Multi30k.defaults, steps=a.steps)
     for item in a.set:
         key, _, value = item.partition("=")
         if key not in cfg:
             p.error(f"--set {key}: not an option of the multi30k task")
         cfg[key] = _parse_value(value, cfg[key])
-    task.cfg, task.log, task.checkpoint = cfg, print, None
+    task = Multi30k(cfg, Run())
+    cfg = task.cfg
     ct.manual_seed(cfg["seed"])
-    model, optimizer, scheduler = task.build(cfg)
+    model, optimizer, scheduler = task.build()
     model.train()
     n, d, h = len(task.vocab), cfg["d_model"], cfg["n_head"]
     ref = R0.Transformer(n, n, PAD_ID, PAD_ID, d_word_vec=d, d_model=d, d_inner=cfg["d_inner"],
@@ -86,7 +87,7 @@ def main():
     history = []
     for step in range(a.steps):
         t0 = time.perf_counter()
-        ct_loss = task.train_step(model, optimizer, scheduler, None, step, cfg)["loss"]
+        ct_loss = train_step(task, model, optimizer, scheduler, None, step)["loss"]
         t1 = time.perf_counter()
         torch_loss = torch_step(step)
         t2 = time.perf_counter()

@@ -16,24 +16,27 @@ import torch
 
 import ctransformer as ct
 from ctransformer.tasks.shakespeare import Shakespeare
+from ctransformer.train import train_step
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 from reference.gpt_reference import GPT as TorchGPT  # noqa: E402
 
 
-def train_ct(task, cfg):
+def train_ct(task):
+    cfg = task.cfg
     ct.manual_seed(cfg["seed"])
-    model, optimizer, scheduler = task.build(cfg)
+    model, optimizer, scheduler = task.build()
     start = model.state_dict()
     rng = np.random.default_rng(cfg["seed"])
     t0 = time.perf_counter()
     for step in range(cfg["steps"]):
-        task.train_step(model, optimizer, scheduler, rng, step, cfg)
+        train_step(task, model, optimizer, scheduler, rng, step)
     model.eval()
-    return start, task.full_val_loss(model, cfg), time.perf_counter() - t0
+    return start, task.full_val_loss(model), time.perf_counter() - t0
 
 
-def train_torch(task, cfg, start):
+def train_torch(task, start):
+    cfg = task.cfg
     torch.manual_seed(cfg["seed"])
     torch.set_num_threads(ct.get_num_threads())
     model = TorchGPT(task.data.vocab_size + 1, cfg["block_size"], cfg["n_layer"], cfg["n_embd"], cfg["n_head"],
@@ -52,7 +55,7 @@ def train_torch(task, cfg, start):
         for g in optimizer.param_groups:
             g["lr"] = ct.optim.cosine_with_warmup(step, cfg["warmup_iters"], cfg["lr_decay_iters"], cfg["lr"],
                                                    cfg["min_lr"])
-        x, y = task.batch("train", rng, cfg)
+        x, y = task.batch("train", rng)
         _, loss = model(torch.from_numpy(x), torch.from_numpy(y))
         optimizer.zero_grad()
         loss.backward()
@@ -75,10 +78,10 @@ def main():
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--decay", choices=["seed", "nanogpt"], default="seed")
     args = parser.parse_args()
-    task = Shakespeare()
-    cfg = dict(task.defaults, steps=args.steps, seed=args.seed, decay=args.decay)
-    start, ct_val, ct_s = train_ct(task, cfg)
-    torch_val, torch_s = train_torch(task, cfg, start)
+    task = Shakespeare({"steps": args.steps, "seed": args.seed, "decay": args.decay})
+    cfg = task.cfg
+    start, ct_val, ct_s = train_ct(task)
+    torch_val, torch_s = train_torch(task, start)
     print(f"{cfg['steps']} steps, seed {cfg['seed']}, decay {cfg['decay']}: val loss on the whole split "
           f"ctransformer {ct_val:.4f} ({ct_s:.0f} s), PyTorch {torch_val:.4f} ({torch_s:.0f} s)")
 

@@ -273,7 +273,7 @@ def test_run_leaves_vocab_best_and_averaged_checkpoints(trained):
     key = "model.encoder.layer_stack.0.pos_ffn.w_1.weight"
     np.testing.assert_allclose(avg[key], (a[key].astype(np.float64) + b[key]) / 2, rtol=0, atol=1e-7)
     best = max((h for h in result["history"] if "val_bleu" in h), key=lambda h: h["val_bleu"])
-    assert task.best["step"] == best["step"]
+    assert result["best"]["step"] == best["step"]
 
 
 def test_a_run_stopped_by_its_time_budget_validates_its_last_model(corpus_files, tmp_path):
@@ -287,7 +287,7 @@ def test_a_run_stopped_by_its_time_budget_validates_its_last_model(corpus_files,
     assert result["steps"] == 1 and result["stopped_by"].startswith("time budget")
     last = result["history"][-1]
     assert last["step"] == 1 and "val_bleu" in last and "val_loss" in last, result["history"]
-    assert task.best["step"] == 1
+    assert result["best"]["step"] == 1
     assert os.path.isfile(path[: -len(".safetensors")] + ".best.safetensors")
 
 
@@ -457,13 +457,14 @@ def test_a_training_step_equals_torch(corpus_files, tmp_path):
 
     from reference import seed000 as R0
     from reference.parity import ct_to_torch
+    from ctransformer.tasks import Run
     from ctransformer.tasks.multi30k import Multi30k
+    from ctransformer.train import train_step
 
-    cfg = {**Multi30k.defaults, **_tiny(corpus_files)}
-    task = Multi30k()
-    task.cfg, task.log, task.checkpoint = cfg, _quiet, str(tmp_path / "run.safetensors")   # vocabulary cached here
+    task = Multi30k(_tiny(corpus_files), Run(checkpoint=str(tmp_path / "run.safetensors"), log=_quiet))  # vocabulary cached there
+    cfg = task.cfg
     ct.manual_seed(0)
-    model, optimizer, scheduler = task.build(cfg)
+    model, optimizer, scheduler = task.build()
     model.eval()
     n = len(task.vocab)
     ref = R0.Transformer(n, n, PAD_ID, PAD_ID, d_word_vec=32, d_model=32, d_inner=64, n_layers=1, n_head=4, d_k=8,
@@ -474,7 +475,7 @@ def test_a_training_step_equals_torch(corpus_files, tmp_path):
     torch_sched = torch.optim.lr_scheduler.LambdaLR(
         torch_opt, lambda step: ct.training.rate(step, cfg["d_model"], cfg["lr_factor"], cfg["warmup"]))
     for step in range(2):
-        metrics = task.train_step(model, optimizer, scheduler, None, step, cfg)
+        metrics = train_step(task, model, optimizer, scheduler, None, step)
         src, tgt = task.batcher.arrays(task.batcher.at_step(step)[2])
         logits = ref(torch.from_numpy(src), torch.from_numpy(tgt[:, :-1]))
         loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(tgt[:, 1:].reshape(-1)),

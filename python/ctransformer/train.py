@@ -22,7 +22,8 @@ import numpy as np
 import ctransformer as ct
 from ctransformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ctransformer.data.parallel_corpus import CorpusError
-from ctransformer.tasks import TASKS
+from ctransformer.kept_models import KeptModels
+from ctransformer.tasks import TASKS, Run
 
 
 def _format(metrics):
@@ -35,12 +36,41 @@ def _format(metrics):
     return "  ".join(parts)
 
 
+def train_step(task, model, optimizer, scheduler, rng, step):
+    """One optimizer step of `task` on its global batch for `step`; returns the metrics to log.
+
+    With --distributed each process runs its rows of the global batch (task.run.shard), and backwards
+    its loss scaled so that averaging gradients over processes gives the global batch's mean; the
+    logged loss and metrics are the global batch's means. The returned "tokens" (the items the loss
+    averaged over, in the global batch) feed the progress bar's rate and are not logged."""
+    shard = task.run.shard
+    batch = task.train_batch(step, rng)
+    global_count = task.loss_count(batch)
+    with shard.split(*batch) as local:
+        local = local if len(batch) > 1 else (local,)
+        loss, metrics = task.loss(model, local)
+        local_count = task.loss_count(local)
+    metrics = {"loss": loss.item(), **metrics}
+    metrics = {key: shard.global_mean(value, local_count, global_count) for key, value in metrics.items()}
+    optimizer.zero_grad()
+    shard.scale_loss(loss, local_count, global_count).backward()
+    if task.cfg.get("grad_clip", 0) > 0:
+        ct.optim.clip_grad_norm_(model.parameters(), task.cfg["grad_clip"])
+    metrics["lr"] = optimizer.param_groups[0]["lr"]
+    optimizer.step()
+    if scheduler is not None and task.scheduler_due(step):
+        scheduler.step()
+    return {**metrics, "tokens": global_count}
+
+
 def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_every=None, progress=True,
           log=print, max_steps=None, max_minutes=None, distributed=False, bucket_cap_mb=1.0):
     """Train `task_name` with `config` (overrides of its defaults); returns (task, model, result).
 
     `max_steps` stops early without changing the schedule (used to test resuming); `result` holds
-    the history of logged metrics, the final evaluation and the wall time. `max_minutes` is a time
+    the history of logged metrics, the final evaluation and the wall time. With a checkpoint, the loop
+    keeps the best and the last validated models beside it by the task's best_metric
+    (ctransformer.kept_models; result["best"]), and evaluates their average at the end too. `max_minutes` is a time
     budget (fairseq's --stop-time-hours): training ends after the first step that exceeds it, and the
     run is then saved and evaluated as if `steps` had been that step. Every schedule here depends on
     the step only, so a budget changes where a run stops, never what it did before.
@@ -60,18 +90,20 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
         rank0 = rank == 0
         if not rank0:
             log, progress = (lambda message: None), False
-    task = TASKS[task_name]()
+    run = Run(checkpoint=checkpoint, resume=resume, log=log)
     if distributed:
-        task.shard = dist.Shard(rank, world)
-    cfg = dict(task.defaults)
-    cfg.update(config or {})
-    unknown = set(config or {}) - set(task.defaults)
-    if unknown:
-        raise ValueError(f"train: unknown option(s) for task {task_name!r}: {', '.join(sorted(unknown))}")
+        run.shard = dist.Shard(rank, world)
+    try:
+        task = TASKS[task_name](config, run)
+    except ValueError as error:
+        raise ValueError(f"train: {error}") from None
+    cfg = task.cfg
     ct.manual_seed(cfg["seed"])
     rng = np.random.default_rng(cfg["seed"])
-    task.checkpoint, task.resume, task.cfg, task.log = checkpoint, resume, cfg, log
-    model, optimizer, scheduler = task.build(cfg)
+    model, optimizer, scheduler = task.build()
+    # The best and last validated models, kept beside the checkpoint by rank 0.
+    kept = KeptModels(checkpoint, task.best_metric(), cfg.get("average_last", 0), cfg, task.model_extra()) \
+        if checkpoint and rank0 else None
     history, start = [], 0
     if resume:
         if not checkpoint or not os.path.exists(checkpoint):
@@ -81,6 +113,8 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
         rng.bit_generator.state = info["extra"]["numpy_rng"]
         ct.set_rng_state(info["extra"]["ct_rng"])
         task.restore_extra(info["extra"])
+        if kept:
+            kept.restore(info["extra"])
         log(f"resumed {task_name} from {checkpoint} at step {start}")
     if distributed:
         ddp = dist.DistributedDataParallel(model, bucket_cap_mb)   # rank 0's weights everywhere, then hooks
@@ -90,7 +124,7 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
     def save(step):
         if not rank0:
             return
-        extra = {**task.checkpoint_extra(), "history": history, "numpy_rng": rng.bit_generator.state,
+        extra = {**task.checkpoint_extra(), **(kept.state() if kept else {}), "history": history, "numpy_rng": rng.bit_generator.state,
                  "ct_rng": ct.get_rng_state()}
         save_checkpoint(checkpoint, model, optimizer, scheduler, step=step, config=cfg, extra=extra)
 
@@ -106,20 +140,21 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
     tokens = 0
     model.train()
     for step in range(start, stop):
-        metrics = task.train_step(model, optimizer, scheduler, rng, step, cfg)
-        if "tokens" in metrics:
-            tokens += metrics.pop("tokens")
-            if bar:
-                bar.set_postfix_str(f"{tokens / (time.perf_counter() - began):.0f} tok/s", refresh=False)
+        metrics = train_step(task, model, optimizer, scheduler, rng, step)
+        tokens += metrics.pop("tokens")
+        if bar:
+            bar.set_postfix_str(f"{tokens / (time.perf_counter() - began):.0f} tok/s", refresh=False)
         # The time budget is agreed on by every process each step (a collective), before logging: the step
         # that ends a run is logged and evaluated as its last one (final=True), so the model a run ends
         # with is always validated, and a task choosing a best checkpoint sees it.
         time_up = max_minutes is not None and _agreed(time.perf_counter() - began >= 60 * max_minutes, distributed) \
             and step + 1 < stop
         final = step + 1 == total or time_up
-        if rank0 and ((step + 1) % cfg["log_every"] == 0 or step == 0 or final or task.log_due(step + 1, cfg)):
-            metrics = {"step": step + 1, **metrics, **task.periodic_eval(model, rng, step + 1, cfg, final=final)}
+        if rank0 and ((step + 1) % cfg["log_every"] == 0 or step == 0 or final or task.log_due(step + 1)):
+            metrics = {"step": step + 1, **metrics, **task.periodic_eval(model, rng, step + 1, final=final)}
             history.append(metrics)
+            if kept:
+                kept.offer(model, step + 1, metrics)
             message = f"step {step + 1:5d}/{total}  {_format(metrics)}"
             (bar.write if bar else log)(message)
         if bar:
@@ -145,8 +180,18 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
     if rank0 and (stop == total or "stopped_by" in result):
         model.eval()
         with ct.no_grad():
-            result["evaluation"] = task.evaluate(model, np.random.default_rng(cfg["seed"] + 1), cfg)
-            result["samples"] = task.samples(model, np.random.default_rng(cfg["seed"] + 2), cfg)
+            result["evaluation"] = task.evaluate(model, np.random.default_rng(cfg["seed"] + 1))
+            result["samples"] = task.samples(model, np.random.default_rng(cfg["seed"] + 2))
+            averaged, count = kept.average() if kept else (None, 0)
+            if averaged:    # the mean of the last validated models, evaluated as the model itself was
+                weights = model.state_dict()
+                load_checkpoint(averaged, model)
+                evaluation = task.evaluate(model, np.random.default_rng(cfg["seed"] + 1))
+                model.load_state_dict(weights)
+                result["evaluation"].update({f"averaged_{k}": v for k, v in evaluation.items()},
+                                            averaged_checkpoints=count)
+    if kept:
+        result["best"] = kept.best
     return task, model, result
 
 
@@ -276,7 +321,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1, default=float)
-    ok, message = task.check(evaluation, task.cfg) if evaluation else (True, "")
+    ok, message = task.check(evaluation) if evaluation else (True, "")
     if message:
         print(message)
     return 0 if ok else 1

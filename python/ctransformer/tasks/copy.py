@@ -11,6 +11,8 @@ from .base import Task
 class Copy(Task):
     """Copy task (vocab 11, length 10, first token 1); target: greedy decoding of 1..10 returns it."""
 
+    name = "copy"
+
     defaults = {
         "seed": 0, "steps": 600, "steps_per_epoch": 20, "log_every": 100,
         "vocab": 11, "length": 10, "batch_size": 80, "start_symbol": 1, "pad": 0,
@@ -18,7 +20,8 @@ class Copy(Task):
         "lr": 0.5, "factor": 1.0, "warmup": 400, "smoothing": 0.0, "eval_batches": 5,
     }
 
-    def build(self, cfg):
+    def build(self):
+        cfg = self.cfg
         d_head = cfg["d_model"] // cfg["n_head"]
         model = ct.nn.Transformer(cfg["vocab"], cfg["vocab"], cfg["pad"], cfg["pad"], d_word_vec=cfg["d_model"],
                                   d_model=cfg["d_model"], d_inner=cfg["d_inner"], n_layers=cfg["n_layers"],
@@ -29,48 +32,45 @@ class Copy(Task):
         self.criterion = LabelSmoothing(cfg["vocab"], cfg["pad"], cfg["smoothing"])
         return model, optimizer, scheduler
 
+    def train_batch(self, step, rng):
+        cfg = self.cfg
+        return copy_batch(rng, cfg["batch_size"], cfg["length"], cfg["vocab"], cfg["start_symbol"])
+
+    def loss_count(self, batch):
+        src, tgt = batch
+        return Batch(src, tgt, self.cfg["pad"]).ntokens
+
     def loss(self, model, batch):
+        """Seed 002's SimpleLossCompute: label-smoothed KL over the target tokens, their mean."""
+        batch = Batch(*batch, self.cfg["pad"])
         logits = model(batch.src, batch.tgt)
         compute = SimpleLossCompute(lambda x: ct.functional.log_softmax(x, -1), self.criterion)
-        return compute(logits, batch.tgt_y, batch.ntokens), logits
+        _, loss = compute(logits, batch.tgt_y, batch.ntokens)
+        target = batch.tgt_y.reshape(-1)
+        keep = target != self.cfg["pad"]      # the copy task has no padding: every position counts
+        accuracy = float((logits.numpy().argmax(-1)[keep] == target[keep]).mean())
+        return loss, {"accuracy": accuracy}
 
-    def train_step(self, model, optimizer, scheduler, rng, step, cfg):
-        src, tgt = copy_batch(rng, cfg["batch_size"], cfg["length"], cfg["vocab"], cfg["start_symbol"])
-        global_tokens = Batch(src, tgt, cfg["pad"]).ntokens
-        with self.shard.split(src, tgt) as (src, tgt):
-            batch = Batch(src, tgt, cfg["pad"])
-            (total, loss), logits = self.loss(model, batch)
-        loss = self.shard.scale_loss(loss, batch.ntokens, global_tokens)
-        optimizer.zero_grad()
-        loss.backward()
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
-        accuracy = float((logits.numpy().argmax(-1) == batch.tgt_y.reshape(-1)).mean())
-        # Accuracy counts every position, padding included; the global batch has batch_size rows.
-        positions = batch.tgt_y.shape[1]
-        return {"loss": self.shard.global_mean(total / batch.ntokens, batch.ntokens, global_tokens),
-                "accuracy": self.shard.global_mean(accuracy, batch.tgt_y.size, cfg["batch_size"] * positions),
-                "lr": lr}
-
-    def decode(self, model, src, cfg):
+    def decode(self, model, src):
+        cfg = self.cfg
         src_mask = ct.nn.get_pad_mask(src, cfg["pad"])
         return ct.decode.greedy_decode(model, src, src_mask, max_len=cfg["length"], start_symbol=cfg["start_symbol"])
 
-    def evaluate(self, model, rng, cfg):
+    def evaluate(self, model, rng):
+        cfg = self.cfg
         exact = []
         for _ in range(cfg["eval_batches"]):
             src, _ = copy_batch(rng, cfg["batch_size"], cfg["length"], cfg["vocab"], cfg["start_symbol"])
-            exact.append((self.decode(model, src, cfg) == src).all(axis=1))
+            exact.append((self.decode(model, src) == src).all(axis=1))
         counting = np.arange(1, cfg["length"] + 1, dtype=np.int64)[None]
         return {"exact_match": float(np.concatenate(exact).mean()),
-                "copies_1_to_10": bool((self.decode(model, counting, cfg) == counting).all())}
+                "copies_1_to_10": bool((self.decode(model, counting) == counting).all())}
 
-    def samples(self, model, rng, cfg):
-        counting = np.arange(1, cfg["length"] + 1, dtype=np.int64)[None]
-        out = self.decode(model, counting, cfg)
+    def samples(self, model, rng):
+        counting = np.arange(1, self.cfg["length"] + 1, dtype=np.int64)[None]
+        out = self.decode(model, counting)
         return [f"source  {' '.join(map(str, counting[0]))}", f"decoded {' '.join(map(str, out[0]))}"]
 
-    def check(self, evaluation, cfg):
+    def check(self, evaluation):
         ok = evaluation["copies_1_to_10"]
         return ok, "greedy decoding of 1..10 " + ("returns it" if ok else "does NOT return it")

@@ -9,37 +9,34 @@ The pipeline a user of fairseq or Marian expects, in one task:
 - seed 000's model with source/target embeddings and output projection all one matrix, Adam
   (0.9, 0.98, 1e-9) on the Noam schedule, label smoothing, dropout;
 - validation at every epoch's end (or every ``eval_every`` steps): loss, perplexity and BLEU (sacrebleu,
-  detokenised, cased); the best-BLEU model kept in ``<checkpoint stem>.best.safetensors``, the last
-  ``average_last`` validated models in ``.stepN.safetensors`` and averaged at the end into
-  ``.averaged.safetensors``.
+  detokenised, cased); the training loop keeps the best-BLEU model in ``<checkpoint stem>.best.safetensors``,
+  the last ``average_last`` validated models in ``.stepN.safetensors`` and averages them at the end into
+  ``.averaged.safetensors`` (ctransformer.kept_models).
 
 ``--set train_src=FILE train_tgt=FILE valid_src=FILE valid_tgt=FILE`` (plain or gzipped, one sentence
 a line) trains on another corpus; ``test_src``/``test_tgt`` add a final test BLEU (Multi30k's
 default: test2016).
 """
 import math
-import os
 import time
 
 import numpy as np
 
 import ctransformer as ct
-from ctransformer.checkpoint import average_checkpoints, save_checkpoint
 from ctransformer.data.parallel_corpus import corpus_from_options, multi30k
 from ctransformer.data.paths import cache_dir
 from ctransformer.data.subword import PAD_ID, cached_subword_vocab, training_key
 from ctransformer.data.token_batches import TokenBatcher
+from ctransformer.kept_models import stem
 from ctransformer.translation import TASK, Translator, build_model, corpus_bleu
 
 from .base import Task
 
 
-def _stem(path):
-    return path[: -len(".safetensors")] if path.endswith(".safetensors") else path
-
-
 class Multi30k(Task):
     """Multi30k de→en (or --set train_src=... for any corpus) with subwords, token batches and BLEU."""
+
+    name = "multi30k"
 
     defaults = {
         "seed": 0, "steps": 4000, "log_every": 100, "epochs": 0,   # epochs > 0 (--epochs N) replaces steps
@@ -71,7 +68,8 @@ class Multi30k(Task):
     }
 
     # --- data ------------------------------------------------------------------------------------------
-    def _load_data(self, cfg):
+    def _load_data(self):
+        cfg = self.cfg
         train = corpus_from_options(cfg["train_src"], cfg["train_tgt"], "train", "train")
         valid = corpus_from_options(cfg["valid_src"], cfg["valid_tgt"], "val", "valid")
         if cfg["test_src"] or cfg["test_tgt"]:
@@ -84,20 +82,21 @@ class Multi30k(Task):
         self.train_corpus, self.valid_corpus, self.test_corpus = train, valid, test
         return empty
 
-    def _vocab_path(self, cfg, sentences):
-        if self.checkpoint:
-            return _stem(self.checkpoint) + ".spm.model"
-        key = training_key(sentences, vocab_size=cfg["vocab_size"], model_type=cfg["subword_model"])
+    def _vocab_path(self, sentences):
+        if self.run.checkpoint:
+            return stem(self.run.checkpoint) + ".spm.model"
+        key = training_key(sentences, vocab_size=self.cfg["vocab_size"], model_type=self.cfg["subword_model"])
         return str(cache_dir() / "subword" / f"{key}.model")
 
-    def build(self, cfg):
+    def build(self):
+        cfg = self.cfg
         if cfg["max_len"] + 1 > cfg["n_position"]:
             raise ValueError(f"multi30k: max_len ({cfg['max_len']}) + 1 must fit in n_position ({cfg['n_position']})")
         if cfg["best_metric"] not in ("bleu", "loss"):
             raise ValueError(f"multi30k: best_metric must be 'bleu' or 'loss', got {cfg['best_metric']!r}")
-        empty = self._load_data(cfg)
+        empty = self._load_data()
         text = self.train_corpus.src + self.train_corpus.tgt
-        self.vocab = cached_subword_vocab(text, self._vocab_path(cfg, text), cfg["vocab_size"], cfg["subword_model"],
+        self.vocab = cached_subword_vocab(text, self._vocab_path(text), cfg["vocab_size"], cfg["subword_model"],
                                           log=self.log)
         src = self.vocab.encode(self.train_corpus.src)
         tgt = self.vocab.encode(self.train_corpus.tgt)
@@ -116,77 +115,70 @@ class Multi30k(Task):
         model = build_model(cfg, len(self.vocab))
         optimizer = ct.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
         scheduler = ct.optim.LambdaLR(optimizer, ct.optim.NoamLambda(cfg["d_model"], cfg["lr_factor"], cfg["warmup"]))
-        self.best, self.snapshots = None, []
         self._tokens, self._clock = 0, time.perf_counter()
         self._began, self._minutes_before = None, 0.0     # wall time of training, validation included
         return model, optimizer, scheduler
 
     # --- checkpoint hooks ------------------------------------------------------------------------------
-    def checkpoint_extra(self):
-        return {"task": TASK, "sentencepiece": self.vocab.as_array(), "best": self.best,
-                "snapshots": list(self.snapshots)}
+    def model_extra(self):
+        return {"task": TASK, "sentencepiece": self.vocab.as_array()}
+
+    def best_metric(self):
+        return ("val_bleu", "max") if self.cfg["best_metric"] == "bleu" else ("val_loss", "min")
 
     def restore_extra(self, extra):
         stored = extra.get("sentencepiece")
         if stored is not None and np.asarray(stored, dtype=np.uint8).tobytes() != self.vocab.model_bytes:
             from ctransformer.checkpoint import CheckpointError
 
-            raise CheckpointError(f"multi30k: {self.checkpoint} was trained with another subword model than the one "
+            raise CheckpointError(f"multi30k: {self.run.checkpoint} was trained with another subword model than the one "
                                   f"built now (another sentencepiece version, or the cached .spm.model changed); "
                                   f"its token ids would not mean the same subwords")
-        self.best = extra.get("best")
-        self.snapshots = list(extra.get("snapshots", []))
         timed = [h["wall_min"] for h in extra.get("history", []) if "wall_min" in h]
         self._minutes_before = timed[-1] if timed else 0.0
 
     # --- training --------------------------------------------------------------------------------------
-    def train_step(self, model, optimizer, scheduler, rng, step, cfg):
+    def train_batch(self, step, rng):
         if self._began is None:
             self._began = time.perf_counter()
         _, _, indices = self.batcher.at_step(step)
-        src, tgt = self.batcher.arrays(indices)             # the global batch, padded to its lengths
-        global_tokens = int((tgt[:, 1:] != PAD_ID).sum())
-        with self.shard.split(src, tgt) as (src, tgt):
-            logits = model(src, tgt[:, :-1])                # (b * lt, vocab)
-        target = tgt[:, 1:].reshape(-1)
-        loss = ct.functional.cross_entropy(logits, target, ignore_index=PAD_ID,
-                                           label_smoothing=cfg["label_smoothing"])  # mean over real tokens
-        local_tokens = int((target != PAD_ID).sum())
-        loss_value = self.shard.global_mean(loss.item(), local_tokens, global_tokens)
-        loss = self.shard.scale_loss(loss, local_tokens, global_tokens)
-        optimizer.zero_grad()
-        loss.backward()
-        if cfg["grad_clip"] > 0:
-            ct.optim.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
-        self._tokens += global_tokens                      # the job's tokens, over every process
-        return {"loss": loss_value, "lr": lr, "tokens": global_tokens}
+        batch = self.batcher.arrays(indices)               # the global batch (src, tgt), padded to its lengths
+        self._tokens += self.loss_count(batch)             # the job's tokens, over every process
+        return batch
 
-    def log_due(self, step, cfg):
+    def loss_count(self, batch):
+        _, tgt = batch
+        return int((tgt[:, 1:] != PAD_ID).sum())
+
+    def loss(self, model, batch):
+        src, tgt = batch
+        logits = model(src, tgt[:, :-1])                    # (b * lt, vocab)
+        loss = ct.functional.cross_entropy(logits, tgt[:, 1:].reshape(-1), ignore_index=PAD_ID,
+                                           label_smoothing=self.cfg["label_smoothing"])  # mean over real tokens
+        return loss, {}
+
+    def log_due(self, step):
         """Validate (and so log) at the end of every epoch, or every eval_every steps."""
-        every = cfg["eval_every"] or len(self.batcher)
+        every = self.cfg["eval_every"] or len(self.batcher)
         return step % every == 0
 
-    def periodic_eval(self, model, rng, step, cfg, final=False):
+    def periodic_eval(self, model, rng, step, final=False):
         now = time.perf_counter()
         metrics = {"epoch": round(step / len(self.batcher), 2)}
         if self._tokens:
             metrics["tok/s"] = round(self._tokens / max(now - self._clock, 1e-9))
-        if not (self.log_due(step, cfg) or final):
+        if not (self.log_due(step) or final):
             self._tokens, self._clock = 0, time.perf_counter()
             return metrics
         model.eval()
         with ct.no_grad():
-            metrics.update(self.validate(model, cfg, beam_size=cfg["val_beam_size"]))
+            metrics.update(self.validate(model, beam_size=self.cfg["val_beam_size"]))
         model.train()
         metrics["wall_min"] = round(self._minutes_before + (time.perf_counter() - self._began) / 60, 3)
-        self._keep(model, step, metrics, cfg)
         self._tokens, self._clock = 0, time.perf_counter()     # validation time is not training throughput
         return metrics
 
-    def validate(self, model, cfg, beam_size, sentences=None):
+    def validate(self, model, beam_size, sentences=None):
         """{val_loss (per target token, no smoothing), val_ppl, val_bleu} on the validation corpus."""
         total, count = 0.0, 0
         for indices in self.valid_batcher.epoch(0):
@@ -196,72 +188,41 @@ class Multi30k(Task):
                                                reduction="sum")
             total += loss.item()
             count += int((target != PAD_ID).sum())
-        n = sentences if sentences is not None else (cfg["val_sentences"] or len(self.valid_corpus))
-        hypotheses = self.translator(model, cfg, beam_size).translate(self.valid_corpus.src[:n])
+        n = sentences if sentences is not None else (self.cfg["val_sentences"] or len(self.valid_corpus))
+        hypotheses = self.translator(model, beam_size).translate(self.valid_corpus.src[:n])
         score, _ = corpus_bleu(hypotheses, self.valid_corpus.tgt[:n])
         return {"val_loss": total / count, "val_ppl": math.exp(min(total / count, 50.0)), "val_bleu": score.score}
 
-    def translator(self, model, cfg, beam_size=None):
+    def translator(self, model, beam_size=None):
+        cfg = self.cfg
         return Translator(model, self.vocab, beam_size=beam_size or cfg["beam_size"],
                           length_penalty=cfg["length_penalty"], max_len_ratio=cfg["max_len_ratio"],
                           batch_size=cfg["eval_batch_size"], warn=lambda message: None)
 
-    def _keep(self, model, step, metrics, cfg):
-        """The best model so far and the last average_last validated ones, as files beside the checkpoint."""
-        if not self.checkpoint:
-            return
-        value = metrics["val_bleu"] if cfg["best_metric"] == "bleu" else -metrics["val_loss"]
-        extra = {"task": TASK, "sentencepiece": self.vocab.as_array(), "validation": metrics}
-        if self.best is None or value > self.best["value"]:
-            self.best = {"value": value, "step": step}
-            save_checkpoint(_stem(self.checkpoint) + ".best.safetensors", model, step=step, config=self.cfg,
-                            extra=extra)
-        if cfg["average_last"] > 0:
-            path = f"{_stem(self.checkpoint)}.step{step}.safetensors"
-            save_checkpoint(path, model, step=step, config=self.cfg, extra=extra)
-            self.snapshots = [p for p in self.snapshots if p != path] + [path]
-            while len(self.snapshots) > cfg["average_last"]:
-                old = self.snapshots.pop(0)
-                if os.path.exists(old):
-                    os.remove(old)
-
     # --- the end ---------------------------------------------------------------------------------------
-    def evaluate(self, model, rng, cfg):
-        result = self.validate(model, cfg, beam_size=cfg["beam_size"], sentences=len(self.valid_corpus))
+    def evaluate(self, model, rng):
+        cfg = self.cfg
+        result = self.validate(model, beam_size=cfg["beam_size"], sentences=len(self.valid_corpus))
         result["padding"] = round(self.batcher.padding_fraction(0), 4)
         if self.test_corpus is not None:
-            hyps = self.translator(model, cfg).translate(self.test_corpus.src)
+            hyps = self.translator(model).translate(self.test_corpus.src)
             score, signature = corpus_bleu(hyps, self.test_corpus.tgt)
             result["test_bleu"] = score.score
             result["bleu_signature"] = str(signature)
-        snapshots = [p for p in self.snapshots if os.path.exists(p)]
-        if len(snapshots) >= 2:
-            averaged = _stem(self.checkpoint) + ".averaged.safetensors"
-            average_checkpoints(snapshots, averaged)
-            twin = build_model(cfg, len(self.vocab))
-            from ctransformer.checkpoint import load_checkpoint
-            load_checkpoint(averaged, twin)
-            twin.eval()
-            avg = self.validate(twin, cfg, beam_size=cfg["beam_size"], sentences=len(self.valid_corpus))
-            result.update({f"averaged_{k}": v for k, v in avg.items()})
-            result["averaged_checkpoints"] = len(snapshots)
-            if self.test_corpus is not None:
-                hyps = self.translator(twin, cfg).translate(self.test_corpus.src)
-                result["averaged_test_bleu"] = corpus_bleu(hyps, self.test_corpus.tgt)[0].score
         return result
 
-    def samples(self, model, rng, cfg):
+    def samples(self, model, rng):
         n = min(5, len(self.valid_corpus))
-        hyps = self.translator(model, cfg).translate(self.valid_corpus.src[:n])
+        hyps = self.translator(model).translate(self.valid_corpus.src[:n])
         lines = []
         for src, ref, hyp in zip(self.valid_corpus.src[:n], self.valid_corpus.tgt[:n], hyps):
             lines += [f"source     {src}", f"reference  {ref}", f"translated {hyp}", ""]
         return lines
 
-    def check(self, evaluation, cfg):
+    def check(self, evaluation):
         if "test_bleu" not in evaluation:
             return True, f"val BLEU {evaluation['val_bleu']:.2f} (no test set named)"
-        target = cfg["target_bleu"]
+        target = self.cfg["target_bleu"]
         ok = evaluation["test_bleu"] >= target
         return ok, (f"test BLEU {evaluation['test_bleu']:.2f} ({evaluation['bleu_signature']}), target >= {target}: "
                     f"{'reached' if ok else 'NOT reached'}")

@@ -1,4 +1,6 @@
 """Seed 004's GPT on Tiny Shakespeare characters, with nanoGPT's CPU settings."""
+import functools
+
 import numpy as np
 
 import ctransformer as ct
@@ -19,16 +21,21 @@ class Shakespeare(Task):
         "target_val_loss": 1.88,
     }
 
-    def __init__(self):
-        self.data = CharDataset()
+    name = "shakespeare"
+
+    @functools.cached_property
+    def data(self):
+        """The characters of Tiny Shakespeare, split 90/10 (read when first used)."""
+        return CharDataset()
 
     # The seed's GPT ignores target id 0 in its loss; characters are shifted by one so id 0 is a
     # padding id that never occurs and every character counts.
-    def batch(self, split, rng, cfg):
-        x, y = self.data.batch(split, cfg["block_size"], cfg["batch_size"], rng)
+    def batch(self, split, rng):
+        x, y = self.data.batch(split, self.cfg["block_size"], self.cfg["batch_size"], rng)
         return x + 1, y + 1
 
-    def build(self, cfg):
+    def build(self):
+        cfg = self.cfg
         model = GPT(self.data.vocab_size + 1, cfg["block_size"], cfg["n_layer"], cfg["n_embd"], cfg["n_head"],
                     4 * cfg["n_embd"], cfg["dropout"])
         if cfg["decay"] == "seed":    # seed 004: Linear weights decay; biases, LayerNorm, embeddings do not
@@ -45,35 +52,31 @@ class Shakespeare(Task):
                                             lr_decay_iters=cfg["lr_decay_iters"], min_lr=cfg["min_lr"])
         return model, optimizer, scheduler
 
-    def train_step(self, model, optimizer, scheduler, rng, step, cfg):
-        x, y = self.batch("train", rng, cfg)
-        with self.shard.split(x, y) as (x_local, y_local):
-            _, loss = model(x_local, y_local)   # the mean over this process's rows x block_size characters
-        loss_value = self.shard.global_mean(loss.item(), x_local.size, x.size)
-        loss = self.shard.scale_loss(loss, x_local.size, x.size)
-        optimizer.zero_grad()
-        loss.backward()
-        ct.optim.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
-        return {"loss": loss_value, "lr": lr}
+    def train_batch(self, step, rng):
+        return self.batch("train", rng)
 
-    def estimate_loss(self, model, split, rng, cfg):
+    def loss_count(self, batch):
+        return batch[0].size
+
+    def loss(self, model, batch):
+        _, loss = model(*batch)            # the mean over rows x block_size characters
+        return loss, {}
+
+    def estimate_loss(self, model, split, rng):
         with ct.no_grad():
-            return float(np.mean([model(*self.batch(split, rng, cfg))[1].item() for _ in range(cfg["eval_iters"])]))
+            return float(np.mean([model(*self.batch(split, rng))[1].item() for _ in range(self.cfg["eval_iters"])]))
 
-    def periodic_eval(self, model, rng, step, cfg, final=False):
+    def periodic_eval(self, model, rng, step, final=False):
         # A separate generator, so evaluating does not change the training batches.
-        eval_rng = np.random.default_rng(cfg["seed"] + step)
+        eval_rng = np.random.default_rng(self.cfg["seed"] + step)
         model.eval()
-        result = {"val_loss": self.estimate_loss(model, "val", eval_rng, cfg)}
+        result = {"val_loss": self.estimate_loss(model, "val", eval_rng)}
         model.train()
         return result
 
-    def full_val_loss(self, model, cfg, batch_size=64):
+    def full_val_loss(self, model, batch_size=64):
         """Mean loss over every non-overlapping block of the validation text (deterministic)."""
-        block = cfg["block_size"]
+        block = self.cfg["block_size"]
         n = (len(self.data.val) - 1) // block
         x = self.data.val[: n * block].reshape(n, block) + 1
         y = self.data.val[1: n * block + 1].reshape(n, block) + 1
@@ -83,18 +86,19 @@ class Shakespeare(Task):
                 total += model(x[i:i + batch_size], y[i:i + batch_size])[1].item() * len(x[i:i + batch_size])
         return total / n
 
-    def evaluate(self, model, rng, cfg):
+    def evaluate(self, model, rng):
         # The target is judged on the whole validation split, not on a few random batches: the
         # random-batch estimate moves by about +-0.02 from draw to draw at this size.
-        return {"train_loss": self.estimate_loss(model, "train", rng, cfg), "val_loss": self.full_val_loss(model, cfg)}
+        return {"train_loss": self.estimate_loss(model, "train", rng), "val_loss": self.full_val_loss(model)}
 
-    def samples(self, model, rng, cfg):
+    def samples(self, model, rng):
+        cfg = self.cfg
         ct.manual_seed(cfg["seed"])
         start = np.array([[self.data.stoi["\n"] + 1]], dtype=np.int64)
         ids = model.generate(start, cfg["sample_chars"], temperature=cfg["temperature"], top_k=cfg["top_k"])
         return ["--- sample ---", self.data.decode(np.asarray(ids).reshape(-1)[1:] - 1)]
 
-    def check(self, evaluation, cfg):
-        target = cfg["target_val_loss"]
+    def check(self, evaluation):
+        target = self.cfg["target_val_loss"]
         ok = evaluation["val_loss"] <= target
         return ok, f"val loss {evaluation['val_loss']:.4f} {'<=' if ok else '>'} target {target}"
