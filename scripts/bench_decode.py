@@ -18,7 +18,7 @@ import ctransformer as ct
 
 def models():
     ct.manual_seed(0)
-    tiny = ct.nn.Transformer.seed003().eval()
+    tiny = ct.nn.Transformer.small_pre_norm().eval()
     small = ct.nn.Transformer(1000, 1000, 0, 0, d_word_vec=256, d_model=256, d_inner=1024, n_layers=3, n_head=8,
                               d_k=32, d_v=32, n_position=200).eval()
     return {"tiny (seed 003)": (tiny, 39, 2), "small (256, 8 heads, 3+3)": (small, 1000, 0)}

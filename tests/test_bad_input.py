@@ -232,7 +232,7 @@ def test_errors_leave_no_half_built_graph():
     (lambda v: ct.optim.StepLR(ct.optim.Adam([ct.zeros([1], requires_grad=True)]), v), "StepLR: step_size"),
     (lambda v: ct.nn.Transformer(v, 10, 0, 0), "Transformer: n_src_vocab"),
     (lambda v: ct.nn.Transformer(10, 10, 0, 0, n_position=v), "Transformer: n_position"),
-    (lambda v: ct.nn.Transformer.seed003(d_model=v), "Transformer.seed003: d_model"),
+    (lambda v: ct.nn.Transformer.small_pre_norm(d_model=v), "Transformer.small_pre_norm: d_model"),
     (lambda v: ct.nn.TransformerConfig(n_layers=v), "TransformerConfig: n_layers"),
     (lambda v: ct.nn.Encoder(10, 8, 1, 2, 4, 4, 8, 16, 0, n_position=v), "Encoder: n_position"),
     (lambda v: ct.nn.Decoder(v, 8, 1, 2, 4, 4, 8, 16, 0), "Decoder: n_trg_vocab"),

@@ -86,21 +86,37 @@ def assert_same(ours, theirs, tol):
 
 
 def test_preset_defaults_are_the_seeds():
-    c = ct.nn.TransformerConfig.seed003()
+    c = ct.nn.TransformerConfig.small_pre_norm()
     assert (c.n_src_vocab, c.n_trg_vocab, c.src_pad_idx, c.trg_pad_idx) == (39, 39, 2, 2)
     assert (c.d_model, c.n_head, c.d_k, c.d_v, c.d_inner, c.n_layers, c.n_position) == (32, 4, 8, 8, 64, 3, 50)
     assert c.dropout == pytest.approx(0.1) and c.attn_dropout == 0.0
     assert c.norm_first and c.qkv_bias and c.proj_bias and c.output_bias and c.scale_after_matmul
-    assert c.layout == "seed003" and c.pe_formula == "per_index" and c.mask_fill == float("-inf")
+    assert c.layout == "pre_norm" and c.pe_formula == "per_index" and c.mask_fill == float("-inf")
     assert c.layer_norm_eps == pytest.approx(1e-5) and c.embedding_init_std == pytest.approx(0.1)
     assert not (c.trg_emb_prj_weight_sharing or c.emb_src_trg_weight_sharing or c.xavier_init
                 or c.embedding_padding_idx or c.embed_dropout or c.embed_layer_norm or c.flatten_logits)
     assert c.scale_emb_or_prj == "none"
     # the same model through the config and through keyword fields
     kw = ct.nn.TransformerConfig(**{k: getattr(c, k) for k in ("n_src_vocab", "n_trg_vocab", "layout")})
-    assert kw.layout == "seed003" and kw.d_model == 512
+    assert kw.layout == "pre_norm" and kw.d_model == 512
     with pytest.raises(TypeError, match="d_modle"):
         ct.nn.TransformerConfig(d_modle=3)
+
+
+def test_older_names_are_aliases():
+    """seed003() and layout='seed000'/'seed003' (the names before issue 20) build the same models."""
+    assert repr(ct.nn.TransformerConfig.seed003()) == repr(ct.nn.TransformerConfig.small_pre_norm())
+    assert ct.nn.TransformerConfig(layout="seed003").layout == "pre_norm"
+    assert ct.nn.TransformerConfig(layout="seed000").layout == "post_norm"
+    ct.manual_seed(5)
+    a = ct.nn.Transformer.seed003().state_dict()
+    ct.manual_seed(5)
+    b = ct.nn.Transformer.small_pre_norm().state_dict()
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    layer = ct.nn.EncoderLayer(32, 64, 4, 8, 8, layout="seed003", norm_first=True)
+    assert "mh.fc_Q.weight" in layer.state_dict()
+    with pytest.raises(ValueError, match="'post_norm' or 'pre_norm'"):
+        ct.nn.TransformerConfig(layout="seed001")
 
 
 @pytest.mark.parametrize("size", ["seed", "base"])
@@ -237,4 +253,4 @@ def test_config_is_a_copy():
     config = model.config
     config.d_model = 5
     assert model.config.d_model == 32
-    assert ct.nn.Transformer(model.config).config.layout == "seed003"
+    assert ct.nn.Transformer(model.config).config.layout == "pre_norm"

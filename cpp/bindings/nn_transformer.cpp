@@ -53,23 +53,26 @@ SublayerOptions make_options(const std::string& layout, bool norm_first, bool qk
     return o;
 }
 
-// The keyword-only sub-layer options, seed 000's defaults.
-#define CT_SUBLAYER_KWARGS                                                                                 \
-    py::kw_only(), py::arg("layout") = "seed000", py::arg("norm_first") = false, py::arg("qkv_bias") = false, \
-        py::arg("proj_bias") = false, py::arg("layer_norm_eps") = 1e-6, py::arg("attn_dropout") = 0.1,      \
-        py::arg("mask_fill") = -1e9f, py::arg("scale_after_matmul") = false
+// The keyword-only sub-layer options, their defaults SublayerOptions' (nn/transformer_config.hpp).
+#define CT_SUBLAYER_KWARGS                                                                                      \
+    py::kw_only(), py::arg("layout") = layout_name(SublayerOptions{}.layout),                                    \
+        py::arg("norm_first") = defaults::norm_first, py::arg("qkv_bias") = defaults::qkv_bias,                   \
+        py::arg("proj_bias") = defaults::proj_bias, py::arg("layer_norm_eps") = defaults::layer_norm_eps,         \
+        py::arg("attn_dropout") = defaults::attn_dropout, py::arg("mask_fill") = defaults::mask_fill,             \
+        py::arg("scale_after_matmul") = defaults::scale_after_matmul
 
-// The seed-003 preset's keyword arguments, its defaults from nn/transformer_config.hpp.
-#define CT_SEED003_ARGS                                                                                        \
-    py::arg("n_src_vocab") = defaults::seed003::vocab, py::arg("n_trg_vocab") = defaults::seed003::vocab,       \
-        py::arg("pad_idx") = defaults::seed003::pad_idx, py::arg("d_model") = defaults::seed003::d_model,       \
-        py::arg("n_head") = defaults::seed003::n_head, py::arg("d_inner") = defaults::seed003::d_inner,         \
-        py::arg("n_layers") = defaults::seed003::n_layers, py::arg("n_position") = defaults::seed003::n_position, \
-        py::arg("dropout") = defaults::seed003::dropout
+// The small pre-norm model's keyword arguments, its defaults from nn/transformer_config.hpp.
+#define CT_SMALL_PRE_NORM_ARGS                                                                                         \
+    py::arg("n_src_vocab") = defaults::small_pre_norm::vocab, py::arg("n_trg_vocab") = defaults::small_pre_norm::vocab, \
+        py::arg("pad_idx") = defaults::small_pre_norm::pad_idx, py::arg("d_model") = defaults::small_pre_norm::d_model, \
+        py::arg("n_head") = defaults::small_pre_norm::n_head, py::arg("d_inner") = defaults::small_pre_norm::d_inner,   \
+        py::arg("n_layers") = defaults::small_pre_norm::n_layers,                                                      \
+        py::arg("n_position") = defaults::small_pre_norm::n_position, py::arg("dropout") = defaults::small_pre_norm::dropout
 
 const char* kSublayerDoc =
-    "Keyword options (seed 000's defaults; seed 003: layout='seed003', norm_first=True, qkv_bias=True, "
-    "proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True).";
+    "Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', "
+    "norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, "
+    "scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.";
 
 py::object encoder_result(const EncoderOutput& r, bool return_attns) {
     if (!return_attns) return py::cast(r.output);
@@ -168,15 +171,16 @@ void bind_nn_transformer(py::module_& nn) {
 
     // --- configuration -----------------------------------------------------------------------------
     py::class_<TransformerConfig> config(nn, "TransformerConfig",
-        "Every option of the encoder-decoder Transformer. The defaults are seed 000's model; "
-        "TransformerConfig.seed003() is seed 003's toy translator. Keyword arguments set fields.");
+        "Every option of the encoder-decoder Transformer. The defaults are the paper's post-norm model (seed 000); "
+        "TransformerConfig.small_pre_norm() is the toy translator's pre-norm model (seed 003; older name: seed003()). "
+        "Keyword arguments set fields.");
     config.def(py::init([](py::kwargs kwargs) {
               TransformerConfig c;
               py::object view = py::cast(&c, py::return_value_policy::reference);
               for (auto item : kwargs) {
                   const std::string key = py::str(item.first);
                   if (key.rfind("_", 0) == 0 || !py::hasattr(view, key.c_str()) || key == "seed003" ||
-                      key == "validate")
+                      key == "small_pre_norm" || key == "validate")
                       throw ct::TypeError("TransformerConfig: unexpected keyword argument '" + key + "'");
                   view.attr(key.c_str()) = item.second;
               }
@@ -200,7 +204,8 @@ void bind_nn_transformer(py::module_& nn) {
         .def_readwrite("scale_emb_or_prj", &TransformerConfig::scale_emb_or_prj)
         .def_property("layout", [](const TransformerConfig& c) { return layout_name(c.layout); },
                       [](TransformerConfig& c, const std::string& s) { c.layout = parse_layout(s, "TransformerConfig"); },
-                      "'seed000' (jadore801120's module names) or 'seed003' (the toy translator's).")
+                      "'post_norm' (the paper's model with jadore801120's module names; older name 'seed000') or "
+                      "'pre_norm' (one LayerNorm shared by q, k, v, the toy translator's module names; 'seed003').")
         .def_readwrite("norm_first", &TransformerConfig::norm_first)
         .def_readwrite("qkv_bias", &TransformerConfig::qkv_bias)
         .def_readwrite("proj_bias", &TransformerConfig::proj_bias)
@@ -220,9 +225,11 @@ void bind_nn_transformer(py::module_& nn) {
         .def_readwrite("output_bias", &TransformerConfig::output_bias)
         .def_readwrite("flatten_logits", &TransformerConfig::flatten_logits)
         .def("validate", &TransformerConfig::validate)
-        .def_static("seed003", &TransformerConfig::seed003, CT_SEED003_ARGS,
-                    "Seed 003's toy translator: pre-norm, d_model 32, 4 heads, FFN 64, 3 + 3 layers, vocabulary 39, "
-                    "<PAD> = 2, length <= 50.")
+        .def_static("small_pre_norm", &TransformerConfig::small_pre_norm, CT_SMALL_PRE_NORM_ARGS,
+                    "The toy translator's model (seed 003): pre-norm with one LayerNorm shared by q, k and v, d_model 32, "
+                    "4 heads, FFN 64, 3 + 3 layers, vocabulary 39, <PAD> = 2, length <= 50.")
+        .def_static("seed003", &TransformerConfig::small_pre_norm, CT_SMALL_PRE_NORM_ARGS,
+                    "The older name of small_pre_norm(), kept as an alias.")
         .def("__repr__", [](py::object self) {
             std::string s = "TransformerConfig(";
             bool first = true;
@@ -263,8 +270,8 @@ void bind_nn_transformer(py::module_& nn) {
     py::class_<ScaledDotProductAttention, Module, std::shared_ptr<ScaledDotProductAttention>>(
         nn, "ScaledDotProductAttention",
         "softmax(q / temperature @ k^T, masked) -> dropout -> @ v; forward returns (output, attn).")
-        .def(py::init<float, float, float, bool>(), py::arg("temperature"), py::arg("attn_dropout") = 0.1,
-             py::arg("mask_fill") = -1e9f, py::arg("scale_after_matmul") = false)
+        .def(py::init<float, float, float, bool>(), py::arg("temperature"), py::arg("attn_dropout") = defaults::attn_dropout,
+             py::arg("mask_fill") = defaults::mask_fill, py::arg("scale_after_matmul") = defaults::scale_after_matmul)
         .def("forward", sdpa, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
         .def("__call__", sdpa, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
         .def_readonly("temperature", &ScaledDotProductAttention::temperature)
@@ -462,12 +469,28 @@ void bind_nn_transformer(py::module_& nn) {
                                return m.decode(ids, tm, enc_output, sm, return_attns);
                            });
     };
+    auto small_pre_norm = [](ctpy::Int n_src_vocab, ctpy::Int n_trg_vocab, ctpy::Int pad_idx, ctpy::Int d_model,
+                             ctpy::Int n_head, ctpy::Int d_inner, ctpy::Int n_layers, ctpy::Int n_position,
+                             float dropout) {
+        const std::string fn = "Transformer.small_pre_norm: ";
+        const std::size_t sv = to_size(n_src_vocab, fn + "n_src_vocab");
+        const std::size_t tv = to_size(n_trg_vocab, fn + "n_trg_vocab");
+        const std::int64_t pad = to_int(pad_idx, fn + "pad_idx");
+        const std::size_t dm = to_size(d_model, fn + "d_model");
+        const std::size_t nh = to_size(n_head, fn + "n_head");
+        const std::size_t di = to_size(d_inner, fn + "d_inner");
+        const std::size_t nl = to_size(n_layers, fn + "n_layers");
+        const std::size_t np = to_size(n_position, fn + "n_position");
+        py::gil_scoped_release release;
+        return std::make_shared<Transformer>(TransformerConfig::small_pre_norm(sv, tv, pad, dm, nh, di, nl, np, dropout));
+    };
     py::class_<Transformer, Module, std::shared_ptr<Transformer>>(nn, "Transformer",
-        R"doc(The encoder-decoder Transformer of seed 000 (jadore801120), or seed 003's toy translator
-(Transformer.seed003()), or any TransformerConfig.
+        R"doc(The encoder-decoder Transformer: the paper's post-norm model with seed 000's (jadore801120's)
+arguments, or the toy translator's small pre-norm model (Transformer.small_pre_norm(); older name
+seed003()), or any TransformerConfig.
 
 model(src_seq, trg_seq) takes (b, len) NumPy integer arrays and returns the logits, (b*len, n_trg_vocab)
-for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it returns
+for the post-norm model, (b, len, n_trg_vocab) for the small pre-norm one; with return_attns=True it returns
 (logits, enc_slf_attns, dec_slf_attns, dec_enc_attns), one (b, n_head, lq, lk) Tensor per layer.)doc")
         .def(py::init([](ctpy::Int n_src_vocab, ctpy::Int n_trg_vocab, ctpy::Int src_pad_idx, ctpy::Int trg_pad_idx,
                          ctpy::Int d_word_vec, ctpy::Int d_model, ctpy::Int d_inner, ctpy::Int n_layers,
@@ -501,21 +524,10 @@ for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it retu
              py::arg("emb_src_trg_weight_sharing") = defaults::emb_src_trg_weight_sharing,
              py::arg("scale_emb_or_prj") = defaults::scale_emb_or_prj)
         .def(py::init<const TransformerConfig&>(), py::arg("config"))
-        .def_static("seed003", [](ctpy::Int n_src_vocab, ctpy::Int n_trg_vocab, ctpy::Int pad_idx, ctpy::Int d_model,
-                                  ctpy::Int n_head, ctpy::Int d_inner, ctpy::Int n_layers, ctpy::Int n_position,
-                                  float dropout) {
-            const std::string fn = "Transformer.seed003: ";
-            const std::size_t sv = to_size(n_src_vocab, fn + "n_src_vocab");
-            const std::size_t tv = to_size(n_trg_vocab, fn + "n_trg_vocab");
-            const std::int64_t pad = to_int(pad_idx, fn + "pad_idx");
-            const std::size_t dm = to_size(d_model, fn + "d_model");
-            const std::size_t nh = to_size(n_head, fn + "n_head");
-            const std::size_t di = to_size(d_inner, fn + "d_inner");
-            const std::size_t nl = to_size(n_layers, fn + "n_layers");
-            const std::size_t np = to_size(n_position, fn + "n_position");
-            py::gil_scoped_release release;
-            return std::make_shared<Transformer>(TransformerConfig::seed003(sv, tv, pad, dm, nh, di, nl, np, dropout));
-        }, CT_SEED003_ARGS, "Seed 003's toy translator (TransformerConfig.seed003()).")
+        .def_static("small_pre_norm", small_pre_norm, CT_SMALL_PRE_NORM_ARGS,
+                    "The toy translator's small pre-norm model (TransformerConfig.small_pre_norm()).")
+        .def_static("seed003", small_pre_norm, CT_SMALL_PRE_NORM_ARGS,
+                    "The older name of small_pre_norm(), kept as an alias.")
         .def("forward", forward, py::arg("src_seq"), py::arg("trg_seq"), py::arg("return_attns") = false)
         .def("__call__", forward, py::arg("src_seq"), py::arg("trg_seq"), py::arg("return_attns") = false)
         .def("encode", model_encode, py::arg("src_seq"), py::arg("src_mask") = py::none(),

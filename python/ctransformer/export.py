@@ -39,7 +39,7 @@ def _ctranslate2():
 
 def _check_supported(cfg):
     """The system-A settings CTranslate2's spec can express; anything else is refused by name."""
-    wanted = {"layout": "seed000", "norm_first": False, "qkv_bias": False, "output_bias": False,
+    wanted = {"layout": "post_norm", "norm_first": False, "qkv_bias": False, "output_bias": False,
               "embed_layer_norm": True, "pe_formula": "paired", "scale_after_matmul": False}
     for name, value in wanted.items():
         if getattr(cfg, name) != value:

@@ -26,7 +26,7 @@ Transformer::Transformer(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::
                          std::size_t n_layers, std::size_t n_head, std::size_t d_k, std::size_t d_v, float dropout,
                          std::size_t n_position, bool trg_emb_prj_weight_sharing, bool emb_src_trg_weight_sharing,
                          const std::string& scale_emb_or_prj)
-    : Transformer(TransformerConfig::seed000(n_src_vocab, n_trg_vocab, src_pad_idx, trg_pad_idx, d_word_vec, d_model, d_inner,
+    : Transformer(TransformerConfig::post_norm(n_src_vocab, n_trg_vocab, src_pad_idx, trg_pad_idx, d_word_vec, d_model, d_inner,
                                  n_layers, n_head, d_k, d_v, dropout, n_position, trg_emb_prj_weight_sharing,
                                  emb_src_trg_weight_sharing, scale_emb_or_prj)) {}
 

@@ -4,19 +4,6 @@
 
 namespace ct::nn {
 
-SublayerOptions TransformerConfig::sublayer_options() const {
-    SublayerOptions o;
-    o.layout = layout;
-    o.norm_first = norm_first;
-    o.qkv_bias = qkv_bias;
-    o.proj_bias = proj_bias;
-    o.layer_norm_eps = layer_norm_eps;
-    o.attn_dropout = attn_dropout;
-    o.mask_fill = mask_fill;
-    o.scale_after_matmul = scale_after_matmul;
-    return o;
-}
-
 // Seed 000: scale_emb = (scale_emb_or_prj == 'emb') if trg_emb_prj_weight_sharing else False, same for prj.
 bool TransformerConfig::scale_emb() const { return trg_emb_prj_weight_sharing && scale_emb_or_prj == "emb"; }
 bool TransformerConfig::scale_prj() const { return trg_emb_prj_weight_sharing && scale_emb_or_prj == "prj"; }
@@ -58,12 +45,12 @@ void TransformerConfig::validate() const {
         throw ValueError(fn + "embedding_init_std must be >= 0, got " + std::to_string(*embedding_init_std));
 }
 
-TransformerConfig TransformerConfig::seed000(std::size_t n_src_vocab, std::size_t n_trg_vocab,
-                                             std::int64_t src_pad_idx, std::int64_t trg_pad_idx,
-                                             std::size_t d_word_vec, std::size_t d_model, std::size_t d_inner,
-                                             std::size_t n_layers, std::size_t n_head, std::size_t d_k, std::size_t d_v,
-                                             float dropout, std::size_t n_position, bool trg_emb_prj_weight_sharing,
-                                             bool emb_src_trg_weight_sharing, const std::string& scale_emb_or_prj) {
+TransformerConfig TransformerConfig::post_norm(std::size_t n_src_vocab, std::size_t n_trg_vocab,
+                                               std::int64_t src_pad_idx, std::int64_t trg_pad_idx,
+                                               std::size_t d_word_vec, std::size_t d_model, std::size_t d_inner,
+                                               std::size_t n_layers, std::size_t n_head, std::size_t d_k, std::size_t d_v,
+                                               float dropout, std::size_t n_position, bool trg_emb_prj_weight_sharing,
+                                               bool emb_src_trg_weight_sharing, const std::string& scale_emb_or_prj) {
     TransformerConfig c;
     c.n_src_vocab = n_src_vocab;
     c.n_trg_vocab = n_trg_vocab;
@@ -84,11 +71,11 @@ TransformerConfig TransformerConfig::seed000(std::size_t n_src_vocab, std::size_
     return c;
 }
 
-TransformerConfig TransformerConfig::seed003(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t pad_idx,
-                                             std::size_t d_model, std::size_t n_head, std::size_t d_inner,
-                                             std::size_t n_layers, std::size_t n_position, float dropout) {
+TransformerConfig TransformerConfig::small_pre_norm(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t pad_idx,
+                                                    std::size_t d_model, std::size_t n_head, std::size_t d_inner,
+                                                    std::size_t n_layers, std::size_t n_position, float dropout) {
     if (n_head == 0 || d_model % n_head != 0)
-        throw ValueError("TransformerConfig.seed003: d_model (" + std::to_string(d_model) +
+        throw ValueError("TransformerConfig.small_pre_norm: d_model (" + std::to_string(d_model) +
                          ") must be a multiple of n_head (" + std::to_string(n_head) + ")");
     TransformerConfig c;
     c.n_src_vocab = n_src_vocab;
@@ -103,7 +90,7 @@ TransformerConfig TransformerConfig::seed003(std::size_t n_src_vocab, std::size_
     c.n_position = n_position;
     c.trg_emb_prj_weight_sharing = c.emb_src_trg_weight_sharing = false;
     c.scale_emb_or_prj = "none";
-    c.layout = Layout::Seed003;
+    c.layout = Layout::PreNorm;
     c.norm_first = true;
     c.qkv_bias = c.proj_bias = true;
     c.layer_norm_eps = 1e-5f;
@@ -121,13 +108,15 @@ TransformerConfig TransformerConfig::seed003(std::size_t n_src_vocab, std::size_
     return c;
 }
 
+// 'seed000' and 'seed003' are the older names, accepted as aliases.
 Layout parse_layout(const std::string& s, const char* fn) {
-    if (s == "seed000") return Layout::Seed000;
-    if (s == "seed003") return Layout::Seed003;
-    throw ValueError(std::string(fn) + ": layout must be 'seed000' or 'seed003', got '" + s + "'");
+    if (s == "post_norm" || s == "seed000") return Layout::PostNorm;
+    if (s == "pre_norm" || s == "seed003") return Layout::PreNorm;
+    throw ValueError(std::string(fn) + ": layout must be 'post_norm' or 'pre_norm' (older names: 'seed000', 'seed003'), got '" +
+                     s + "'");
 }
 
-std::string layout_name(Layout l) { return l == Layout::Seed000 ? "seed000" : "seed003"; }
+std::string layout_name(Layout l) { return l == Layout::PostNorm ? "post_norm" : "pre_norm"; }
 
 PositionalFormula parse_positional_formula(const std::string& s, const char* fn) {
     if (s == "paired") return PositionalFormula::Paired;

@@ -1,5 +1,5 @@
-// Transformer (seed 000, Models.py): the encoder-decoder model, and seed 003's toy translator
-// through TransformerConfig::seed003().
+// Transformer (seed 000, Models.py): the encoder-decoder model, post-norm by default, and the small
+// pre-norm model of the toy translation task (seed 003) through TransformerConfig::small_pre_norm().
 //
 // Seed 000's construction, step by step: build every module with torch's default init, then
 // xavier_uniform_ every parameter of rank > 1 in parameters() order, then tie by assignment

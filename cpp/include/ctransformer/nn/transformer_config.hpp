@@ -1,30 +1,35 @@
-// The options that let one set of encoder-decoder classes build both seeds' models:
-// seed 000/001 (jadore801120's post-norm Transformer, the defaults) and seed 003 (the pre-norm toy
-// translator, TransformerConfig::seed003()). Each option names the seed detail it stands for.
+// The options that let one set of encoder-decoder classes build both variants of the model: the paper's
+// post-norm Transformer (seeds 000/001, jadore801120's code; the defaults) and the small pre-norm
+// Transformer of the toy translation task (seed 003; TransformerConfig::small_pre_norm()). Each option
+// names the detail it stands for; docs/DESIGN.md's glossary says which seed is which source.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace ct::nn {
 
-// Whose module tree (and so whose parameter names) the model carries, so state dicts move to and
-// from that seed's torch model unchanged.
-//   Seed000: encoder.src_word_emb, encoder.position_enc.pos_table, encoder.layer_stack.0.slf_attn.w_qs,
-//            ... pos_ffn.w_1, encoder.layer_norm, decoder.layer_stack.0.enc_attn, trg_word_prj.
-//   Seed003: embed_x.pe, embed_x.embed, encoder.layer_l.mh.fc_Q, ... .fc.fc.0, .fc.norm,
-//            decoder.layer_1.mhl / mh2, fc_out (the seed's spelling, "layer_l" included).
-enum class Layout { Seed000, Seed003 };
+// Which variant's module tree (and so parameter names) the model carries, so state dicts move to and
+// from that variant's torch model unchanged.
+//   PostNorm ('post_norm'; seed 000): encoder.src_word_emb, encoder.position_enc.pos_table,
+//            encoder.layer_stack.0.slf_attn.w_qs, ... pos_ffn.w_1, encoder.layer_norm,
+//            decoder.layer_stack.0.enc_attn, trg_word_prj.
+//   PreNorm  ('pre_norm'; seed 003, one LayerNorm shared by q, k and v): embed_x.pe, embed_x.embed,
+//            encoder.layer_l.mh.fc_Q, ... .fc.fc.0, .fc.norm, decoder.layer_1.mhl / mh2, fc_out (the
+//            seed's spelling, "layer_l" included).
+// Seed000 and Seed003 are the older names, kept as aliases.
+enum class Layout { PostNorm, PreNorm, Seed000 = PostNorm, Seed003 = PreNorm };
 
 // The angle of feature j (of d) at position pos; both seeds take sin on even j, cos on odd j.
 //   Paired   (seed 000, the paper): pos / 10000^(2*(j//2)/d)
 //   PerIndex (seed 003):            pos / 10000^(j/d)
 enum class PositionalFormula { Paired, PerIndex };
 
-// Every default of the Transformer lives here once: the struct's fields, the seed000()/seed003() factories, the
-// seed-style constructor and the Python bindings (and so the type stubs) all read these. Floats are doubles
+// Every default of the Transformer lives here once: the struct's fields, the post_norm()/small_pre_norm()
+// factories, the seed-style constructor and the Python bindings (and so the type stubs) all read these. Floats are doubles
 // here so the bindings show 0.1, not float(0.1)'s 0.10000000149.
 namespace defaults {
 // Seed 000's Transformer(...) arguments (the paper's base model).
@@ -33,33 +38,39 @@ inline constexpr std::size_t d_word_vec = 512, d_model = 512, d_inner = 2048, n_
 inline constexpr double dropout = 0.1;
 inline constexpr bool trg_emb_prj_weight_sharing = true, emb_src_trg_weight_sharing = true;
 inline constexpr const char* scale_emb_or_prj = "prj";
-// Seed 003's toy translator (TransformerConfig::seed003()).
-namespace seed003 {
+// The sub-layer options (SublayerOptions): the post-norm model's.
+inline constexpr bool norm_first = false, qkv_bias = false, proj_bias = false, scale_after_matmul = false;
+inline constexpr double layer_norm_eps = 1e-6, attn_dropout = 0.1, mask_fill = -1e9;
+// The small pre-norm model of the toy translation task (seed 003; TransformerConfig::small_pre_norm()).
+namespace small_pre_norm {
 inline constexpr std::size_t vocab = 39, d_model = 32, n_head = 4, d_inner = 64, n_layers = 3, n_position = 50;
 inline constexpr std::int64_t pad_idx = 2;
 inline constexpr double dropout = 0.1;
-}  // namespace seed003
+}  // namespace small_pre_norm
+namespace seed003 = small_pre_norm;   // the older name
 }  // namespace defaults
 
-// How each attention and feed-forward sub-layer is built.
+// How each attention and feed-forward sub-layer is built (its defaults: the post-norm model's).
 struct SublayerOptions {
-    Layout layout = Layout::Seed000;
+    Layout layout = Layout::PostNorm;
     // false: post-norm, LayerNorm(x + dropout(sublayer(x))) (seed 000).
     // true: pre-norm, x + dropout(sublayer(LN(x))), where attention applies ONE LayerNorm to each of
     // its q, k and v inputs and the residual is the un-normalised query (seed 003).
-    bool norm_first = false;
-    bool qkv_bias = false;          // bias on w_qs/w_ks/w_vs (seed 003: yes)
-    bool proj_bias = false;         // bias on the attention's output projection fc (seed 003: yes)
-    float layer_norm_eps = 1e-6f;   // seed 000: 1e-6; seed 003: torch's default 1e-5
+    bool norm_first = defaults::norm_first;
+    bool qkv_bias = defaults::qkv_bias;     // bias on w_qs/w_ks/w_vs (seed 003: yes)
+    bool proj_bias = defaults::proj_bias;   // bias on the attention's output projection fc (seed 003: yes)
+    float layer_norm_eps = float(defaults::layer_norm_eps);   // seed 000: 1e-6; seed 003: torch's default 1e-5
     // Seed 000's MultiHeadAttention builds ScaledDotProductAttention(temperature) with its default
     // attn_dropout = 0.1 whatever `dropout` is; seed 003 has no attention dropout.
-    float attn_dropout = 0.1f;
-    float mask_fill = -1e9f;        // score where the mask forbids attending (seed 003: -inf)
+    float attn_dropout = float(defaults::attn_dropout);
+    float mask_fill = float(defaults::mask_fill);   // score where the mask forbids attending (seed 003: -inf)
     // false: (q / temperature) @ k^T (seed 000); true: (q @ k^T) / temperature (seed 003).
-    bool scale_after_matmul = false;
+    bool scale_after_matmul = defaults::scale_after_matmul;
 };
 
-struct TransformerConfig {
+// The whole model: the sub-layer options (inherited, so they are declared and defaulted once), then
+// the sizes and the embedding front and output.
+struct TransformerConfig : SublayerOptions {
     // Seed 000's Transformer(...) arguments.
     std::size_t n_src_vocab = 0, n_trg_vocab = 0;
     std::int64_t src_pad_idx = 0, trg_pad_idx = 0;
@@ -71,12 +82,6 @@ struct TransformerConfig {
          emb_src_trg_weight_sharing = defaults::emb_src_trg_weight_sharing;
     std::string scale_emb_or_prj = defaults::scale_emb_or_prj;  // 'emb', 'prj' or 'none' (only with trg_emb_prj_weight_sharing)
 
-    // Sub-layer options (see SublayerOptions).
-    Layout layout = Layout::Seed000;
-    bool norm_first = false, qkv_bias = false, proj_bias = false;
-    float layer_norm_eps = 1e-6f, attn_dropout = 0.1f, mask_fill = -1e9f;
-    bool scale_after_matmul = false;
-
     // The embedding front and the output.
     PositionalFormula pe_formula = PositionalFormula::Paired;
     bool embed_dropout = true;            // seed 000: dropout(emb + PE); seed 003: none
@@ -87,35 +92,43 @@ struct TransformerConfig {
     bool output_bias = false;             // seed 003's fc_out = Linear(32, 39) has a bias
     bool flatten_logits = true;           // seed 000 returns (b*len, V); seed 003 (b, len, V)
 
-    SublayerOptions sublayer_options() const;
+    const SublayerOptions& sublayer_options() const { return *this; }
     bool scale_emb() const;   // as the seed: only when the projection shares the target embedding
     bool scale_prj() const;
     // Throws ValueError for inconsistent settings (the seed's asserts, and a few it leaves implicit).
     void validate() const;
 
-    // Seed 000's Transformer(...) arguments, in its order; every other option keeps seed 000's default.
-    static TransformerConfig seed000(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t src_pad_idx,
-                                     std::int64_t trg_pad_idx, std::size_t d_word_vec = defaults::d_word_vec,
-                                     std::size_t d_model = defaults::d_model, std::size_t d_inner = defaults::d_inner,
-                                     std::size_t n_layers = defaults::n_layers, std::size_t n_head = defaults::n_head,
-                                     std::size_t d_k = defaults::d_k, std::size_t d_v = defaults::d_v,
-                                     float dropout = float(defaults::dropout),
-                                     std::size_t n_position = defaults::n_position,
-                                     bool trg_emb_prj_weight_sharing = defaults::trg_emb_prj_weight_sharing,
-                                     bool emb_src_trg_weight_sharing = defaults::emb_src_trg_weight_sharing,
-                                     const std::string& scale_emb_or_prj = defaults::scale_emb_or_prj);
+    // The post-norm model from seed 000's Transformer(...) arguments, in its order; every other option
+    // keeps its default.
+    static TransformerConfig post_norm(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t src_pad_idx,
+                                       std::int64_t trg_pad_idx, std::size_t d_word_vec = defaults::d_word_vec,
+                                       std::size_t d_model = defaults::d_model, std::size_t d_inner = defaults::d_inner,
+                                       std::size_t n_layers = defaults::n_layers, std::size_t n_head = defaults::n_head,
+                                       std::size_t d_k = defaults::d_k, std::size_t d_v = defaults::d_v,
+                                       float dropout = float(defaults::dropout),
+                                       std::size_t n_position = defaults::n_position,
+                                       bool trg_emb_prj_weight_sharing = defaults::trg_emb_prj_weight_sharing,
+                                       bool emb_src_trg_weight_sharing = defaults::emb_src_trg_weight_sharing,
+                                       const std::string& scale_emb_or_prj = defaults::scale_emb_or_prj);
 
-    // Seed 003's model: pre-norm, 4 heads of 8 over d_model 32, FFN 32 -> 64 -> 32, 3 + 3 layers,
-    // vocabulary 39 with <PAD> = 2, sequences up to 50, no weight sharing or scaling.
-    static TransformerConfig seed003(std::size_t n_src_vocab = defaults::seed003::vocab,
-                                     std::size_t n_trg_vocab = defaults::seed003::vocab,
-                                     std::int64_t pad_idx = defaults::seed003::pad_idx,
-                                     std::size_t d_model = defaults::seed003::d_model,
-                                     std::size_t n_head = defaults::seed003::n_head,
-                                     std::size_t d_inner = defaults::seed003::d_inner,
-                                     std::size_t n_layers = defaults::seed003::n_layers,
-                                     std::size_t n_position = defaults::seed003::n_position,
-                                     float dropout = float(defaults::seed003::dropout));
+    // The small pre-norm model of the toy translation task (seed 003): one LayerNorm shared by q, k, v,
+    // biased projections, 4 heads of 8 over d_model 32, FFN 32 -> 64 -> 32, 3 + 3 layers, vocabulary 39
+    // with <PAD> = 2, sequences up to 50, no weight sharing or scaling.
+    static TransformerConfig small_pre_norm(std::size_t n_src_vocab = defaults::small_pre_norm::vocab,
+                                            std::size_t n_trg_vocab = defaults::small_pre_norm::vocab,
+                                            std::int64_t pad_idx = defaults::small_pre_norm::pad_idx,
+                                            std::size_t d_model = defaults::small_pre_norm::d_model,
+                                            std::size_t n_head = defaults::small_pre_norm::n_head,
+                                            std::size_t d_inner = defaults::small_pre_norm::d_inner,
+                                            std::size_t n_layers = defaults::small_pre_norm::n_layers,
+                                            std::size_t n_position = defaults::small_pre_norm::n_position,
+                                            float dropout = float(defaults::small_pre_norm::dropout));
+
+    // The older names of the two factories, kept as aliases.
+    template <class... Args>
+    static TransformerConfig seed000(Args&&... args) { return post_norm(std::forward<Args>(args)...); }
+    template <class... Args>
+    static TransformerConfig seed003(Args&&... args) { return small_pre_norm(std::forward<Args>(args)...); }
 };
 
 Layout parse_layout(const std::string& s, const char* fn);

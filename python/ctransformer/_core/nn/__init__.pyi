@@ -145,7 +145,7 @@ class Dropout(Module):
         ...
 class TransformerConfig:
     """
-    Every option of the encoder-decoder Transformer. The defaults are seed 000's model; TransformerConfig.seed003() is seed 003's toy translator. Keyword arguments set fields.
+    Every option of the encoder-decoder Transformer. The defaults are the paper's post-norm model (seed 000); TransformerConfig.small_pre_norm() is the toy translator's pre-norm model (seed 003; older name: seed003()). Keyword arguments set fields.
     """
     emb_src_trg_weight_sharing: bool
     embed_dropout: bool
@@ -163,7 +163,12 @@ class TransformerConfig:
     @staticmethod
     def seed003(n_src_vocab: typing.SupportsInt | typing.SupportsIndex = 39, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex = 39, pad_idx: typing.SupportsInt | typing.SupportsIndex = 2, d_model: typing.SupportsInt | typing.SupportsIndex = 32, n_head: typing.SupportsInt | typing.SupportsIndex = 4, d_inner: typing.SupportsInt | typing.SupportsIndex = 64, n_layers: typing.SupportsInt | typing.SupportsIndex = 3, n_position: typing.SupportsInt | typing.SupportsIndex = 50, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1) -> TransformerConfig:
         """
-        Seed 003's toy translator: pre-norm, d_model 32, 4 heads, FFN 64, 3 + 3 layers, vocabulary 39, <PAD> = 2, length <= 50.
+        The older name of small_pre_norm(), kept as an alias.
+        """
+    @staticmethod
+    def small_pre_norm(n_src_vocab: typing.SupportsInt | typing.SupportsIndex = 39, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex = 39, pad_idx: typing.SupportsInt | typing.SupportsIndex = 2, d_model: typing.SupportsInt | typing.SupportsIndex = 32, n_head: typing.SupportsInt | typing.SupportsIndex = 4, d_inner: typing.SupportsInt | typing.SupportsIndex = 64, n_layers: typing.SupportsInt | typing.SupportsIndex = 3, n_position: typing.SupportsInt | typing.SupportsIndex = 50, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1) -> TransformerConfig:
+        """
+        The toy translator's model (seed 003): pre-norm with one LayerNorm shared by q, k and v, d_model 32, 4 heads, FFN 64, 3 + 3 layers, vocabulary 39, <PAD> = 2, length <= 50.
         """
     def __init__(self, **kwargs) -> None:
         ...
@@ -228,7 +233,7 @@ class TransformerConfig:
     @property
     def layout(self) -> str:
         """
-        'seed000' (jadore801120's module names) or 'seed003' (the toy translator's).
+        'post_norm' (the paper's model with jadore801120's module names; older name 'seed000') or 'pre_norm' (one LayerNorm shared by q, k, v, the toy translator's module names; 'seed003').
         """
     @layout.setter
     def layout(self, arg1: str) -> None:
@@ -326,11 +331,11 @@ class ScaledDotProductAttention(Module):
         ...
 class MultiHeadAttention(Module):
     """
-    Multi-head attention (seed 000's SubLayers.py). forward(q, k, v, mask=None) returns (output, attn); mask is (b or 1, len_q or 1, len_k), True = may attend. Keyword options (seed 000's defaults; seed 003: layout='seed003', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True).
+    Multi-head attention (seed 000's SubLayers.py). forward(q, k, v, mask=None) returns (output, attn); mask is (b or 1, len_q or 1, len_k), True = may attend. Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
     """
     def __call__(self, q: ctransformer._core.Tensor, k: ctransformer._core.Tensor, v: ctransformer._core.Tensor, mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
         ...
-    def __init__(self, n_head: typing.SupportsInt | typing.SupportsIndex, d_model: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'seed000', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
+    def __init__(self, n_head: typing.SupportsInt | typing.SupportsIndex, d_model: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'post_norm', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
     def forward(self, q: ctransformer._core.Tensor, k: ctransformer._core.Tensor, v: ctransformer._core.Tensor, mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
         ...
@@ -366,11 +371,11 @@ class MultiHeadAttention(Module):
         ...
 class PositionwiseFeedForward(Module):
     """
-    w_2(relu(w_1(x))) with dropout, residual and LayerNorm (post- or pre-norm). Keyword options (seed 000's defaults; seed 003: layout='seed003', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True).
+    w_2(relu(w_1(x))) with dropout, residual and LayerNorm (post- or pre-norm). Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
     """
     def __call__(self, x: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
         ...
-    def __init__(self, d_in: typing.SupportsInt | typing.SupportsIndex, d_hid: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'seed000', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
+    def __init__(self, d_in: typing.SupportsInt | typing.SupportsIndex, d_hid: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'post_norm', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
     def forward(self, x: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
         ...
@@ -388,11 +393,11 @@ class PositionwiseFeedForward(Module):
         ...
 class EncoderLayer(Module):
     """
-    Self-attention then feed-forward; forward returns (enc_output, enc_slf_attn). Keyword options (seed 000's defaults; seed 003: layout='seed003', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True).
+    Self-attention then feed-forward; forward returns (enc_output, enc_slf_attn). Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
     """
     def __call__(self, enc_input: ctransformer._core.Tensor, slf_attn_mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
         ...
-    def __init__(self, d_model: typing.SupportsInt | typing.SupportsIndex, d_inner: typing.SupportsInt | typing.SupportsIndex, n_head: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'seed000', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
+    def __init__(self, d_model: typing.SupportsInt | typing.SupportsIndex, d_inner: typing.SupportsInt | typing.SupportsIndex, n_head: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'post_norm', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
     def forward(self, enc_input: ctransformer._core.Tensor, slf_attn_mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
         ...
@@ -404,11 +409,11 @@ class EncoderLayer(Module):
         ...
 class DecoderLayer(Module):
     """
-    Masked self-attention, encoder-decoder attention, feed-forward; forward returns (dec_output, dec_slf_attn, dec_enc_attn). Keyword options (seed 000's defaults; seed 003: layout='seed003', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True).
+    Masked self-attention, encoder-decoder attention, feed-forward; forward returns (dec_output, dec_slf_attn, dec_enc_attn). Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
     """
     def __call__(self, dec_input: ctransformer._core.Tensor, enc_output: ctransformer._core.Tensor, slf_attn_mask: typing.Any = None, dec_enc_attn_mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor, ctransformer._core.Tensor]:
         ...
-    def __init__(self, d_model: typing.SupportsInt | typing.SupportsIndex, d_inner: typing.SupportsInt | typing.SupportsIndex, n_head: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'seed000', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
+    def __init__(self, d_model: typing.SupportsInt | typing.SupportsIndex, d_inner: typing.SupportsInt | typing.SupportsIndex, n_head: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'post_norm', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
     def forward(self, dec_input: ctransformer._core.Tensor, enc_output: ctransformer._core.Tensor, slf_attn_mask: typing.Any = None, dec_enc_attn_mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor, ctransformer._core.Tensor]:
         ...
@@ -495,17 +500,23 @@ class Decoder(Module):
         ...
 class Transformer(Module):
     """
-    The encoder-decoder Transformer of seed 000 (jadore801120), or seed 003's toy translator
-    (Transformer.seed003()), or any TransformerConfig.
+    The encoder-decoder Transformer: the paper's post-norm model with seed 000's (jadore801120's)
+    arguments, or the toy translator's small pre-norm model (Transformer.small_pre_norm(); older name
+    seed003()), or any TransformerConfig.
     
     model(src_seq, trg_seq) takes (b, len) NumPy integer arrays and returns the logits, (b*len, n_trg_vocab)
-    for seed 000, (b, len, n_trg_vocab) for seed 003; with return_attns=True it returns
+    for the post-norm model, (b, len, n_trg_vocab) for the small pre-norm one; with return_attns=True it returns
     (logits, enc_slf_attns, dec_slf_attns, dec_enc_attns), one (b, n_head, lq, lk) Tensor per layer.
     """
     @staticmethod
     def seed003(n_src_vocab: typing.SupportsInt | typing.SupportsIndex = 39, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex = 39, pad_idx: typing.SupportsInt | typing.SupportsIndex = 2, d_model: typing.SupportsInt | typing.SupportsIndex = 32, n_head: typing.SupportsInt | typing.SupportsIndex = 4, d_inner: typing.SupportsInt | typing.SupportsIndex = 64, n_layers: typing.SupportsInt | typing.SupportsIndex = 3, n_position: typing.SupportsInt | typing.SupportsIndex = 50, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1) -> Transformer:
         """
-        Seed 003's toy translator (TransformerConfig.seed003()).
+        The older name of small_pre_norm(), kept as an alias.
+        """
+    @staticmethod
+    def small_pre_norm(n_src_vocab: typing.SupportsInt | typing.SupportsIndex = 39, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex = 39, pad_idx: typing.SupportsInt | typing.SupportsIndex = 2, d_model: typing.SupportsInt | typing.SupportsIndex = 32, n_head: typing.SupportsInt | typing.SupportsIndex = 4, d_inner: typing.SupportsInt | typing.SupportsIndex = 64, n_layers: typing.SupportsInt | typing.SupportsIndex = 3, n_position: typing.SupportsInt | typing.SupportsIndex = 50, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1) -> Transformer:
+        """
+        The toy translator's small pre-norm model (TransformerConfig.small_pre_norm()).
         """
     def __call__(self, src_seq: typing.Any, trg_seq: typing.Any, return_attns: bool = False) -> typing.Any:
         ...
