@@ -6,7 +6,7 @@ ctransformer trains with the multi30k task's own step (``tasks/multi30k.py``); P
 000's model (tests/reference) from the same initial weights (copied from ctransformer's, tied the same
 way) on the same token batches, with torch.optim.Adam(0.9, 0.98, 1e-9) at the same Noam rate and
 ``cross_entropy(label_smoothing=0.1, ignore_index=pad)``. Dropout is on in both, so the curves
-differ by their dropout masks only (tests/test_multi30k.py checks a step with dropout off is equal).
+differ by their dropout masks only (tests/training/test_multi30k.py checks a step with dropout off is equal).
 
 The two take turns step by step, so the machine's other load hits both alike. Prints the loss of
 both every --log-every steps, the median step time of each and the time of an epoch (the median step

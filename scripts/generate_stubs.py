@@ -8,7 +8,7 @@ function takes and returns. After changing a binding in cpp/bindings/, rebuild a
 
 which imports ``ctransformer`` from python/ when a build is there (the dev build puts ``_core*.so`` in
 python/ctransformer/), else the installed one, and rewrites python/ctransformer/_core/ with nothing
-left from before. tests/test_stubs.py fails while the committed stubs differ from what this writes.
+left from before. tests/packaging/test_stubs.py fails while the committed stubs differ from what this writes.
 
 ``--out DIR`` writes DIR/ctransformer/_core/ instead (the test's comparison); ``--import-from DIR``
 imports ``ctransformer`` from DIR.

@@ -43,7 +43,7 @@ if [[ $which == all || $which == address ]]; then
   echo "== address: built in $(( $(date +%s) - start )) s"
   # detect_leaks=0: CPython (and torch, which the reference tests import) never frees much of what it
   # allocates at exit, by design, so LeakSanitizer would report thousands of leaks that are not ours;
-  # tests/test_memory.py checks our own memory stays flat instead.
+  # tests/robustness/test_memory.py checks our own memory stays flat instead.
   # allocator_may_return_null=1: a failed malloc returns null as it does without ASan, so the
   # allocator's MemoryError path is tested as it is; ASan would otherwise abort on a huge request.
   export ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:abort_on_error=0:detect_stack_use_after_return=0"
@@ -52,14 +52,11 @@ if [[ $which == all || $which == address ]]; then
   # libstdc++ preloaded too: else it loads after the ASan runtime, whose __cxa_throw interceptor then
   # finds no real __cxa_throw and aborts at the first C++ exception ("CHECK failed ... real___cxa_throw").
   run_under address build/asan "$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
-    tests/test_autograd.py tests/test_ops_activation_dropout.py tests/test_ops_attention.py \
-    tests/test_ops_attention_fused.py tests/test_ops_elementwise.py tests/test_ops_embedding.py \
-    tests/test_ops_masked_fill.py tests/test_ops_matmul_linear.py tests/test_ops_shape_reduce.py \
-    tests/test_ops_softmax_layernorm.py tests/test_losses.py tests/test_label_smoothing.py \
-    tests/test_nn_layers.py tests/test_transformer.py tests/test_gpt.py tests/test_gpt_generate_cache.py \
-    tests/test_optim.py tests/test_schedules.py tests/test_decode.py tests/test_beam_search.py \
-    tests/test_checkpoint.py tests/test_checkpoint_faults.py tests/test_bad_input.py tests/test_hostile_calls.py \
-    tests/test_batch.py tests/test_thread_pool.py
+    tests/autograd tests/ops tests/loss tests/optim tests/decode \
+    tests/nn/test_nn_layers.py tests/nn/test_transformer_post_norm.py tests/nn/test_gpt.py \
+    tests/checkpoint/test_checkpoint.py tests/checkpoint/test_checkpoint_faults.py \
+    tests/robustness/test_bad_input.py tests/robustness/test_hostile_calls.py \
+    tests/training/test_batch.py tests/runtime/test_thread_pool.py
 fi
 
 if [[ $which == all || $which == thread ]]; then
@@ -71,7 +68,7 @@ if [[ $which == all || $which == thread ]]; then
   # --noconftest: tests/conftest.py imports torch, whose OpenMP threads TSan cannot see through;
   # these two files need neither torch nor the conftest.
   run_under thread build/tsan "$(g++ -print-file-name=libtsan.so)" --noconftest \
-    tests/test_thread_pool.py tests/test_threads_training.py
+    tests/runtime/test_thread_pool.py tests/training/test_threads_training.py
 fi
 
 exit $failed

@@ -7,7 +7,7 @@ metadata, catches corruption that still parses. Before safetensors reads anythin
 layout is checked against its size (_check_layout): a header that claims more bytes than the file
 holds is refused before anything is allocated. Saving writes a temporary file in the same folder,
 syncs it, renames it over the target and syncs the folder, so a crash or power cut mid-save leaves
-the previous checkpoint whole (tests/test_checkpoint_faults.py kills a saving process at random).
+the previous checkpoint whole (tests/checkpoint/test_checkpoint_faults.py kills a saving process at random).
 """
 import hashlib
 import json
@@ -111,7 +111,7 @@ def _write(path, tensors, metadata):
     try:
         # The bytes are built in memory and written to our own temp file: safetensors' save_file
         # writes through a temp file of its own (".tmpXXXXXX"), which a kill mid-save left behind
-        # with no pid to tell it from another process's (tests/test_checkpoint_faults.py).
+        # with no pid to tell it from another process's (tests/checkpoint/test_checkpoint_faults.py).
         with os.fdopen(fd, "wb") as f:
             f.write(save(tensors, metadata=metadata))
             f.flush()

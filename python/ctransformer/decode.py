@@ -5,7 +5,7 @@ released. By default it uses key/value caches: each decoder layer keeps the keys
 target positions decoded so far and of the encoder output (projected once per source), so a new
 token costs one position's work instead of the whole prefix's. ``use_cache=False`` runs seed 002's
 loop instead (the whole prefix decoded at every step); both give the same tokens, and logits equal up
-to float32 rounding (tests/test_decode.py). The model is used as it is: call ``model.eval()`` first,
+to float32 rounding (tests/decode/test_decode.py). The model is used as it is: call ``model.eval()`` first,
 or dropout stays active.
 """
 from ._core import decode as _decode

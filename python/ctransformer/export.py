@@ -17,7 +17,7 @@ CTranslate2's Transformer spec expresses every part of system A:
 
 Only the weights are converted, never re-derived: a CTranslate2 float32 model decodes the same
 tokens as ctransformer's greedy_decode and scores a target with the same log-probabilities to 2e-5
-(tests/test_export.py). Pass ``min_decoding_length=0`` to ``translate_batch`` for the same tokens
+(tests/checkpoint/test_export.py). Pass ``min_decoding_length=0`` to ``translate_batch`` for the same tokens
 throughout: CTranslate2's default (1) forbids an empty translation, ctransformer does not. Quantise at load time,
 ``ctranslate2.Translator(path, compute_type="int8")``, or with ``quantization="int8"`` here.
 ctranslate2 is an optional dependency (``pip install ctransformer[export]``).

@@ -1,6 +1,6 @@
 """The data files ctransformer knows: where each comes from and the checksums a copy must match.
 
-The numbers are those of ``../shared/data/README.md``; ``tests/test_data_fetch.py`` checks them
+The numbers are those of ``../shared/data/README.md``; ``tests/data/test_data_fetch.py`` checks them
 against the shared files. A file's ``path`` is its place under the data folder (and under the cache).
 """
 import dataclasses

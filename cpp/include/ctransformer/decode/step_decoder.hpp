@@ -4,7 +4,7 @@
 // The source is encoded once, when the decoder is made. Two implementations with one contract:
 //   IncrementalDecoder (use_cache = true): key/value caches, one position's work per step;
 //   FullPrefixDecoder (use_cache = false): seed 002's loop, the whole prefix decoded at every step.
-// Both give the same logits up to float32 rounding (tests/test_decode.py).
+// Both give the same logits up to float32 rounding (tests/decode/test_decode.py).
 #pragma once
 #include <cstdint>
 #include <memory>

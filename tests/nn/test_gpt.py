@@ -15,42 +15,9 @@ import torch
 
 import ctransformer as ct
 from helpers import assert_close, assert_releases_gil
+from reference.gpt_pairs import BIG, SMALL, make_pair, prompts
 from reference.gpt_reference import GPT as TorchGPT
 from reference.gpt_reference import greedy
-
-SMALL = dict(vocab_size=50, max_seq_len=16, num_layer=2, embed_dim=32, num_head=4, feedforward_dim=64)
-BIG = dict(vocab_size=512, max_seq_len=64, num_layer=6, embed_dim=384, num_head=6, feedforward_dim=1536)
-
-
-def make_pair(cfg, dropout=0.0, direction="torch->ct", seed=0, sharp=False, **flags):
-    """A torch reference and a ctransformer GPT holding the same weights.
-
-    direction "torch->ct" initialises torch and loads its state dict into ctransformer;
-    "ct->torch" the other way. sharp=True replaces the seed's tiny N(0, 0.02) weights by larger
-    random ones so attention is peaked and the causal -inf mask and every residual path matter."""
-    torch.manual_seed(seed)
-    ct.manual_seed(seed)
-    tm = TorchGPT(**cfg, dropout=dropout, **flags)
-    cm = ct.nn.GPT(**cfg, dropout=dropout, **flags)
-    if sharp:
-        rng = np.random.default_rng(seed)
-        state = {}
-        for name, value in tm.state_dict().items():
-            if name == "language_model_head.weight":
-                state[name] = state["word_token_embedding.weight"]
-            elif "norm" in name and name.endswith("weight"):
-                state[name] = (1 + 0.2 * rng.standard_normal(value.shape)).astype(np.float32)
-            else:
-                scale = 1.0 if "embedding" in name else 0.5 / math.sqrt(value.shape[-1])
-                state[name] = (scale * rng.standard_normal(value.shape)).astype(np.float32)
-        tm.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-        cm.load_state_dict(state)
-    elif direction == "torch->ct":
-        cm.load_state_dict({k: v.detach().numpy() for k, v in tm.state_dict().items()})
-    else:
-        tm.load_state_dict({k: torch.from_numpy(v) for k, v in cm.state_dict().items()})
-    return tm, cm
-
 
 def batch(cfg, b, t, seed=1):
     rng = np.random.default_rng(seed)
@@ -185,10 +152,6 @@ def test_configure_optimizers_groups_as_the_seed():
     assert all(n.endswith("weight") and "norm" not in n and "embedding" not in n for n in decay)
     assert sorted(decay + no_decay) == sorted(c_names.values())  # every parameter exactly once
     assert sum(p.numel() for g in c_groups for p in g["params"]) == cm.num_parameters()
-
-
-def prompts(cfg, b, t, seed=3):
-    return np.random.default_rng(seed).integers(0, cfg["vocab_size"], (b, t))
 
 
 def test_generate_greedy_equals_torch_argmax_loop():

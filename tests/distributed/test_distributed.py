@@ -23,7 +23,7 @@ import ctransformer as ct
 from ctransformer.checkpoint import read_checkpoint
 from ctransformer.distributed import BatchShard, Shard
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 MPIRUN = shutil.which("mpirun")
 needs_mpi = pytest.mark.skipif(not (ct.distributed.is_available() and MPIRUN),
                                reason="needs MPI in the build and mpirun (scripts/setup.sh installs Open MPI)")

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "cpp" / "src"
 INCLUDE = ROOT / "cpp" / "include"
 CXX = shutil.which("g++")
@@ -127,9 +127,9 @@ def test_simd_sources_compile_for_aarch64(tmp_path):
 # --- the whole extension at the baseline level -----------------------------------------------------
 
 PARITY_TESTS = [
-    "tests/test_ops_softmax_layernorm.py", "tests/test_ops_activation_dropout.py", "tests/test_ops_attention_fused.py",
-    "tests/test_ops_matmul_linear.py", "tests/test_losses.py", "tests/test_optim.py", "tests/test_decode.py",
-    "tests/test_transformer.py::test_torch_to_ctransformer_parity",
+    "tests/ops/test_ops_softmax_layernorm.py", "tests/ops/test_ops_activation_dropout.py", "tests/ops/test_ops_attention_fused.py",
+    "tests/ops/test_ops_matmul_linear.py", "tests/loss/test_losses.py", "tests/optim/test_optim.py", "tests/decode/test_decode.py",
+    "tests/nn/test_transformer_post_norm.py::test_torch_to_ctransformer_parity",
 ]
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import ctransformer as ct
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is needed to build the C++ examples")
 
 

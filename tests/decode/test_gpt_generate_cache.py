@@ -19,7 +19,7 @@ import ctransformer as ct
 from helpers import assert_close
 from reference.gpt_reference import greedy
 from reference.parity import single_threaded_torch  # noqa: F401 (autouse fixture)
-from test_gpt import SMALL, make_pair, prompts
+from reference.gpt_pairs import SMALL, make_pair, prompts
 
 LOGIT_TOL = dict(rtol=1e-5, atol=1e-5)
 

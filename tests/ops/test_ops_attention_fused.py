@@ -6,7 +6,7 @@ against torch with the heads split, as seed 000's MultiHeadAttention does it:
     out = (attn @ v).transpose(1, 2).reshape(b, Lq, h*d_v)
 
 Both outputs and the gradients of q, k and v through a random weighting of both outputs.
-Tolerances as tests/test_ops_attention.py: rtol 1e-5, atol 1e-6 for out and attn, gradients
+Tolerances as tests/ops/test_ops_attention.py: rtol 1e-5, atol 1e-6 for out and attn, gradients
 rtol 1e-5, atol 1e-5 (chained float32 products summed in another order than torch's).
 """
 import numpy as np

@@ -21,7 +21,7 @@ pytest.importorskip("pybind11_stubgen", reason="pybind11-stubgen is not installe
 
 import ctransformer  # noqa: E402
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "python" / "ctransformer" / "_core"
 PACKAGE = pathlib.Path(ctransformer.__file__).resolve().parent  # the ctransformer under test
 REGENERATE = "rebuild, then run `python scripts/generate_stubs.py` and commit python/ctransformer/_core/"

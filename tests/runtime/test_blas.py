@@ -14,7 +14,7 @@ import pytest
 
 import ctransformer as ct
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CPU = ct.build_info()["cpu"]
 BLAS = ct.build_info()["blas"]
 
@@ -187,8 +187,8 @@ def test_linear_and_its_gradients_against_float64(m, k, n):
 
 
 # --- the parity tests under every kernel core -------------------------------------------------------------------
-PARITY = ["tests/test_seed003.py", "tests/test_transformer.py", "tests/test_nn_layers.py",
-          "tests/test_relu_knife_edges.py"]
+PARITY = ["tests/nn/test_transformer_small_pre_norm.py", "tests/nn/test_transformer_post_norm.py", "tests/nn/test_nn_layers.py",
+          "tests/nn/test_relu_knife_edges.py"]
 # OPENBLAS_CORETYPE values to try, with what each needs of the CPU (/proc/cpuinfo). The wheel maps some to
 # others (Zen -> Haswell, Cooperlake -> SkylakeX, Prescott -> Katmai); each core actually run is tested once.
 CORE_CANDIDATES = [("SkylakeX", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}), ("Cooperlake", {"avx512_bf16"}),

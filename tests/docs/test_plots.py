@@ -17,7 +17,7 @@ pytest.importorskip("altair")
 pytest.importorskip("vl_convert")
 from ctransformer import plots  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BLOG_PLOTS = ["learning_rate", "label_smoothing", "subsequent_mask", "penalization"]
 
