@@ -229,31 +229,48 @@ def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS):
     return build
 
 
-def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2):
-    """CTranslate2 (float32) decoding the same sources with the same weights: `ct_model` exported by
-    ct.export.to_ctranslate2. EOS is held off for `steps` tokens (min_decoding_length), so it runs
-    exactly the steps ct's greedy_decode does; None when ctranslate2 is not installed."""
+class _CT2Call:
+    """One greedy translate_batch of the case's sources in the CTranslate2 process; `last_seconds` is
+    the time the worker measured around the call."""
+
+    def __init__(self, worker, options):
+        self.worker, self.options = worker, options
+        self.config = worker.config     # the CT2_* settings it runs with (ct2_process.fastest)
+
+    def __call__(self):
+        return self.worker.run(**self.options)
+
+    @property
+    def last_seconds(self):
+        return self.worker.last_seconds
+
+
+def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2, compute_type="float32"):
+    """CTranslate2 decoding the same sources with the same weights, in a process of its own
+    (ct2_process.py): `ct_model` exported by ct.export.to_ctranslate2. EOS is held off for `steps`
+    tokens (min_decoding_length), so it runs exactly the steps ct's greedy_decode does; None when
+    ctranslate2 is not installed."""
     c = SYSTEM_A[size]
 
     def build(ct_model, folder):
         try:
-            import ctranslate2
+            import ctranslate2  # noqa: F401
         except ImportError:
             return None
         import ctransformer as ct
+        from ct2_process import fastest
         src, _ = a_batch(c, seed=1, rows=rows)
         vocab = ["<pad>", "<s>", "</s>", "<unk>"] + [f"t{i}" for i in range(4, c["vocab"])]
         path = ct.export.to_ctranslate2(ct_model, os.path.join(folder, f"{size}-ct2"), vocab, force=True)
-        translator = ctranslate2.Translator(path, device="cpu", inter_threads=1, intra_threads=threads)
-        tokens = [[vocab[i] for i in row if i != PAD] for row in src]
-        return lambda: translator.translate_batch(tokens, beam_size=1, min_decoding_length=steps,
-                                                  max_decoding_length=steps, max_batch_size=rows)
+        options = dict(beam_size=1, min_decoding_length=steps, max_decoding_length=steps, max_batch_size=rows)
+        source = [[vocab[i] for i in row if i != PAD] for row in src]
+        return _CT2Call(fastest(path, compute_type, threads, source, options, calls=1 if size == "base" else 3), options)
     return build
 
 
 # Each case: build(side, share, torch_model=None) -> (step, model); flops() for training steps;
 # decoding cases also time ct's key/value-cached decoder ("cached") against the same torch loop, and
-# CTranslate2 float32 on the same weights ("ct2").
+# CTranslate2 float32 and int8 on the same weights ("ct2", "ct2_int8"), each in a process of its own.
 CASES = {}
 for _size in ("tiny", "small", "base"):
     CASES[f"{_size}/train"] = dict(build=build_a_train(_size), flops=(lambda s=_size: system_a_flops(SYSTEM_A[s])["train"]),
@@ -263,6 +280,6 @@ for _size in ("tiny", "small", "base"):
     for _rows in (1, 32):
         CASES[f"{_size}/decode-b{_rows}"] = dict(
             build=build_a_decode(_size, _rows, use_cache=False), cached=build_a_decode(_size, _rows, use_cache=True),
-            ct2=build_a_decode_ct2(_size, _rows),
+            ct2=build_a_decode_ct2(_size, _rows), ct2_int8=build_a_decode_ct2(_size, _rows, compute_type="int8"),
             flops=None, config=SYSTEM_A[_size], kind="decode", rows=_rows,
             slow=(_size == "base" and _rows == 32))  # ~30 s per torch run: skipped by --quick

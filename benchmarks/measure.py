@@ -1,7 +1,13 @@
 """Timing, OpenBLAS sgemm rates and peak memory, shared by the benchmark cases.
 
-Timing: the two sides run interleaved in one process (ct, torch, ct, torch, ...) after a warm-up,
-and each side's median is kept, so a burst of load from elsewhere on the machine hits both.
+Timing: the sides run interleaved (ct, torch, ct, torch, ...) after a warm-up, and each side's median
+is kept, so a burst of load from elsewhere on the machine hits both. An engine in another process
+(CTranslate2, ct2_process.py) is one more callable whose `last_seconds` is its own time.
+
+`gap` seconds pass before every timed call. Engines leave threads spinning after a call (OpenBLAS's
+workers spin up to ~2^28 cycles, Intel OpenMP's KMP_BLOCKTIME is 200 ms, torch's OpenMP runs PASSIVE
+here): without a pause the next engine shares its 2 cores with the last one's spinners, which made
+a short CTranslate2 call after ours look several times slower than it is.
 """
 import ctypes
 import ctypes.util
@@ -12,7 +18,21 @@ import time
 import numpy as np
 
 
-def interleaved(fns, repeats, warmup):
+GAP_S = 0.3
+
+
+def timed(fn, gap=GAP_S):
+    """Seconds of one call of `fn`, after `gap` seconds of pause (its own `last_seconds` when it has one)."""
+    if gap:
+        time.sleep(gap)
+    t0 = time.perf_counter()
+    fn()
+    elapsed = time.perf_counter() - t0
+    own = getattr(fn, "last_seconds", None)
+    return own if own is not None else elapsed
+
+
+def interleaved(fns, repeats, warmup, gap=GAP_S):
     """Median seconds of each callable in `fns` (a dict), called in turn `repeats` times."""
     for _ in range(warmup):
         for fn in fns.values():
@@ -20,9 +40,7 @@ def interleaved(fns, repeats, warmup):
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(timed(fn, gap))
     return {name: statistics.median(v) for name, v in times.items()}, times
 
 

@@ -32,6 +32,8 @@ import measure  # noqa: E402
 import simd_levels  # noqa: E402
 
 THREADS = 2
+# CTranslate2 in processes of their own on the decoding cases' weights (cases.build_a_decode_ct2).
+CT2_PEERS = {"ct2": "CTranslate2 float32", "ct2_int8": "CTranslate2 int8"}
 
 
 def set_threads(side):
@@ -61,7 +63,7 @@ def probe_memory(case, side, steps):
 def probe_time(case, repeats):
     """The suite's interleaved timing of one case (ct and torch) in this process, whose
     OMP_WAIT_POLICY the caller chose (for the OMP_WAIT_POLICY comparison)."""
-    med, _, _ = time_case(cases.CASES[case], budget=0.0, max_repeats=repeats, min_repeats=repeats)
+    med, _, _, _ = time_case(cases.CASES[case], budget=0.0, max_repeats=repeats, min_repeats=repeats)
     print(json.dumps({"torch_s": med["torch"], "ct_s": med["ct"]}))
 
 
@@ -106,17 +108,15 @@ def time_case(spec, budget, max_repeats, min_repeats=3):
     fns = {"ct": spec["build"]("ct", share=True, torch_model=t_model)[0], "torch": t_step}
     if "cached" in spec:
         fns["ct_cached"], ct_model = spec["cached"]("ct", share=True, torch_model=t_model)
-        if "ct2" in spec:
-            with tempfile.TemporaryDirectory() as folder:  # the translator has read its files once loaded
-                ct2_step = spec["ct2"](ct_model, folder)
-            if ct2_step is not None:
-                fns["ct2"] = ct2_step
-    first = {}
-    for name, fn in fns.items():
-        t0 = time.perf_counter()
-        fn()
-        first[name] = time.perf_counter() - t0
-    round_s = sum(first.values())
+        with tempfile.TemporaryDirectory() as folder:  # a translator has read its files once loaded
+            for peer in CT2_PEERS:
+                step = spec[peer](ct_model, folder) if peer in spec else None
+                if step is not None:
+                    fns[peer] = step
+    peers = {name: {"config": fn.config, "calibration": fn.worker.timings} for name, fn in fns.items()
+             if name in CT2_PEERS}
+    first = {name: measure.timed(fn) for name, fn in fns.items()}
+    round_s = sum(first.values()) + measure.GAP_S * len(fns)
     long_rounds = round_s > budget / 4
     repeats = int(max(min(2, min_repeats) if long_rounds else min_repeats, min(max_repeats, budget / max(round_s, 1e-9))))
     med, raw = measure.interleaved(fns, repeats - (1 if long_rounds else 0), warmup=0)
@@ -125,7 +125,11 @@ def time_case(spec, budget, max_repeats, min_repeats=3):
         for name in fns:
             raw[name].insert(0, first[name])
             med[name] = statistics.median(raw[name])
-    return med, raw, repeats
+    return med, raw, repeats, peers
+
+
+def _config(config):
+    return " ".join(f"{k}={v}" for k, v in config.items()) or "its defaults"
 
 
 def fmt_s(s):
@@ -174,14 +178,17 @@ def main():
         spec = cases.CASES[name]
         left = 540 - (time.time() - started)  # keep the whole suite under 10 minutes
         case_budget = budget if left > 240 else max(1.0, budget * left / 480)
-        med, raw, repeats = time_case(spec, case_budget, max_repeats=30 if not a.quick else 10)
+        med, raw, repeats, peers = time_case(spec, case_budget, max_repeats=30 if not a.quick else 10)
         row = {"case": name, "kind": spec["kind"], "ct_s": med["ct"], "torch_s": med["torch"],
                "ratio": med["torch"] / med["ct"], "repeats": repeats, "raw": raw}
         if "ct_cached" in med:
             row["ct_cached_s"] = med["ct_cached"]
             row["ratio_cached"] = med["torch"] / med["ct_cached"]
-        if "ct2" in med:
-            row["ct2_s"] = med["ct2"]
+        for peer in CT2_PEERS:
+            if peer in med:
+                row[f"{peer}_s"] = med[peer]
+                row[f"{peer}_config"] = peers[peer]["config"]
+                row[f"{peer}_calibration"] = peers[peer]["calibration"]
         if spec.get("flops"):
             flops = spec["flops"]()
             row.update(flops=flops, ct_gflops=flops / med["ct"] / 1e9, torch_gflops=flops / med["torch"] / 1e9)
@@ -189,8 +196,10 @@ def main():
             row["memory"] = memory_of(name)
         results.append(row)
         extra = f"  ct cached {fmt_s(row['ct_cached_s'])} ({row['ratio_cached']:.2f}x)" if "ct_cached_s" in row else ""
-        if "ct2_s" in row:
-            extra += f"  CTranslate2 {fmt_s(row['ct2_s'])} (ct2/ct cached {row['ct2_s'] / row['ct_cached_s']:.2f}x)"
+        for peer, label in CT2_PEERS.items():
+            if f"{peer}_s" in row:
+                extra += (f"  {label} {fmt_s(row[f'{peer}_s'])} ({row[f'{peer}_s'] / row['ct_cached_s']:.2f}x of ct "
+                          f"cached; {_config(row[f'{peer}_config'])})")
         print(f"{name:18s} ct {fmt_s(med['ct']):>9s}  torch {fmt_s(med['torch']):>9s}  "
               f"torch/ct {row['ratio']:5.2f}x{extra}  ({repeats} repeats)", flush=True)
 
@@ -253,14 +262,19 @@ def table(results, meta):
     dec = [r for r in results if r["kind"] == "decode"]
     if dec:
         lines += ["", f"Greedy decoding of {cases.DECODE_STEPS} tokens (torch: seed 002's full-prefix loop; ct: the same "
-                      "loop, and ct's key/value-cached decoder; CTranslate2 float32 on the same weights, "
-                      f"{THREADS} threads, its own cached decoder):", "",
-                  "| case | ct full prefix | torch | torch/ct | ct cached | torch/ct cached | CTranslate2 | CTranslate2/ct cached |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                      "loop, and ct's key/value-cached decoder; CTranslate2 float32 and int8 on the same weights, "
+                      f"each in a process of its own, {THREADS} threads, its own cached decoder; every call after a "
+                      f"{measure.GAP_S:g} s pause, so no engine's idle threads spin into the next one's call; "
+                      "CTranslate2 in the fastest of its documented backend/ISA settings for each case "
+                      "(ct2_process.fastest; the JSON names it). CTranslate2/ct above 1: ct is faster):", "",
+                  "| case | ct full prefix | torch | torch/ct | ct cached | torch/ct cached | CT2 float32 | CT2 float32/ct cached "
+                  "| CT2 int8 | CT2 int8/ct cached |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in dec:
-            ct2 = (f"{fmt_s(r['ct2_s'])} | **{r['ct2_s'] / r['ct_cached_s']:.2f}x**" if "ct2_s" in r else "n/a | n/a")
+            peers = " | ".join(f"{fmt_s(r[f'{peer}_s'])} | **{r[f'{peer}_s'] / r['ct_cached_s']:.2f}x**"
+                               if f"{peer}_s" in r else "n/a | n/a" for peer in CT2_PEERS)
             lines.append(f"| {r['case']} | {fmt_s(r['ct_s'])} | {fmt_s(r['torch_s'])} | **{r['ratio']:.2f}x** | "
-                         f"{fmt_s(r['ct_cached_s'])} | **{r['ratio_cached']:.2f}x** | {ct2} |")
+                         f"{fmt_s(r['ct_cached_s'])} | **{r['ratio_cached']:.2f}x** | {peers} |")
     lines += ["", f"OpenBLAS sgemm at the base model's Linear shapes, {meta['threads']} threads, this run: "
                   f"{sg:.0f} GFLOP/s (the practical limit). FLOPs: matmuls only, counted analytically (backward = 2x "
                   "forward). Memory: peak RSS (VmHWM) of a fresh process holding one side, and its rise over the RSS "

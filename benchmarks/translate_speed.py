@@ -2,15 +2,17 @@
 
     python benchmarks/translate_speed.py --checkpoint runs/multi30k.safetensors [--sentences 1000]
 
-One checkpoint of ``ctransformer-train multi30k``, four engines on the same weights, in one process:
+One checkpoint of ``ctransformer-train multi30k``, four engines on the same weights:
 - ctransformer: ``ctransformer.translation.Translator`` (batched beam search on the key/value caches;
   beam 1 is greedy);
 - CTranslate2 float32 and int8 (weights quantised at load time): the model written by
-  ``ct.export.to_ctranslate2``, its sources the same subwords plus end-of-sentence;
+  ``ct.export.to_ctranslate2``, its sources the same subwords plus end-of-sentence, each in a process
+  of its own as its docs run it (ct2_process.py; the time is taken there, around translate_batch);
 - PyTorch 2.13: seed 000's model (tests/reference) with the checkpoint's state dict, decoded by seed
   002's greedy loop (the whole prefix at every step), batched; the seeds have no beam search, so
   PyTorch has greedy rows only.
-For each setting (beam 5 and greedy; batch 1 and 32) the engines take turns, round after round, and
+For each setting (beam 5 and greedy; batch 1 and 32) the engines take turns, round after round, each
+call after a pause (measure.GAP_S) so that no engine's idle threads spin into the next one's call, and
 the table gives the median over rounds of sentences/s and output subwords/s (each engine's own
 output counted), 2 threads each. Every engine sorts the sentences by length before batching.
 """
@@ -20,7 +22,6 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -44,18 +45,33 @@ def ctransformer_engine(model, vocab, beam, batch):
     return run
 
 
-def ctranslate2_engine(path, compute_type, vocab, beam, batch, max_len):
-    import ctranslate2
-    translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type, inter_threads=1,
-                                        intra_threads=THREADS)
-    pieces = [vocab.processor.id_to_piece(i) for i in range(len(vocab))]
+class CTranslate2Engine:
+    """CTranslate2 in a process of its own (ct2_process.py), on the sentences `ids` given once;
+    `last_seconds` is the time of the last call, taken in that process."""
 
-    def run(ids):
-        source = [[pieces[i] for i in s] + ["</s>"] for s in ids]
-        results = translator.translate_batch(source, beam_size=beam, max_batch_size=batch, max_decoding_length=max_len,
-                                             length_penalty=0.6 if beam > 1 else 0.0)
-        return [r.hypotheses[0] for r in results]
-    return run
+    def __init__(self, path, compute_type, vocab, ids, beam, batch, max_len):
+        from ct2_process import CT2Process
+        self.worker = CT2Process(path, compute_type=compute_type, intra_threads=THREADS)
+        pieces = [vocab.processor.id_to_piece(i) for i in range(len(vocab))]
+        self.worker.set_source([[pieces[i] for i in s] + ["</s>"] for s in ids])
+        self.options = dict(beam_size=beam, max_batch_size=batch, max_decoding_length=max_len,
+                            length_penalty=0.6 if beam > 1 else 0.0)
+
+    def __call__(self, ids):
+        return self.worker.run(**self.options)["tokens"]   # the output tokens, counted by the worker
+
+    @property
+    def last_seconds(self):
+        return self.worker.last_seconds
+
+
+def call(run, ids):
+    """(seconds, output tokens) of one call of an engine after the pause; an engine in another process
+    gives its own time and token count."""
+    out = []
+    seconds = measure.timed(lambda: out.append(run(ids)))
+    seconds = getattr(run, "last_seconds", None) or seconds
+    return seconds, out[0] if isinstance(out[0], int) else sum(len(o) for o in out[0])
 
 
 def torch_engine(state, cfg, vocab_size, batch, max_len):
@@ -141,18 +157,16 @@ def main():
         kind, batch = setting.split("/")
         beam, batch = (1 if kind == "greedy" else int(kind[len("beam"):])), int(batch)
         engines = {"ctransformer": ctransformer_engine(model, vocab, beam, batch),
-                   "CTranslate2 float32": ctranslate2_engine(ct2_path, "float32", vocab, beam, batch, max_len),
-                   "CTranslate2 int8": ctranslate2_engine(ct2_path, "int8", vocab, beam, batch, max_len)}
+                   "CTranslate2 float32": CTranslate2Engine(ct2_path, "float32", vocab, ids, beam, batch, max_len),
+                   "CTranslate2 int8": CTranslate2Engine(ct2_path, "int8", vocab, ids, beam, batch, max_len)}
         if beam == 1:
             engines["PyTorch (seed 002 loop)"] = torch_engine(state, cfg, len(vocab), batch, max_len)
         times = {name: [] for name in engines}
         tokens = {}
         for _ in range(a.rounds):
             for name, run in engines.items():
-                t0 = time.perf_counter()
-                out = run(ids)
-                times[name].append(time.perf_counter() - t0)
-                tokens[name] = sum(len(o) for o in out)
+                seconds, tokens[name] = call(run, ids)
+                times[name].append(seconds)
         for name in engines:
             s = statistics.median(times[name])
             row = {"setting": setting, "beam": beam, "batch": batch, "engine": name, "seconds": s,
