@@ -8,6 +8,7 @@
 #include "ctransformer/allocator.hpp"
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/decode/step_decoder.hpp"
+#include "../parallel.hpp"
 #include "decode_checks.hpp"
 
 namespace ct::decode {
@@ -33,14 +34,29 @@ bool better(const Candidate& a, const Candidate& b) {
     return a.word < b.word;
 }
 
-// log_softmax of one row of float32 logits, in float64.
-void log_softmax_row(const float* x, std::size_t n, std::vector<double>& out) {
+// The `k` best words of one row of float32 logits by log_softmax (in float64), best first, ties to the
+// smaller id: out_lp[i] = log P(out_word[i]); returns how many (min(k, n)).
+//   log P(w) = x[w] - lse,  lse = m + log sum_i exp(x[i] - m),  m = max x.
+// Only a hypothesis's own k best words can be among its source's k best candidates (its other words
+// have k better ones beside them), so nothing of size beam x vocabulary is kept.
+std::size_t best_words(const float* x, std::size_t n, std::size_t k, double* out_lp, std::int64_t* out_word) {
     const double m = double(*std::max_element(x, x + n));
     double sum = 0.0;
     for (std::size_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - m);
     const double lse = m + std::log(sum);
-    out.resize(n);
-    for (std::size_t i = 0; i < n; ++i) out[i] = double(x[i]) - lse;
+    std::size_t have = 0;   // out_* [0, have): sorted, best first
+    for (std::size_t w = 0; w < n; ++w) {
+        const double lp = double(x[w]) - lse;
+        if (have == k && !(lp > out_lp[k - 1])) continue;   // equal: the earlier (smaller) word stays
+        std::size_t i = have < k ? have++ : k - 1;
+        for (; i > 0 && lp > out_lp[i - 1]; --i) {
+            out_lp[i] = out_lp[i - 1];
+            out_word[i] = out_word[i - 1];
+        }
+        out_lp[i] = lp;
+        out_word[i] = std::int64_t(w);
+    }
+    return have;
 }
 
 }  // namespace
@@ -61,11 +77,12 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
         throw ValueError(fn + ": n_best must be between 1 and beam_size = " + std::to_string(beam_size) + ", got " +
                          std::to_string(n_best));
     const std::size_t b = src.shape[0], V = model.config.n_trg_vocab;
-    {   // Sizes from user integers, checked before anything grows: each step scores up to
-        // beam_size x V candidates per source, and the caller gets b x n_best x max_len ids.
+    {   // Sizes from user integers, checked before anything grows: each step keeps the beam_size best
+        // words of up to b x beam_size decoder rows, and the caller gets b x n_best x max_len ids.
         const std::string beam_what = fn + ": beam_size = " + std::to_string(beam_size);
-        const std::size_t candidates = checked_mul(beam_size, V, beam_what + " (beam_size x n_trg_vocab candidates)");
-        check_fits_in_memory(ct::detail::bytes_of(candidates, sizeof(Candidate)),
+        const std::size_t candidates = checked_mul(checked_mul(b, beam_size, beam_what), beam_size,
+                                                   beam_what + " (b x beam_size rows x beam_size best words)");
+        check_fits_in_memory(ct::detail::bytes_of(candidates, sizeof(Candidate) + sizeof(double) + sizeof(std::int64_t)),
                              beam_what + ": its " + std::to_string(candidates) + " candidates per step");
         const std::string best_what = fn + ": n_best = " + std::to_string(n_best);
         const std::size_t ids = checked_mul(checked_mul(b, n_best, best_what), max_len, best_what + " (b x n_best x max_len ids)");
@@ -88,8 +105,10 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
     }
 
     auto decoder = make_step_decoder(model, src, src_mask, use_cache);   // row s: source s's first hypothesis
-    std::vector<double> log_probs;
     std::vector<Candidate> candidates;
+    std::vector<double> row_lp;          // row r's best words: [r * beam_size, r * beam_size + row_n[r])
+    std::vector<std::int64_t> row_word;
+    std::vector<std::size_t> row_n;
     for (std::size_t t = 1; t < max_len; ++t) {
         check_should_stop(should_stop, "beam_search");
         std::vector<std::int64_t> last;   // decoder rows: the live hypotheses of source 0, then 1, ...
@@ -97,6 +116,17 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
             for (const auto& h : hyps) last.push_back(h.ids.back());
         if (last.empty()) break;
         const Tensor logits = decoder->step(last);
+        // Each decoder row's log-softmax and best words, the rows spread over the threads (each row
+        // reads V logits and does V exps; the selection below then sees beam_size words a row).
+        const std::size_t rows = last.size();
+        row_lp.resize(rows * beam_size);
+        row_word.resize(rows * beam_size);
+        row_n.resize(rows);
+        parallel::parallel_for(rows, 1, [&](std::size_t begin, std::size_t end) {
+            for (std::size_t r = begin; r < end; ++r)
+                row_n[r] = best_words(logits.data() + r * V, V, beam_size, row_lp.data() + r * beam_size,
+                                      row_word.data() + r * beam_size);
+        });
 
         std::vector<std::size_t> parents;   // the decoder row each new live hypothesis extends
         std::size_t row0 = 0;               // decoder row of source s's first live hypothesis
@@ -105,8 +135,9 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
             if (hyps.empty()) continue;
             candidates.clear();
             for (std::size_t j = 0; j < hyps.size(); ++j) {
-                log_softmax_row(logits.data() + (row0 + j) * V, V, log_probs);
-                for (std::size_t w = 0; w < V; ++w) candidates.push_back({hyps[j].log_prob + log_probs[w], j, std::int64_t(w)});
+                const std::size_t r = row0 + j;
+                for (std::size_t i = 0; i < row_n[r]; ++i)
+                    candidates.push_back({hyps[j].log_prob + row_lp[r * beam_size + i], j, row_word[r * beam_size + i]});
             }
             const std::size_t k = std::min(beam_size, candidates.size());
             std::partial_sort(candidates.begin(), candidates.begin() + std::ptrdiff_t(k), candidates.end(), better);
