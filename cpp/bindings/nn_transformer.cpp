@@ -255,8 +255,10 @@ void bind_nn_transformer(py::module_& nn) {
             return std::make_shared<PositionalEncoding>(d_hid, n_position,
                                                         parse_positional_formula(pe_formula, "PositionalEncoding"));
         }), py::arg("d_hid"), py::arg("n_position") = 200, py::arg("pe_formula") = "paired")
-        .def("forward", &PositionalEncoding::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
-        .def("__call__", &PositionalEncoding::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
+        .def("forward", [](const PositionalEncoding& m, const Tensor& x) { return m.forward(x); }, py::arg("x"),
+             py::call_guard<py::gil_scoped_release>())
+        .def("__call__", [](const PositionalEncoding& m, const Tensor& x) { return m.forward(x); }, py::arg("x"),
+             py::call_guard<py::gil_scoped_release>())
         .def_readonly("pos_table", &PositionalEncoding::pos_table)
         .def_readonly("d_hid", &PositionalEncoding::d_hid)
         .def_readonly("n_position", &PositionalEncoding::n_position);
