@@ -364,9 +364,9 @@ void bind_nn_transformer(py::module_& nn) {
              py::arg("dec_enc_attn_mask") = py::none())
         .def("__call__", dec_layer, py::arg("dec_input"), py::arg("enc_output"),
              py::arg("slf_attn_mask") = py::none(), py::arg("dec_enc_attn_mask") = py::none())
-        .def_readonly("slf_attn", &DecoderLayer::slf_attn)
-        .def_readonly("enc_attn", &DecoderLayer::enc_attn)
-        .def_readonly("pos_ffn", &DecoderLayer::pos_ffn);
+        .def_property_readonly("slf_attn", &DecoderLayer::slf_attn)
+        .def_property_readonly("enc_attn", &DecoderLayer::enc_attn)
+        .def_property_readonly("pos_ffn", &DecoderLayer::pos_ffn);
 
     auto pos_emb = [](const PositionEmbedding& m, py::object ids) {
         IndexArray idx = to_index_array(ids, "input");
