@@ -96,14 +96,14 @@ std::pair<Tensor, Tensor> MultiHeadAttention::attend(const Tensor& q, const KeyV
 
 std::pair<Tensor, Tensor> MultiHeadAttention::attend(const Tensor& q, const Tensor& q_in, const Tensor& keys,
                                                      const Tensor& values, const Mask* mask, std::size_t kv_length) const {
-    const std::string fn = "MultiHeadAttention.attend: ";
     const std::size_t sz_b = q.size(0), len_q = q.size(1), len_k = kv_length ? kv_length : keys.size(1);
     Mask head_mask;
     if (mask) {
         const Shape& s = mask->shape;
         if (s.size() != 3 || (s[0] != 1 && s[0] != sz_b) || (s[1] != 1 && s[1] != len_q) || s[2] != len_k)
-            throw ValueError(fn + "mask must be (batch or 1, len_q or 1, len_k) = (" + std::to_string(sz_b) + ", " +
-                             std::to_string(len_q) + ", " + std::to_string(len_k) + "), got " + shape_str(s));
+            throw ValueError("MultiHeadAttention.attend: mask must be (batch or 1, len_q or 1, len_k) = (" +
+                             std::to_string(sz_b) + ", " + std::to_string(len_q) + ", " + std::to_string(len_k) +
+                             "), got " + shape_str(s));
         head_mask = *mask;
         head_mask.shape = {s[0], 1, s[1], s[2]};   // mask.unsqueeze(1): broadcast over the heads
     }
