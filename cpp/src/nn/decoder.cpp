@@ -75,7 +75,6 @@ DecoderOutput Decoder::run(const IndexArray& trg_seq, const Mask* trg_mask, cons
         throw ValueError("Decoder.forward: enc_output must be (batch = " + std::to_string(trg_seq.shape[0]) +
                          ", src_len, d_model = " + std::to_string(config.d_model) + "), got " +
                          shape_str(enc_output->shape()));
-    const Tensor none;   // what the layers get for enc_output when the cache holds its keys/values
     const std::size_t start = cache ? cache->length : 0;
     DecoderOutput result;
     Tensor x = trg_word_emb->forward(trg_seq);
@@ -84,8 +83,8 @@ DecoderOutput Decoder::run(const IndexArray& trg_seq, const Mask* trg_mask, cons
     if (dropout) x = dropout->forward(x);
     if (layer_norm) x = layer_norm->forward(x);
     for (std::size_t l = 0; l < layers.size(); ++l) {
-        auto [out, slf, enc] = layers[l]->forward(x, enc_output ? *enc_output : none, trg_mask, src_mask,
-                                                  cache ? &cache->layers[l] : nullptr);
+        auto [out, slf, enc] = cache ? layers[l]->forward(x, cache->layers[l], trg_mask, src_mask)
+                                     : layers[l]->forward(x, *enc_output, trg_mask, src_mask);
         x = out;
         if (return_attns) {
             result.slf_attns.push_back(slf);

@@ -14,12 +14,23 @@ DecoderLayer::DecoderLayer(std::size_t d_model, std::size_t d_inner, std::size_t
 }
 
 std::tuple<Tensor, Tensor, Tensor> DecoderLayer::forward(const Tensor& dec_input, const Tensor& enc_output,
-                                                         const Mask* slf_attn_mask, const Mask* dec_enc_attn_mask,
-                                                         Cache* cache) const {
+                                                         const Mask* slf_attn_mask,
+                                                         const Mask* dec_enc_attn_mask) const {
+    return run(dec_input, &enc_output, slf_attn_mask, dec_enc_attn_mask, nullptr);
+}
+
+std::tuple<Tensor, Tensor, Tensor> DecoderLayer::forward(const Tensor& dec_input, Cache& cache, const Mask* slf_attn_mask,
+                                                         const Mask* dec_enc_attn_mask) const {
+    return run(dec_input, nullptr, slf_attn_mask, dec_enc_attn_mask, &cache);
+}
+
+std::tuple<Tensor, Tensor, Tensor> DecoderLayer::run(const Tensor& dec_input, const Tensor* enc_output,
+                                                     const Mask* slf_attn_mask, const Mask* dec_enc_attn_mask,
+                                                     Cache* cache) const {
     auto [out, slf] = slf_attn_->forward(dec_input, dec_input, dec_input, slf_attn_mask, cache ? &cache->self : nullptr);
     // The encoder output's keys/values are the same at every target position: a cache has them already.
     auto [out2, enc] = cache ? enc_attn_->attend(out, cache->cross, dec_enc_attn_mask)
-                             : enc_attn_->forward(out, enc_output, enc_output, dec_enc_attn_mask);
+                             : enc_attn_->forward(out, *enc_output, *enc_output, dec_enc_attn_mask);
     return {pos_ffn_->forward(out2), slf, enc};
 }
 

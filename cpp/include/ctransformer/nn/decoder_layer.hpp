@@ -24,13 +24,16 @@ public:
 
     DecoderLayer(std::size_t d_model, std::size_t d_inner, std::size_t n_head, std::size_t d_k, std::size_t d_v,
                  float dropout = 0.1f, const SublayerOptions& options = {});
-    // Returns (dec_output, dec_slf_attn, dec_enc_attn). With a cache, dec_input holds the positions
-    // after the cache->self.length held: their keys/values are appended and their queries attend over
-    // every position held (slf_attn_mask, if any, is (b or 1, len, cache->self.length + len)); the
-    // encoder-decoder attention reads cache->cross, and enc_output is not read.
+    // Returns (dec_output, dec_slf_attn, dec_enc_attn).
     std::tuple<Tensor, Tensor, Tensor> forward(const Tensor& dec_input, const Tensor& enc_output,
                                                const Mask* slf_attn_mask = nullptr,
-                                               const Mask* dec_enc_attn_mask = nullptr, Cache* cache = nullptr) const;
+                                               const Mask* dec_enc_attn_mask = nullptr) const;
+    // The same with a cache (start_cache): dec_input holds the positions after the cache.self.length
+    // held; their keys/values are appended and their queries attend over every position held
+    // (slf_attn_mask, if any, is (b or 1, len, cache.self.length + len)); the encoder-decoder
+    // attention reads cache.cross.
+    std::tuple<Tensor, Tensor, Tensor> forward(const Tensor& dec_input, Cache& cache, const Mask* slf_attn_mask = nullptr,
+                                               const Mask* dec_enc_attn_mask = nullptr) const;
     // A cache holding no target position yet, with the encoder-decoder attention's keys/values of
     // enc_output (b, ls, d_model).
     Cache start_cache(const Tensor& enc_output) const;
@@ -41,6 +44,10 @@ public:
     const std::shared_ptr<PositionwiseFeedForward>& pos_ffn() const { return pos_ffn_; }
 
 private:
+    // Both forwards: enc_output is read without a cache, cache->cross with one.
+    std::tuple<Tensor, Tensor, Tensor> run(const Tensor& dec_input, const Tensor* enc_output, const Mask* slf_attn_mask,
+                                           const Mask* dec_enc_attn_mask, Cache* cache) const;
+
     std::shared_ptr<MultiHeadAttention> slf_attn_, enc_attn_;
     std::shared_ptr<PositionwiseFeedForward> pos_ffn_;
 };
