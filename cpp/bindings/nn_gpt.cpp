@@ -51,9 +51,9 @@ void bind_nn_gpt(py::module_& nn) {
             const std::size_t e = to_size(embed_dim, "SelfAttention: embed_dim"), h = to_size(num_head, "SelfAttention: num_head");
             return std::make_shared<SelfAttention>(e, h, dropout);
         }), py::arg("embed_dim"), py::arg("num_head"), py::arg("dropout"))
-        .def("forward", &SelfAttention::forward, py::arg("x"), release_gil(),
+        .def("forward", [](const SelfAttention& m, const Tensor& x) { return m.forward(x); }, py::arg("x"), release_gil(),
              "x (batch, seq_len, embed_dim) -> (out, attn (batch, num_head, seq_len, seq_len)).")
-        .def("__call__", &SelfAttention::forward, py::arg("x"), release_gil())
+        .def("__call__", [](const SelfAttention& m, const Tensor& x) { return m.forward(x); }, py::arg("x"), release_gil())
         .def_readonly("q_layer", &SelfAttention::q_layer)
         .def_readonly("k_layer", &SelfAttention::k_layer)
         .def_readonly("v_layer", &SelfAttention::v_layer)
@@ -83,13 +83,15 @@ void bind_nn_gpt(py::module_& nn) {
             return std::make_shared<TransformerLayer>(e, h, f, dropout, no_res);
         }), py::arg("embed_dim"), py::arg("num_head"),
              py::arg("feedforward_dim"), py::arg("dropout"), py::arg("no_res") = false)
-        .def("forward", &TransformerLayer::forward, py::arg("x"), release_gil(), "x -> (out, attn).")
-        .def("__call__", &TransformerLayer::forward, py::arg("x"), release_gil())
-        .def_readonly("norm1", &TransformerLayer::norm1)
-        .def_readonly("attn", &TransformerLayer::attn)
-        .def_readonly("norm2", &TransformerLayer::norm2)
-        .def_readonly("ffn", &TransformerLayer::ffn)
-        .def_readonly("no_res", &TransformerLayer::no_res);
+        .def("forward", [](const TransformerLayer& m, const Tensor& x) { return m.forward(x); }, py::arg("x"),
+             release_gil(), "x -> (out, attn).")
+        .def("__call__", [](const TransformerLayer& m, const Tensor& x) { return m.forward(x); }, py::arg("x"),
+             release_gil())
+        .def_property_readonly("norm1", &TransformerLayer::norm1)
+        .def_property_readonly("attn", &TransformerLayer::attn)
+        .def_property_readonly("norm2", &TransformerLayer::norm2)
+        .def_property_readonly("ffn", &TransformerLayer::ffn)
+        .def_property_readonly("no_res", &TransformerLayer::no_res);
 
     using LayerList = ModuleList<TransformerLayer>;
     py::class_<LayerList, Module, std::shared_ptr<LayerList>>(gpt, "TransformerLayerList",

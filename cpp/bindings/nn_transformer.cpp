@@ -255,8 +255,10 @@ void bind_nn_transformer(py::module_& nn) {
             return std::make_shared<PositionalEncoding>(d_hid, n_position,
                                                         parse_positional_formula(pe_formula, "PositionalEncoding"));
         }), py::arg("d_hid"), py::arg("n_position") = 200, py::arg("pe_formula") = "paired")
-        .def("forward", &PositionalEncoding::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
-        .def("__call__", &PositionalEncoding::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
+        .def("forward", [](const PositionalEncoding& m, const Tensor& x) { return m.forward(x); }, py::arg("x"),
+             py::call_guard<py::gil_scoped_release>())
+        .def("__call__", [](const PositionalEncoding& m, const Tensor& x) { return m.forward(x); }, py::arg("x"),
+             py::call_guard<py::gil_scoped_release>())
         .def_readonly("pos_table", &PositionalEncoding::pos_table)
         .def_readonly("d_hid", &PositionalEncoding::d_hid)
         .def_readonly("n_position", &PositionalEncoding::n_position);
@@ -362,9 +364,9 @@ void bind_nn_transformer(py::module_& nn) {
              py::arg("dec_enc_attn_mask") = py::none())
         .def("__call__", dec_layer, py::arg("dec_input"), py::arg("enc_output"),
              py::arg("slf_attn_mask") = py::none(), py::arg("dec_enc_attn_mask") = py::none())
-        .def_readonly("slf_attn", &DecoderLayer::slf_attn)
-        .def_readonly("enc_attn", &DecoderLayer::enc_attn)
-        .def_readonly("pos_ffn", &DecoderLayer::pos_ffn);
+        .def_property_readonly("slf_attn", &DecoderLayer::slf_attn)
+        .def_property_readonly("enc_attn", &DecoderLayer::enc_attn)
+        .def_property_readonly("pos_ffn", &DecoderLayer::pos_ffn);
 
     auto pos_emb = [](const PositionEmbedding& m, py::object ids) {
         IndexArray idx = to_index_array(ids, "input");

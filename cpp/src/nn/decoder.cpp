@@ -50,25 +50,48 @@ Decoder::Decoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
 
 DecoderOutput Decoder::forward(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor& enc_output,
                                const Mask* src_mask, bool return_attns) const {
+    return run(trg_seq, trg_mask, &enc_output, src_mask, return_attns, nullptr);
+}
+
+DecoderOutput Decoder::forward(const IndexArray& trg_seq, const Mask* trg_mask, Cache& cache, const Mask* src_mask,
+                               bool return_attns) const {
+    if (cache.layers.size() != layers.size())
+        throw RuntimeError("Decoder.forward: the cache has " + std::to_string(cache.layers.size()) + " layers, the decoder " +
+                           std::to_string(layers.size()) + " (make it with start_cache)");
+    return run(trg_seq, trg_mask, nullptr, src_mask, return_attns, &cache);
+}
+
+Decoder::Cache Decoder::start_cache(const Tensor& enc_output) const {
+    Cache cache;
+    for (const auto& layer : layers) cache.layers.push_back(layer->start_cache(enc_output));
+    return cache;
+}
+
+DecoderOutput Decoder::run(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor* enc_output,
+                           const Mask* src_mask, bool return_attns, Cache* cache) const {
     detail::check_token_ids(trg_seq, config.n_trg_vocab, config.n_position, "Decoder.forward", "trg_seq");
-    if (enc_output.dim() != 3 || enc_output.size(0) != trg_seq.shape[0] || enc_output.size(2) != config.d_model)
+    if (enc_output && (enc_output->dim() != 3 || enc_output->size(0) != trg_seq.shape[0] ||
+                       enc_output->size(2) != config.d_model))
         throw ValueError("Decoder.forward: enc_output must be (batch = " + std::to_string(trg_seq.shape[0]) +
                          ", src_len, d_model = " + std::to_string(config.d_model) + "), got " +
-                         shape_str(enc_output.shape()));
+                         shape_str(enc_output->shape()));
+    const std::size_t start = cache ? cache->length : 0;
     DecoderOutput result;
     Tensor x = trg_word_emb->forward(trg_seq);
     if (scale_emb) x = scale(x, float(std::sqrt(double(config.d_model))));
-    x = position_enc->forward(x);
+    x = position_enc->forward(x, start);
     if (dropout) x = dropout->forward(x);
     if (layer_norm) x = layer_norm->forward(x);
-    for (const auto& layer : layers) {
-        auto [out, slf, enc] = layer->forward(x, enc_output, trg_mask, src_mask);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+        auto [out, slf, enc] = cache ? layers[l]->forward(x, cache->layers[l], trg_mask, src_mask)
+                                     : layers[l]->forward(x, *enc_output, trg_mask, src_mask);
         x = out;
         if (return_attns) {
             result.slf_attns.push_back(slf);
             result.enc_attns.push_back(enc);
         }
     }
+    if (cache) cache->length += trg_seq.shape[1];
     result.output = x;
     return result;
 }

@@ -4,21 +4,38 @@ namespace ct::nn {
 
 DecoderLayer::DecoderLayer(std::size_t d_model, std::size_t d_inner, std::size_t n_head, std::size_t d_k,
                            std::size_t d_v, float dropout, const SublayerOptions& o) {
-    slf_attn = std::make_shared<MultiHeadAttention>(n_head, d_model, d_k, d_v, dropout, o);
-    enc_attn = std::make_shared<MultiHeadAttention>(n_head, d_model, d_k, d_v, dropout, o);
-    pos_ffn = std::make_shared<PositionwiseFeedForward>(d_model, d_inner, dropout, o);
+    slf_attn_ = std::make_shared<MultiHeadAttention>(n_head, d_model, d_k, d_v, dropout, o);
+    enc_attn_ = std::make_shared<MultiHeadAttention>(n_head, d_model, d_k, d_v, dropout, o);
+    pos_ffn_ = std::make_shared<PositionwiseFeedForward>(d_model, d_inner, dropout, o);
     const bool s0 = o.layout == Layout::Seed000;
-    register_module(s0 ? "slf_attn" : "mhl", slf_attn);   // "mhl": seed 003's spelling
-    register_module(s0 ? "enc_attn" : "mh2", enc_attn);
-    register_module(s0 ? "pos_ffn" : "fc", pos_ffn);
+    register_module(s0 ? "slf_attn" : "mhl", slf_attn_);   // "mhl": seed 003's spelling
+    register_module(s0 ? "enc_attn" : "mh2", enc_attn_);
+    register_module(s0 ? "pos_ffn" : "fc", pos_ffn_);
 }
 
 std::tuple<Tensor, Tensor, Tensor> DecoderLayer::forward(const Tensor& dec_input, const Tensor& enc_output,
                                                          const Mask* slf_attn_mask,
                                                          const Mask* dec_enc_attn_mask) const {
-    auto [out, slf] = slf_attn->forward(dec_input, dec_input, dec_input, slf_attn_mask);
-    auto [out2, enc] = enc_attn->forward(out, enc_output, enc_output, dec_enc_attn_mask);
-    return {pos_ffn->forward(out2), slf, enc};
+    return run(dec_input, &enc_output, slf_attn_mask, dec_enc_attn_mask, nullptr);
+}
+
+std::tuple<Tensor, Tensor, Tensor> DecoderLayer::forward(const Tensor& dec_input, Cache& cache, const Mask* slf_attn_mask,
+                                                         const Mask* dec_enc_attn_mask) const {
+    return run(dec_input, nullptr, slf_attn_mask, dec_enc_attn_mask, &cache);
+}
+
+std::tuple<Tensor, Tensor, Tensor> DecoderLayer::run(const Tensor& dec_input, const Tensor* enc_output,
+                                                     const Mask* slf_attn_mask, const Mask* dec_enc_attn_mask,
+                                                     Cache* cache) const {
+    auto [out, slf] = slf_attn_->forward(dec_input, dec_input, dec_input, slf_attn_mask, cache ? &cache->self : nullptr);
+    // The encoder output's keys/values are the same at every target position: a cache has them already.
+    auto [out2, enc] = cache ? enc_attn_->attend(out, cache->cross, dec_enc_attn_mask)
+                             : enc_attn_->forward(out, *enc_output, *enc_output, dec_enc_attn_mask);
+    return {pos_ffn_->forward(out2), slf, enc};
+}
+
+DecoderLayer::Cache DecoderLayer::start_cache(const Tensor& enc_output) const {
+    return {KeyValue{}, enc_attn_->project_kv(enc_output)};
 }
 
 }  // namespace ct::nn

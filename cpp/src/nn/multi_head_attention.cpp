@@ -42,23 +42,24 @@ MultiHeadAttention::MultiHeadAttention(std::size_t n, std::size_t dm, std::size_
     }
 }
 
+void MultiHeadAttention::check_input(const Tensor& t, const char* fn, const char* name) const {
+    if (t.dim() != 3 || t.size(2) != d_model)
+        throw ValueError(std::string(fn) + ": " + name + " must be (batch, length, d_model = " + std::to_string(d_model) +
+                         "), got " + shape_str(t.shape()));
+}
+
 std::pair<Tensor, Tensor> MultiHeadAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                      const Mask* mask) const {
-    const std::string fn = "MultiHeadAttention.forward: ";
-    auto check_input = [&](const Tensor& t, const char* name) {
-        if (t.dim() != 3 || t.size(2) != d_model)
-            throw ValueError(fn + name + " must be (batch, length, d_model = " + std::to_string(d_model) + "), got " +
-                             shape_str(t.shape()));
-    };
-    check_input(q, "q");
-    check_input(k, "k");
-    check_input(v, "v");
+                                                      const Mask* mask, KeyValue* cache) const {
+    const char* fn = "MultiHeadAttention.forward";
+    check_input(q, fn, "q");
+    check_input(k, fn, "k");
+    check_input(v, fn, "v");
     const std::size_t sz_b = q.size(0), len_k = k.size(1), len_v = v.size(1);
     if (k.size(0) != sz_b || v.size(0) != sz_b)
-        throw ValueError(fn + "q, k and v must share the batch size, got " + shape_str(q.shape()) + ", " +
+        throw ValueError(std::string(fn) + ": q, k and v must share the batch size, got " + shape_str(q.shape()) + ", " +
                          shape_str(k.shape()) + ", " + shape_str(v.shape()));
     if (len_k != len_v)
-        throw ValueError(fn + "k and v must have the same length, got " + std::to_string(len_k) + " and " +
+        throw ValueError(std::string(fn) + ": k and v must have the same length, got " + std::to_string(len_k) + " and " +
                          std::to_string(len_v));
     Tensor qn = q, kn = k, vn = v;
     if (options.norm_first) {   // seed 003: one LayerNorm on each of Q, K and V (computed once per distinct input)
@@ -66,19 +67,43 @@ std::pair<Tensor, Tensor> MultiHeadAttention::forward(const Tensor& q, const Ten
         kn = k.same_as(q) ? qn : layer_norm->forward(k);
         vn = v.same_as(q) ? qn : v.same_as(k) ? kn : layer_norm->forward(v);
     }
-    return attend(q, qn, w_ks->forward(kn), w_vs->forward(vn), mask);
+    const Tensor keys = w_ks->forward(kn), values = w_vs->forward(vn);
+    if (!cache) return attend(q, qn, keys, values, mask, 0);
+    // Cached: these positions join the earlier ones, and the queries read all of them in place.
+    append_positions(*cache, keys, values);
+    return attend(q, qn, cache->k, cache->v, mask, cache->length);
+}
+
+KeyValue MultiHeadAttention::project_kv(const Tensor& kv_input) const {
+    check_input(kv_input, "MultiHeadAttention.project_kv", "kv_input");
+    const Tensor x = options.norm_first ? layer_norm->forward(kv_input) : kv_input;
+    return {w_ks->forward(x), w_vs->forward(x), kv_input.size(1)};
+}
+
+std::pair<Tensor, Tensor> MultiHeadAttention::attend(const Tensor& q, const KeyValue& kv, const Mask* mask) const {
+    const char* fn = "MultiHeadAttention.attend";
+    check_input(q, fn, "q");
+    const std::size_t b = q.size(0);
+    if (kv.empty() || kv.k.dim() != 3 || kv.v.dim() != 3 || kv.k.size(0) != b || kv.v.size(0) != b ||
+        kv.k.size(2) != n_head * d_k || kv.v.size(2) != n_head * d_v || kv.k.size(1) != kv.v.size(1) ||
+        kv.length > kv.k.size(1))
+        throw ValueError(std::string(fn) + ": keys/values must be (batch = " + std::to_string(b) +
+                         ", capacity >= length, n_head * d_k / d_v = " + std::to_string(n_head * d_k) + " / " +
+                         std::to_string(n_head * d_v) + ") with length >= 1, got " + shape_str(kv.k.shape()) + " and " +
+                         shape_str(kv.v.shape()) + ", length " + std::to_string(kv.length));
+    return attend(q, options.norm_first ? layer_norm->forward(q) : q, kv.k, kv.v, mask, kv.length);
 }
 
 std::pair<Tensor, Tensor> MultiHeadAttention::attend(const Tensor& q, const Tensor& q_in, const Tensor& keys,
                                                      const Tensor& values, const Mask* mask, std::size_t kv_length) const {
-    const std::string fn = "MultiHeadAttention.attend: ";
     const std::size_t sz_b = q.size(0), len_q = q.size(1), len_k = kv_length ? kv_length : keys.size(1);
     Mask head_mask;
     if (mask) {
         const Shape& s = mask->shape;
         if (s.size() != 3 || (s[0] != 1 && s[0] != sz_b) || (s[1] != 1 && s[1] != len_q) || s[2] != len_k)
-            throw ValueError(fn + "mask must be (batch or 1, len_q or 1, len_k) = (" + std::to_string(sz_b) + ", " +
-                             std::to_string(len_q) + ", " + std::to_string(len_k) + "), got " + shape_str(s));
+            throw ValueError("MultiHeadAttention.attend: mask must be (batch or 1, len_q or 1, len_k) = (" +
+                             std::to_string(sz_b) + ", " + std::to_string(len_q) + ", " + std::to_string(len_k) +
+                             "), got " + shape_str(s));
         head_mask = *mask;
         head_mask.shape = {s[0], 1, s[1], s[2]};   // mask.unsqueeze(1): broadcast over the heads
     }

@@ -32,20 +32,21 @@ Array PositionalEncoding::sinusoid_table(std::size_t n_position, std::size_t d_h
     return table;
 }
 
-Tensor PositionalEncoding::table(std::size_t len) const {
-    if (len > n_position)
-        throw ValueError("PositionalEncoding: sequence length " + std::to_string(len) + " is longer than n_position = " +
-                         std::to_string(n_position));
+Tensor PositionalEncoding::table(std::size_t len, std::size_t start) const {
+    if (start > n_position || len > n_position - start)
+        throw ValueError("PositionalEncoding: sequence length " + std::to_string(len) +
+                         (start ? " from position " + std::to_string(start) + " runs past" : " is longer than") +
+                         " n_position = " + std::to_string(n_position));
     Array rows = Array::from_shape({1, len, d_hid});
-    std::memcpy(rows.data(), pos_table.data(), len * d_hid * sizeof(float));
-    return Tensor(std::move(rows));   // a constant: pos_table[:, :len].clone().detach()
+    std::memcpy(rows.data(), pos_table.data() + start * d_hid, len * d_hid * sizeof(float));
+    return Tensor(std::move(rows));   // a constant: pos_table[:, start:start + len].clone().detach()
 }
 
-Tensor PositionalEncoding::forward(const Tensor& x) const {
+Tensor PositionalEncoding::forward(const Tensor& x, std::size_t start) const {
     if (x.dim() != 3 || x.size(2) != d_hid)
         throw ValueError("PositionalEncoding.forward: x must be (batch, length, " + std::to_string(d_hid) + "), got " +
                          shape_str(x.shape()));
-    return add(x, table(x.size(1)));
+    return add(x, table(x.size(1), start));
 }
 
 }  // namespace ct::nn

@@ -1,38 +1,18 @@
-// Key/value caches for incremental decoding.
-//
-// A decoder's output at position t depends only on positions 0..t (causal), and the keys and
-// values attention reads at an earlier position never change once that position is decoded. So
-// the keys/values of every earlier position can be kept, split into heads, and each new position
-// only projects its own and appends them: one position's work per token instead of the prefix's.
-// The encoder output, which every target position reads through the cross-attention, is projected
-// into keys/values once per source.
-//
-// Rows are hypotheses (a batch row, or a beam); select_rows() keeps, reorders or repeats them
-// (greedy decoding drops the rows that have ended; beam search follows each survivor's parent).
+// Key/value caches between decoding steps: the rows of a cache (nn/kv_cache.hpp: KeyValue, filled by
+// the layers' cached forwards) are hypotheses (a batch row, or a beam); select_rows() keeps, reorders
+// or repeats them (greedy decoding drops the rows that have ended; beam search follows each
+// survivor's parent).
 #pragma once
 #include <vector>
 
+#include "ctransformer/nn/kv_cache.hpp"
 #include "ctransformer/tensor.hpp"
 
 namespace ct::decode {
 
-// One attention's keys k (rows, capacity, n_head * d_k) and values v (rows, capacity, n_head * d_v),
-// in the projections' layout (head h in columns [h d, (h + 1) d)), which the fused attention reads in
-// place (AttentionConfig::kv_length). Positions [0, length) are held; the rest is room, so appending a
-// position writes only that position instead of copying the cache. Copies share storage, as torch
-// tensors do: append to one of them only.
-struct KeyValue {
-    Tensor k, v;
-    std::size_t length = 0;   // positions held
-    bool empty() const { return length == 0; }
-    std::size_t rows() const { return k.dim() == 3 ? k.size(0) : 0; }
-    std::size_t capacity() const { return k.dim() == 3 ? k.size(1) : 0; }   // room allocated, held or not
-};
-
-// Appends the positions of k (rows, s, n_head * d_k) and v (rows, s, n_head * d_v) to the cache, in
-// place; when the room runs out the capacity doubles (one copy of what is held). A constant (no graph):
-// decoding runs under no-grad.
-void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v);
+// The cache itself lives with the layers that fill it (nn/kv_cache.hpp).
+using nn::KeyValue;
+using nn::append_positions;
 
 // Slices rows[0], rows[1], ... of dimension 0, in that order (repeats allowed).
 Tensor select_rows(const Tensor& t, const std::vector<std::size_t>& rows);

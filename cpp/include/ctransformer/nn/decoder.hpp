@@ -1,5 +1,6 @@
 // Decoder (seed 000, Models.py): the Encoder's front on the target ids, then DecoderLayers
-// (masked self-attention, encoder-decoder attention, feed-forward).
+// (masked self-attention, encoder-decoder attention, feed-forward). Cached decoding runs the same
+// forward with a Cache (decode/incremental_decoder.hpp): target positions fed a few at a time.
 #pragma once
 #include <memory>
 #include <vector>
@@ -23,9 +24,24 @@ public:
     // From a model configuration (target side: n_trg_vocab, trg_pad_idx).
     Decoder(const TransformerConfig& config, bool scale_emb);
 
+    // Cached decoding's state: each layer's keys/values, and the target positions fed so far.
+    struct Cache {
+        std::vector<DecoderLayer::Cache> layers;
+        std::size_t length = 0;
+    };
+
     // trg_seq (b, lt) ids; trg_mask (b or 1, lt, lt); enc_output (b, ls, d_model); src_mask (b or 1, 1, ls).
     DecoderOutput forward(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor& enc_output,
                           const Mask* src_mask, bool return_attns = false) const;
+    // The same with a cache (start_cache): trg_seq (b, s) holds target positions cache.length ..
+    // cache.length + s - 1, embedded there (positional rows from cache.length); each layer appends
+    // their keys/values and attends over every position held (trg_mask, if any, (b or 1, s,
+    // cache.length + s); none is needed for s = 1) and over the encoder output the cache was started
+    // with. The cache then holds s more positions.
+    DecoderOutput forward(const IndexArray& trg_seq, const Mask* trg_mask, Cache& cache, const Mask* src_mask,
+                          bool return_attns = false) const;
+    // A cache with no target position, for the source whose encoder output is enc_output (b, ls, d_model).
+    Cache start_cache(const Tensor& enc_output) const;
     std::string type_name() const override { return "Decoder"; }
 
     const TransformerConfig config;
@@ -36,6 +52,11 @@ public:
     std::shared_ptr<Dropout> dropout;
     std::vector<std::shared_ptr<DecoderLayer>> layers;
     std::shared_ptr<LayerNorm> layer_norm;
+
+private:
+    // Both forwards: enc_output is read without a cache, the cache's keys/values with one.
+    DecoderOutput run(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor* enc_output, const Mask* src_mask,
+                      bool return_attns, Cache* cache) const;
 };
 
 }  // namespace ct::nn

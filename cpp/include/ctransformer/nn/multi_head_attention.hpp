@@ -2,13 +2,16 @@
 // MultiHead through SublayerOptions:
 //   post-norm (seed 000): LN(q + dropout(fc(concat_h attention(w_qs q, w_ks k, w_vs v))))
 //   pre-norm  (seed 003): q + dropout(fc(concat_h attention(w_qs LN(q), w_ks LN(k), w_vs LN(v))))
-// q, k and v are separate inputs (self-attention passes one tensor three times), so a key/value
-// cache for incremental decoding can later feed k and v without touching this code.
+// q, k and v are separate inputs (self-attention passes one tensor three times). Cached decoding
+// runs the same code: forward() with a KeyValue cache appends k's and v's keys/values to the
+// positions held and attends over all of them (the self-attention); attend() reads keys/values
+// projected once by project_kv() (the cross-attention over an encoder output).
 #pragma once
 #include <memory>
 #include <utility>
 
 #include "ctransformer/nn/dropout.hpp"
+#include "ctransformer/nn/kv_cache.hpp"
 #include "ctransformer/nn/layer_norm.hpp"
 #include "ctransformer/nn/linear.hpp"
 #include "ctransformer/nn/scaled_dot_product_attention.hpp"
@@ -22,14 +25,17 @@ public:
                        float dropout = 0.1f, const SublayerOptions& options = {});
     // q (b, Lq, d_model), k and v (b, Lk, d_model); mask (b or 1, Lq or 1, Lk), nonzero = may attend,
     // broadcast over the heads. Returns (output (b, Lq, d_model), attn (b, n_head, Lq, Lk)).
-    std::pair<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const Mask* mask = nullptr) const;
-    // forward() after its key/value projections: q_in is what w_qs reads (LN(q) pre-norm, else q),
-    // keys (b, capacity, n_head * d_k) and values (b, capacity, n_head * d_v) are w_ks / w_vs of the
-    // keys'/values' input, of which positions [0, kv_length) are attended (0: all); the mask's Lk is
-    // that length. A decoding cache feeds its keys/values here (decode/cached_attention.hpp).
-    std::pair<Tensor, Tensor> attend(const Tensor& q, const Tensor& q_in, const Tensor& keys, const Tensor& values,
-                                     const Mask* mask = nullptr, std::size_t kv_length = 0) const;
+    // With a cache (rows b): the keys/values of k and v are appended to the positions it holds, and
+    // the queries attend over all of them, Lk = cache->length (the mask's too).
+    std::pair<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask* mask = nullptr,
+                                      KeyValue* cache = nullptr) const;
+    // The keys and values of kv_input (b, L, d_model), (b, L, n_head * d_k / d_v), length L: w_ks / w_vs
+    // of LN(kv_input) pre-norm (seed 003's one LayerNorm on Q, K and V), of kv_input post-norm.
+    KeyValue project_kv(const Tensor& kv_input) const;
+    // forward() over keys/values projected before (project_kv, then maybe rows selected): the
+    // queries q (b, Lq, d_model) attend over kv's kv.length positions, read in place; the mask's Lk
+    // is kv.length. forward(q, k, k, mask) == attend(q, project_kv(k), mask).
+    std::pair<Tensor, Tensor> attend(const Tensor& q, const KeyValue& kv, const Mask* mask = nullptr) const;
     std::string type_name() const override { return "MultiHeadAttention"; }
 
     const std::size_t n_head, d_model, d_k, d_v;
@@ -40,6 +46,13 @@ public:
     std::shared_ptr<ScaledDotProductAttention> attention;
     std::shared_ptr<Dropout> dropout;
     std::shared_ptr<LayerNorm> layer_norm;
+
+private:
+    void check_input(const Tensor& t, const char* fn, const char* name) const;
+    // The rest after the key/value projections: q_in is what w_qs reads (LN(q) pre-norm, else q);
+    // positions [0, kv_length) of keys and values are attended (0: all of them).
+    std::pair<Tensor, Tensor> attend(const Tensor& q, const Tensor& q_in, const Tensor& keys, const Tensor& values,
+                                     const Mask* mask, std::size_t kv_length) const;
 };
 
 }  // namespace ct::nn

@@ -11,10 +11,11 @@ class PositionalEncoding : public Module {
 public:
     explicit PositionalEncoding(std::size_t d_hid, std::size_t n_position = 200,
                                 PositionalFormula formula = PositionalFormula::Paired);
-    // x (b, len, d_hid) + pos_table[:, :len]; ValueError when len > n_position.
-    Tensor forward(const Tensor& x) const;
-    // The first `len` rows of the table, (1, len, d_hid), as a constant.
-    Tensor table(std::size_t len) const;
+    // x (b, len, d_hid) + pos_table[:, start:start + len]: x's positions begin at `start` (cached
+    // decoding feeds the positions after those it holds). ValueError when start + len > n_position.
+    Tensor forward(const Tensor& x, std::size_t start = 0) const;
+    // Rows [start, start + len) of the table, (1, len, d_hid), as a constant.
+    Tensor table(std::size_t len, std::size_t start = 0) const;
     static Array sinusoid_table(std::size_t n_position, std::size_t d_hid, PositionalFormula formula);
     std::string type_name() const override { return "PositionalEncoding"; }
 

@@ -31,7 +31,7 @@ struct AttentionConfig {
     bool causal = false;
     float dropout_p = 0.0f;       // on the attention weights, when training
     bool training = false;
-    // Keys/values held in a cache with room to grow (decode/kv_cache.hpp): only positions
+    // Keys/values held in a cache with room to grow (nn/kv_cache.hpp): only positions
     // [0, kv_length) of k and v are read (Lk = kv_length); 0 reads all k.size(1) of them.
     std::size_t kv_length = 0;
 };

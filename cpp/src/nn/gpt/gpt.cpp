@@ -119,6 +119,31 @@ Tensor GPT::embed(const IndexArray& idx, std::size_t start_pos) const {
     return drop->forward(x);
 }
 
+Tensor GPT::hidden(const IndexArray& idx, Cache* cache, std::vector<Tensor>* attention_weights) const {
+    if (cache && cache->layers.size() != num_layer)
+        throw RuntimeError("GPT.hidden: the cache has " + std::to_string(cache->layers.size()) + " layers, the model " +
+                           std::to_string(num_layer) + " (make it with start_cache)");
+    Tensor x = embed(idx, cache ? cache->length : 0);   // checks the ids and that the positions fit
+    const auto& layers = transformer->items();
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+        auto [y, attn] = layers[l]->forward(x, cache ? &cache->layers[l] : nullptr);
+        x = y;
+        if (attention_weights) attention_weights->push_back(attn);
+    }
+    if (cache) cache->length += idx.shape[1];
+    return x;
+}
+
+Tensor GPT::last_logits(const Tensor& hidden) const {
+    if (hidden.dim() != 3 || hidden.size(1) == 0 || hidden.size(2) != embed_dim)
+        throw ValueError("GPT.last_logits: hidden must be (batch, seq_len >= 1, embed_dim = " + std::to_string(embed_dim) +
+                         "), got " + shape_str(hidden.shape()));
+    const std::size_t b = hidden.size(0), t = hidden.size(1), E = embed_dim;
+    Tensor last = Tensor::zeros({b, E});
+    for (std::size_t r = 0; r < b; ++r) std::copy_n(hidden.data() + (r * t + t - 1) * E, E, last.data() + r * E);
+    return language_model_head->forward(norm->forward(last));   // (b, V)
+}
+
 GPT::Output GPT::forward(const IndexArray& idx, const IndexArray* targets) const {
     check_idx(idx, "GPT.forward", "word_idx", 0, true);
     if (targets) {
@@ -128,12 +153,7 @@ GPT::Output GPT::forward(const IndexArray& idx, const IndexArray* targets) const
         check_ids(*targets, "GPT.forward", "targets");
     }
     Output out;
-    Tensor x = embed(idx);
-    for (const auto& layer : transformer->items()) {
-        auto [y, attn] = layer->forward(x);
-        x = y;
-        out.attention_weights.push_back(attn);
-    }
+    const Tensor x = hidden(idx, nullptr, &out.attention_weights);
     out.logits = language_model_head->forward(norm->forward(x));
     if (targets) {
         IndexArray flat{targets->data, {targets->numel()}};
@@ -191,7 +211,7 @@ IndexArray GPT::generate(const IndexArray& idx, std::size_t max_new_tokens, floa
     if (top_k && *top_k < 1) throw ValueError("GPT.generate: top_k must be at least 1, got " + std::to_string(*top_k));
 
     NoGradGuard no_grad;
-    const std::size_t b = idx.shape[0], V = vocab_size, E = embed_dim;
+    const std::size_t b = idx.shape[0], V = vocab_size;
     std::vector<std::vector<std::int64_t>> rows(b);
     for (std::size_t r = 0; r < b; ++r)
         rows[r].assign(idx.data.begin() + std::ptrdiff_t(r * idx.shape[1]),
@@ -206,13 +226,7 @@ IndexArray GPT::generate(const IndexArray& idx, std::size_t max_new_tokens, floa
         IndexArray cond{std::vector<std::int64_t>(b * tc), {b, tc}};
         for (std::size_t r = 0; r < b; ++r) std::copy(rows[r].end() - std::ptrdiff_t(tc), rows[r].end(), cond.data.begin() + std::ptrdiff_t(r * tc));
 
-        Tensor x = embed(cond);
-        for (const auto& layer : transformer->items()) x = layer->forward(x).first;
-        // Only the last position's logits are needed: norm and head on (b, E).
-        Tensor last = Tensor::zeros({b, E});
-        for (std::size_t r = 0; r < b; ++r)
-            std::copy_n(x.data() + (r * tc + tc - 1) * E, E, last.data() + r * E);
-        Tensor logits = language_model_head->forward(norm->forward(last));  // (b, V)
+        const Tensor logits = last_logits(hidden(cond));   // only the last position's: (b, V)
 
         for (std::size_t r = 0; r < b; ++r)
             rows[r].push_back(decode::sample_top_k(logits.data() + r * V, V, temperature, k, default_generator()));

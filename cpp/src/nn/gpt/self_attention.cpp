@@ -30,14 +30,17 @@ SelfAttention::SelfAttention(std::size_t e, std::size_t h, float dropout)
     proj_drop = register_module("proj_drop", std::make_shared<Dropout>(dropout));
 }
 
-std::pair<Tensor, Tensor> SelfAttention::forward(const Tensor& x) const {
+std::pair<Tensor, Tensor> SelfAttention::forward(const Tensor& x, KeyValue* cache) const {
     check_input(x);
-    return attend(x, k_layer->forward(x), v_layer->forward(x));
+    const Tensor keys = k_layer->forward(x), values = v_layer->forward(x);
+    if (!cache) return attend(x, keys, values, 0);
+    // Cached: these positions join the earlier ones, and the queries read all of them in place.
+    append_positions(*cache, keys, values);
+    return attend(x, cache->k, cache->v, cache->length);
 }
 
 std::pair<Tensor, Tensor> SelfAttention::attend(const Tensor& x, const Tensor& keys, const Tensor& values,
                                                 std::size_t kv_length) const {
-    check_input(x);
     // The seed's split into heads, causal attention and concatenation, fused: the heads stay
     // interleaved in the projections' (b, t, h d) layout and the attention reads and writes them in
     // place (no split or merge copies). With more keys than queries the causal mask puts the queries

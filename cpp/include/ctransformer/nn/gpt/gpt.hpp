@@ -21,6 +21,7 @@
 #include "ctransformer/nn/dropout.hpp"
 #include "ctransformer/nn/embedding.hpp"
 #include "ctransformer/nn/gpt/transformer_layer.hpp"
+#include "ctransformer/nn/kv_cache.hpp"
 #include "ctransformer/nn/layer_norm.hpp"
 #include "ctransformer/nn/linear.hpp"
 
@@ -46,6 +47,23 @@ public:
 
     // The input of the first layer for idx placed at positions start_pos .. start_pos + t - 1.
     Tensor embed(const IndexArray& idx, std::size_t start_pos = 0) const;
+
+    // Cached decoding's state (decode/gpt_incremental.hpp): each layer's keys/values, and the
+    // positions fed so far.
+    struct Cache {
+        std::vector<KeyValue> layers;
+        std::size_t length = 0;
+    };
+    Cache start_cache() const { return Cache{std::vector<KeyValue>(num_layer), 0}; }
+
+    // The last layer's output (b, t, embed_dim), before the final norm: forward() without the head.
+    // With a cache, idx holds positions cache->length .. cache->length + t - 1 (up to max_seq_len):
+    // each layer appends their keys/values and attends over every position held; the cache then
+    // holds t more. attention_weights, when given, receives each layer's.
+    Tensor hidden(const IndexArray& idx, Cache* cache = nullptr, std::vector<Tensor>* attention_weights = nullptr) const;
+    // The logits (b, vocab_size) of the last position of hidden (b, t, embed_dim): the final norm and
+    // the head on that position only (what generation samples from).
+    Tensor last_logits(const Tensor& hidden) const;
 
     struct ParamGroup {
         std::vector<std::string> names;

@@ -4,13 +4,14 @@
 // attn = attn_drop(softmax(masked_fill(q @ k^T / sqrt(d), causal, -inf)));
 // out = proj_drop(proj_layer(concat_heads(attn @ v))). Returns (out, attn).
 //
-// attend() takes the keys/values as arguments, so a key/value cache can hold those of earlier
-// positions and feed them back.
+// Cached decoding runs the same forward with a KeyValue cache: x's keys/values join those of the
+// earlier positions it holds, and x's queries attend over all of them.
 #pragma once
 #include <memory>
 #include <utility>
 
 #include "ctransformer/nn/dropout.hpp"
+#include "ctransformer/nn/kv_cache.hpp"
 #include "ctransformer/nn/linear.hpp"
 #include "ctransformer/nn/module.hpp"
 
@@ -20,15 +21,11 @@ class SelfAttention : public Module {
 public:
     SelfAttention(std::size_t embed_dim, std::size_t num_head, float dropout);
 
-    // x (b, t, embed_dim) -> (out (b, t, embed_dim), attn (b, num_head, t, t)).
-    std::pair<Tensor, Tensor> forward(const Tensor& x) const;
-
-    // forward() with the keys/values given: the queries of x (b, s, embed_dim) attend over positions
-    // [0, kv_length) (0: all) of keys and values (b, capacity, embed_dim), k_layer / v_layer of the
-    // inputs so far; query i sits at position kv_length - s + i (causal). forward(x) is
-    // attend(x, k_layer(x), v_layer(x)); a key/value cache passes its own (decode/gpt_incremental.hpp).
-    std::pair<Tensor, Tensor> attend(const Tensor& x, const Tensor& keys, const Tensor& values,
-                                     std::size_t kv_length = 0) const;
+    // x (b, t, embed_dim) -> (out (b, t, embed_dim), attn (b, num_head, t, T)), T = t. With a cache
+    // (rows b), x holds the t positions after the cache->length held: their keys/values are appended,
+    // and query i, at position T - t + i of the T = cache->length positions now held, attends over
+    // positions 0 .. T - t + i (causal).
+    std::pair<Tensor, Tensor> forward(const Tensor& x, KeyValue* cache = nullptr) const;
 
     std::string type_name() const override { return "SelfAttention"; }
 
@@ -38,6 +35,9 @@ public:
 
 private:
     void check_input(const Tensor& x) const;
+    // The rest after the key/value projections, over positions [0, kv_length) of keys and values.
+    std::pair<Tensor, Tensor> attend(const Tensor& x, const Tensor& keys, const Tensor& values,
+                                     std::size_t kv_length) const;
 };
 
 }  // namespace ct::nn::gpt

@@ -1,0 +1,31 @@
+// Key/value caches for cached (incremental) decoding, as the attention layers keep them.
+//
+// A decoder's output at position t depends only on positions 0..t (causal), and the keys and
+// values attention reads at an earlier position never change once that position is decoded. So
+// the keys/values of every earlier position can be kept, and each new position only projects its
+// own and appends them: one position's work per token instead of the prefix's. The layers' forwards
+// take such a cache (DecoderLayer, gpt::TransformerLayer); decode/ owns them between steps.
+#pragma once
+#include "ctransformer/tensor.hpp"
+
+namespace ct::nn {
+
+// One attention's keys k (rows, capacity, n_head * d_k) and values v (rows, capacity, n_head * d_v),
+// in the projections' layout (head h in columns [h d, (h + 1) d)), which the fused attention reads in
+// place (AttentionConfig::kv_length). Positions [0, length) are held; the rest is room, so appending a
+// position writes only that position instead of copying the cache. Copies share storage, as torch
+// tensors do: append to one of them only.
+struct KeyValue {
+    Tensor k, v;
+    std::size_t length = 0;   // positions held
+    bool empty() const { return length == 0; }
+    std::size_t rows() const { return k.dim() == 3 ? k.size(0) : 0; }
+    std::size_t capacity() const { return k.dim() == 3 ? k.size(1) : 0; }   // room allocated, held or not
+};
+
+// Appends the positions of k (rows, s, n_head * d_k) and v (rows, s, n_head * d_v) to the cache, in
+// place; when the room runs out the capacity doubles (one copy of what is held). A constant (no graph):
+// decoding runs under no-grad.
+void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v);
+
+}  // namespace ct::nn
