@@ -53,7 +53,6 @@ void bind_nn_gpt(py::module_& nn) {
         }), py::arg("embed_dim"), py::arg("num_head"), py::arg("dropout"))
         .def("forward", [](const SelfAttention& m, const Tensor& x) { return m.forward(x); }, py::arg("x"), release_gil(),
              "x (batch, seq_len, embed_dim) -> (out, attn (batch, num_head, seq_len, seq_len)).")
-        .def("__call__", [](const SelfAttention& m, const Tensor& x) { return m.forward(x); }, py::arg("x"), release_gil())
         .def_readonly("q_layer", &SelfAttention::q_layer)
         .def_readonly("k_layer", &SelfAttention::k_layer)
         .def_readonly("v_layer", &SelfAttention::v_layer)
@@ -69,7 +68,6 @@ void bind_nn_gpt(py::module_& nn) {
             return std::make_shared<FFN>(e, f, dropout);
         }), py::arg("embed_dim"), py::arg("feedforward_dim"), py::arg("dropout"))
         .def("forward", &FFN::forward, py::arg("x"), release_gil())
-        .def("__call__", &FFN::forward, py::arg("x"), release_gil())
         .def_readonly("fc1", &FFN::fc1)
         .def_readonly("fc2", &FFN::fc2)
         .def_readonly("drop", &FFN::drop);
@@ -85,8 +83,6 @@ void bind_nn_gpt(py::module_& nn) {
              py::arg("feedforward_dim"), py::arg("dropout"), py::arg("no_res") = false)
         .def("forward", [](const TransformerLayer& m, const Tensor& x) { return m.forward(x); }, py::arg("x"),
              release_gil(), "x -> (out, attn).")
-        .def("__call__", [](const TransformerLayer& m, const Tensor& x) { return m.forward(x); }, py::arg("x"),
-             release_gil())
         .def_property_readonly("norm1", &TransformerLayer::norm1)
         .def_property_readonly("attn", &TransformerLayer::attn)
         .def_property_readonly("norm2", &TransformerLayer::norm2)
@@ -141,7 +137,6 @@ drawn from the generator seeded by ``ctransformer.manual_seed``.)doc")
 
 Returns (logits (batch, seq_len, vocab_size), loss) when targets (same shape) are given, the loss
 being cross-entropy with ignore_index=0; otherwise (logits, [attention weights of each layer]).)doc")
-        .def("__call__", &gpt_forward, py::arg("word_idx"), py::arg("targets") = py::none())
         .def("init_weights", &GPT::init_weights, release_gil(), "Redraw every weight as the constructor does.")
         .def("configure_optimizers", [](const GPT& m, double weight_decay) {
             py::list groups;

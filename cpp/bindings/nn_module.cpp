@@ -38,6 +38,11 @@ void bind_nn_module(py::module_& nn) {
     nn.attr("IncompatibleKeys") = load_result;
 
     py::class_<Module, std::shared_ptr<Module>>(nn, "Module", "Base of every layer: a tree of named parameters.")
+        // One __call__ for every layer, as torch.nn.Module's: module(...) is module.forward(...), whose
+        // binding names and checks the arguments and releases the GIL.
+        .def("__call__", [](py::object self, py::args args, py::kwargs kwargs) {
+            return self.attr("forward")(*args, **kwargs);
+        }, "module(*args, **kwargs) calls module.forward(*args, **kwargs).")
         .def("parameters", &Module::parameters, "Every parameter once (a tied weight appears once).")
         .def("named_parameters", [](const Module& m) { return named_list(m.named_parameters()); },
              "(name, Tensor) pairs; a tied weight appears once, under its first name.")
@@ -87,7 +92,6 @@ void bind_nn_module(py::module_& nn) {
             return std::make_shared<Linear>(in, out, bias);
         }), py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true)
         .def("forward", &Linear::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
-        .def("__call__", &Linear::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
         .def_readwrite("weight", &Linear::weight)
         .def_property_readonly("bias", [](const Linear& l) -> py::object {
             return l.has_bias ? py::cast(l.bias) : py::none();
@@ -110,7 +114,6 @@ void bind_nn_module(py::module_& nn) {
             return std::make_shared<Embedding>(n, d, pad);
         }), py::arg("num_embeddings"), py::arg("embedding_dim"), py::arg("padding_idx") = py::none())
         .def("forward", embed, py::arg("input"))
-        .def("__call__", embed, py::arg("input"))
         .def_readwrite("weight", &Embedding::weight)
         .def_readonly("num_embeddings", &Embedding::num_embeddings)
         .def_readonly("embedding_dim", &Embedding::embedding_dim)
@@ -122,7 +125,6 @@ void bind_nn_module(py::module_& nn) {
             return std::make_shared<LayerNorm>(d, eps);
         }), py::arg("normalized_shape"), py::arg("eps") = 1e-5)
         .def("forward", &LayerNorm::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
-        .def("__call__", &LayerNorm::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
         .def_readwrite("weight", &LayerNorm::weight)
         .def_readwrite("bias", &LayerNorm::bias)
         .def_readonly("eps", &LayerNorm::eps);
@@ -130,7 +132,6 @@ void bind_nn_module(py::module_& nn) {
     py::class_<Dropout, Module, std::shared_ptr<Dropout>>(nn, "Dropout")
         .def(py::init<float>(), py::arg("p") = 0.5f)
         .def("forward", &Dropout::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
-        .def("__call__", &Dropout::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
         .def_readonly("p", &Dropout::p);
 }
 

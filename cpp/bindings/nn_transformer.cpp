@@ -257,8 +257,6 @@ void bind_nn_transformer(py::module_& nn) {
         }), py::arg("d_hid"), py::arg("n_position") = 200, py::arg("pe_formula") = "paired")
         .def("forward", [](const PositionalEncoding& m, const Tensor& x) { return m.forward(x); }, py::arg("x"),
              py::call_guard<py::gil_scoped_release>())
-        .def("__call__", [](const PositionalEncoding& m, const Tensor& x) { return m.forward(x); }, py::arg("x"),
-             py::call_guard<py::gil_scoped_release>())
         .def_readonly("pos_table", &PositionalEncoding::pos_table)
         .def_readonly("d_hid", &PositionalEncoding::d_hid)
         .def_readonly("n_position", &PositionalEncoding::n_position);
@@ -275,7 +273,6 @@ void bind_nn_transformer(py::module_& nn) {
         .def(py::init<float, float, float, bool>(), py::arg("temperature"), py::arg("attn_dropout") = defaults::attn_dropout,
              py::arg("mask_fill") = defaults::mask_fill, py::arg("scale_after_matmul") = defaults::scale_after_matmul)
         .def("forward", sdpa, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
-        .def("__call__", sdpa, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
         .def_readonly("temperature", &ScaledDotProductAttention::temperature)
         .def_readonly("dropout", &ScaledDotProductAttention::dropout);
 
@@ -300,7 +297,6 @@ void bind_nn_transformer(py::module_& nn) {
         }), py::arg("n_head"), py::arg("d_model"), py::arg("d_k"), py::arg("d_v"), py::arg("dropout") = 0.1,
              CT_SUBLAYER_KWARGS)
         .def("forward", mha, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
-        .def("__call__", mha, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
         .def_readonly("n_head", &MultiHeadAttention::n_head)
         .def_readonly("d_k", &MultiHeadAttention::d_k)
         .def_readonly("d_v", &MultiHeadAttention::d_v)
@@ -327,7 +323,6 @@ void bind_nn_transformer(py::module_& nn) {
                              "PositionwiseFeedForward"));
         }), py::arg("d_in"), py::arg("d_hid"), py::arg("dropout") = 0.1, CT_SUBLAYER_KWARGS)
         .def("forward", &PositionwiseFeedForward::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
-        .def("__call__", &PositionwiseFeedForward::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
         .def_readonly("w_1", &PositionwiseFeedForward::w_1)
         .def_readonly("w_2", &PositionwiseFeedForward::w_2)
         .def_readonly("layer_norm", &PositionwiseFeedForward::layer_norm)
@@ -344,7 +339,6 @@ void bind_nn_transformer(py::module_& nn) {
         .def(layer_init<EncoderLayer>("EncoderLayer"), py::arg("d_model"), py::arg("d_inner"), py::arg("n_head"), py::arg("d_k"), py::arg("d_v"),
              py::arg("dropout") = 0.1, CT_SUBLAYER_KWARGS)
         .def("forward", enc_layer, py::arg("enc_input"), py::arg("slf_attn_mask") = py::none())
-        .def("__call__", enc_layer, py::arg("enc_input"), py::arg("slf_attn_mask") = py::none())
         .def_readonly("slf_attn", &EncoderLayer::slf_attn)
         .def_readonly("pos_ffn", &EncoderLayer::pos_ffn);
 
@@ -362,8 +356,6 @@ void bind_nn_transformer(py::module_& nn) {
              py::arg("dropout") = 0.1, CT_SUBLAYER_KWARGS)
         .def("forward", dec_layer, py::arg("dec_input"), py::arg("enc_output"), py::arg("slf_attn_mask") = py::none(),
              py::arg("dec_enc_attn_mask") = py::none())
-        .def("__call__", dec_layer, py::arg("dec_input"), py::arg("enc_output"),
-             py::arg("slf_attn_mask") = py::none(), py::arg("dec_enc_attn_mask") = py::none())
         .def_property_readonly("slf_attn", &DecoderLayer::slf_attn)
         .def_property_readonly("enc_attn", &DecoderLayer::enc_attn)
         .def_property_readonly("pos_ffn", &DecoderLayer::pos_ffn);
@@ -376,7 +368,6 @@ void bind_nn_transformer(py::module_& nn) {
     py::class_<PositionEmbedding, Module, std::shared_ptr<PositionEmbedding>>(nn, "PositionEmbedding",
         "Seed 003's embedding front: embed(ids) + pe[:, :len]; the model's embed_x / embed_y.")
         .def("forward", pos_emb, py::arg("input"))
-        .def("__call__", pos_emb, py::arg("input"))
         .def_readonly("embed", &PositionEmbedding::embed)
         .def_property_readonly("pe", [](const PositionEmbedding& m) { return m.position_enc->pos_table; });
 
@@ -403,7 +394,6 @@ void bind_nn_transformer(py::module_& nn) {
              py::arg("n_position") = 200, py::arg("scale_emb") = false)
         .def(py::init<const TransformerConfig&, bool>(), py::arg("config"), py::arg("scale_emb") = false)
         .def("forward", encode, py::arg("src_seq"), py::arg("src_mask") = py::none(), py::arg("return_attns") = false)
-        .def("__call__", encode, py::arg("src_seq"), py::arg("src_mask") = py::none(), py::arg("return_attns") = false)
         .def_readonly("src_word_emb", &Encoder::src_word_emb)
         .def_readonly("position_enc", &Encoder::position_enc)
         .def_property_readonly("layer_stack", [](const Encoder& m) { return m.layers; })
@@ -436,8 +426,6 @@ void bind_nn_transformer(py::module_& nn) {
              py::arg("dropout") = 0.1, py::arg("scale_emb") = false)
         .def(py::init<const TransformerConfig&, bool>(), py::arg("config"), py::arg("scale_emb") = false)
         .def("forward", decode, py::arg("trg_seq"), py::arg("trg_mask"), py::arg("enc_output"), py::arg("src_mask"),
-             py::arg("return_attns") = false)
-        .def("__call__", decode, py::arg("trg_seq"), py::arg("trg_mask"), py::arg("enc_output"), py::arg("src_mask"),
              py::arg("return_attns") = false)
         .def_readonly("trg_word_emb", &Decoder::trg_word_emb)
         .def_readonly("position_enc", &Decoder::position_enc)
@@ -531,7 +519,6 @@ for the post-norm model, (b, len, n_trg_vocab) for the small pre-norm one; with 
         .def_static("seed003", small_pre_norm, CT_SMALL_PRE_NORM_ARGS,
                     "The older name of small_pre_norm(), kept as an alias.")
         .def("forward", forward, py::arg("src_seq"), py::arg("trg_seq"), py::arg("return_attns") = false)
-        .def("__call__", forward, py::arg("src_seq"), py::arg("trg_seq"), py::arg("return_attns") = false)
         .def("encode", model_encode, py::arg("src_seq"), py::arg("src_mask") = py::none(),
              py::arg("return_attns") = false,
              "The encoder alone: enc_output (b, ls, d_model), or (enc_output, enc_slf_attns).")

@@ -12,8 +12,8 @@ namespace ct::nn {
 Decoder::Decoder(std::size_t n_trg_vocab, std::size_t d_word_vec, std::size_t n_layers, std::size_t n_head,
                  std::size_t d_k, std::size_t d_v, std::size_t d_model, std::size_t d_inner, std::int64_t pad_idx,
                  std::size_t n_position, float dropout, bool scale)
-    : Decoder(TransformerConfig::seed000(n_trg_vocab, n_trg_vocab, pad_idx, pad_idx, d_word_vec, d_model, d_inner,
-                                        n_layers, n_head, d_k, d_v, dropout, n_position),
+    : Decoder(TransformerConfig::post_norm(n_trg_vocab, n_trg_vocab, pad_idx, pad_idx, d_word_vec, d_model, d_inner,
+                                          n_layers, n_head, d_k, d_v, dropout, n_position),
               scale) {}
 
 Decoder::Decoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(scale) {
@@ -31,7 +31,7 @@ Decoder::Decoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
         layers.push_back(std::make_shared<DecoderLayer>(c.d_model, c.d_inner, c.n_head, c.d_k, c.d_v, c.dropout, o));
     if (c.embed_layer_norm) layer_norm = std::make_shared<LayerNorm>(c.d_model, c.layer_norm_eps);
 
-    if (c.layout == Layout::Seed000) {
+    if (c.layout == Layout::PostNorm) {
         register_module("trg_word_emb", trg_word_emb);
         register_module("position_enc", position_enc);
         if (dropout) register_module("dropout", dropout);

@@ -12,8 +12,8 @@ namespace ct::nn {
 Encoder::Encoder(std::size_t n_src_vocab, std::size_t d_word_vec, std::size_t n_layers, std::size_t n_head,
                  std::size_t d_k, std::size_t d_v, std::size_t d_model, std::size_t d_inner, std::int64_t pad_idx,
                  float dropout, std::size_t n_position, bool scale)
-    : Encoder(TransformerConfig::seed000(n_src_vocab, n_src_vocab, pad_idx, pad_idx, d_word_vec, d_model, d_inner,
-                                        n_layers, n_head, d_k, d_v, dropout, n_position),
+    : Encoder(TransformerConfig::post_norm(n_src_vocab, n_src_vocab, pad_idx, pad_idx, d_word_vec, d_model, d_inner,
+                                          n_layers, n_head, d_k, d_v, dropout, n_position),
               scale) {}
 
 Encoder::Encoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(scale) {
@@ -31,7 +31,7 @@ Encoder::Encoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
         layers.push_back(std::make_shared<EncoderLayer>(c.d_model, c.d_inner, c.n_head, c.d_k, c.d_v, c.dropout, o));
     if (c.embed_layer_norm) layer_norm = std::make_shared<LayerNorm>(c.d_model, c.layer_norm_eps);
 
-    if (c.layout == Layout::Seed000) {   // Models.py's registration order
+    if (c.layout == Layout::PostNorm) {   // Models.py's registration order
         register_module("src_word_emb", src_word_emb);
         register_module("position_enc", position_enc);
         if (dropout) register_module("dropout", dropout);

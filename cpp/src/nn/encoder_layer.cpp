@@ -6,9 +6,9 @@ EncoderLayer::EncoderLayer(std::size_t d_model, std::size_t d_inner, std::size_t
                            std::size_t d_v, float dropout, const SublayerOptions& o) {
     slf_attn = std::make_shared<MultiHeadAttention>(n_head, d_model, d_k, d_v, dropout, o);
     pos_ffn = std::make_shared<PositionwiseFeedForward>(d_model, d_inner, dropout, o);
-    const bool s0 = o.layout == Layout::Seed000;
-    register_module(s0 ? "slf_attn" : "mh", slf_attn);
-    register_module(s0 ? "pos_ffn" : "fc", pos_ffn);
+    const bool post_norm_names = o.layout == Layout::PostNorm;
+    register_module(post_norm_names ? "slf_attn" : "mh", slf_attn);
+    register_module(post_norm_names ? "pos_ffn" : "fc", pos_ffn);
 }
 
 std::pair<Tensor, Tensor> EncoderLayer::forward(const Tensor& enc_input, const Mask* slf_attn_mask) const {

@@ -23,7 +23,7 @@ MultiHeadAttention::MultiHeadAttention(std::size_t n, std::size_t dm, std::size_
                                                             o.scale_after_matmul);
     dropout = std::make_shared<Dropout>(p);
     layer_norm = std::make_shared<LayerNorm>(dm, o.layer_norm_eps);
-    if (o.layout == Layout::Seed000) {   // SubLayers.py's registration order
+    if (o.layout == Layout::PostNorm) {   // SubLayers.py's registration order
         register_module("w_qs", w_qs);
         register_module("w_ks", w_ks);
         register_module("w_vs", w_vs);

@@ -14,7 +14,7 @@ PositionwiseFeedForward::PositionwiseFeedForward(std::size_t din, std::size_t dh
     w_2 = std::make_shared<Linear>(dhid, din);
     layer_norm = std::make_shared<LayerNorm>(din, o.layer_norm_eps);
     dropout = std::make_shared<Dropout>(p);
-    if (o.layout == Layout::Seed000) {
+    if (o.layout == Layout::PostNorm) {
         register_module("w_1", w_1);
         register_module("w_2", w_2);
         register_module("layer_norm", layer_norm);

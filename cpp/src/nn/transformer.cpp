@@ -34,7 +34,7 @@ Transformer::Transformer(const TransformerConfig& c) : config(validated(c)) {
     encoder = std::make_shared<Encoder>(c, c.scale_emb());
     decoder = std::make_shared<Decoder>(c, c.scale_emb());
     trg_word_prj = std::make_shared<Linear>(c.d_model, c.n_trg_vocab, c.output_bias);
-    if (c.layout == Layout::Seed000) {
+    if (c.layout == Layout::PostNorm) {
         register_module("encoder", encoder);
         register_module("decoder", decoder);
         register_module("trg_word_prj", trg_word_prj);

@@ -46,6 +46,10 @@ class Module:
     """
     Base of every layer: a tree of named parameters.
     """
+    def __call__(self, *args, **kwargs) -> typing.Any:
+        """
+        module(*args, **kwargs) calls module.forward(*args, **kwargs).
+        """
     def __repr__(self) -> str:
         ...
     def buffers(self) -> list[ctransformer._core.Tensor]:
@@ -89,8 +93,6 @@ class Module:
         ...
 class Linear(Module):
     weight: ctransformer._core.Tensor
-    def __call__(self, input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
-        ...
     def __init__(self, in_features: typing.SupportsInt | typing.SupportsIndex, out_features: typing.SupportsInt | typing.SupportsIndex, bias: bool = True) -> None:
         ...
     def forward(self, input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
@@ -106,8 +108,6 @@ class Linear(Module):
         ...
 class Embedding(Module):
     weight: ctransformer._core.Tensor
-    def __call__(self, input: typing.Any) -> ctransformer._core.Tensor:
-        ...
     def __init__(self, num_embeddings: typing.SupportsInt | typing.SupportsIndex, embedding_dim: typing.SupportsInt | typing.SupportsIndex, padding_idx: typing.Any = None) -> None:
         ...
     def forward(self, input: typing.Any) -> ctransformer._core.Tensor:
@@ -124,8 +124,6 @@ class Embedding(Module):
 class LayerNorm(Module):
     bias: ctransformer._core.Tensor
     weight: ctransformer._core.Tensor
-    def __call__(self, input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
-        ...
     def __init__(self, normalized_shape: typing.SupportsInt | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05) -> None:
         ...
     def forward(self, input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
@@ -134,8 +132,6 @@ class LayerNorm(Module):
     def eps(self) -> float:
         ...
 class Dropout(Module):
-    def __call__(self, input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
-        ...
     def __init__(self, p: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
         ...
     def forward(self, input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
@@ -298,8 +294,6 @@ class PositionalEncoding(Module):
     """
     Adds the fixed sinusoid table, a buffer 'pos_table' of shape (1, n_position, d_hid).
     """
-    def __call__(self, x: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
-        ...
     def __init__(self, d_hid: typing.SupportsInt | typing.SupportsIndex, n_position: typing.SupportsInt | typing.SupportsIndex = 200, pe_formula: str = 'paired') -> None:
         ...
     def forward(self, x: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
@@ -317,8 +311,6 @@ class ScaledDotProductAttention(Module):
     """
     softmax(q / temperature @ k^T, masked) -> dropout -> @ v; forward returns (output, attn).
     """
-    def __call__(self, q: ctransformer._core.Tensor, k: ctransformer._core.Tensor, v: ctransformer._core.Tensor, mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
-        ...
     def __init__(self, temperature: typing.SupportsFloat | typing.SupportsIndex, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
     def forward(self, q: ctransformer._core.Tensor, k: ctransformer._core.Tensor, v: ctransformer._core.Tensor, mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
@@ -333,8 +325,6 @@ class MultiHeadAttention(Module):
     """
     Multi-head attention (seed 000's SubLayers.py). forward(q, k, v, mask=None) returns (output, attn); mask is (b or 1, len_q or 1, len_k), True = may attend. Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
     """
-    def __call__(self, q: ctransformer._core.Tensor, k: ctransformer._core.Tensor, v: ctransformer._core.Tensor, mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
-        ...
     def __init__(self, n_head: typing.SupportsInt | typing.SupportsIndex, d_model: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'post_norm', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
     def forward(self, q: ctransformer._core.Tensor, k: ctransformer._core.Tensor, v: ctransformer._core.Tensor, mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
@@ -373,8 +363,6 @@ class PositionwiseFeedForward(Module):
     """
     w_2(relu(w_1(x))) with dropout, residual and LayerNorm (post- or pre-norm). Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
     """
-    def __call__(self, x: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
-        ...
     def __init__(self, d_in: typing.SupportsInt | typing.SupportsIndex, d_hid: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'post_norm', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
     def forward(self, x: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
@@ -395,8 +383,6 @@ class EncoderLayer(Module):
     """
     Self-attention then feed-forward; forward returns (enc_output, enc_slf_attn). Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
     """
-    def __call__(self, enc_input: ctransformer._core.Tensor, slf_attn_mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
-        ...
     def __init__(self, d_model: typing.SupportsInt | typing.SupportsIndex, d_inner: typing.SupportsInt | typing.SupportsIndex, n_head: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'post_norm', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
     def forward(self, enc_input: ctransformer._core.Tensor, slf_attn_mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
@@ -411,8 +397,6 @@ class DecoderLayer(Module):
     """
     Masked self-attention, encoder-decoder attention, feed-forward; forward returns (dec_output, dec_slf_attn, dec_enc_attn). Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
     """
-    def __call__(self, dec_input: ctransformer._core.Tensor, enc_output: ctransformer._core.Tensor, slf_attn_mask: typing.Any = None, dec_enc_attn_mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor, ctransformer._core.Tensor]:
-        ...
     def __init__(self, d_model: typing.SupportsInt | typing.SupportsIndex, d_inner: typing.SupportsInt | typing.SupportsIndex, n_head: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'post_norm', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
     def forward(self, dec_input: ctransformer._core.Tensor, enc_output: ctransformer._core.Tensor, slf_attn_mask: typing.Any = None, dec_enc_attn_mask: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor, ctransformer._core.Tensor]:
@@ -430,8 +414,6 @@ class PositionEmbedding(Module):
     """
     Seed 003's embedding front: embed(ids) + pe[:, :len]; the model's embed_x / embed_y.
     """
-    def __call__(self, input: typing.Any) -> ctransformer._core.Tensor:
-        ...
     def forward(self, input: typing.Any) -> ctransformer._core.Tensor:
         ...
     @property
@@ -444,8 +426,6 @@ class Encoder(Module):
     """
     Embedding -> (* sqrt(d_model)) -> + positional encoding -> dropout -> LayerNorm -> EncoderLayers (seed 000). forward(src_seq, src_mask, return_attns=False) returns enc_output, or (enc_output, [enc_slf_attn per layer]).
     """
-    def __call__(self, src_seq: typing.Any, src_mask: typing.Any = None, return_attns: bool = False) -> typing.Any:
-        ...
     @typing.overload
     def __init__(self, n_src_vocab: typing.SupportsInt | typing.SupportsIndex, d_word_vec: typing.SupportsInt | typing.SupportsIndex, n_layers: typing.SupportsInt | typing.SupportsIndex, n_head: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, d_model: typing.SupportsInt | typing.SupportsIndex, d_inner: typing.SupportsInt | typing.SupportsIndex, pad_idx: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, n_position: typing.SupportsInt | typing.SupportsIndex = 200, scale_emb: bool = False) -> None:
         ...
@@ -473,8 +453,6 @@ class Decoder(Module):
     """
     The Encoder's front on the target, then DecoderLayers (seed 000). forward(trg_seq, trg_mask, enc_output, src_mask, return_attns=False) returns dec_output, or (dec_output, [dec_slf_attn], [dec_enc_attn]).
     """
-    def __call__(self, trg_seq: typing.Any, trg_mask: typing.Any, enc_output: ctransformer._core.Tensor, src_mask: typing.Any, return_attns: bool = False) -> typing.Any:
-        ...
     @typing.overload
     def __init__(self, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex, d_word_vec: typing.SupportsInt | typing.SupportsIndex, n_layers: typing.SupportsInt | typing.SupportsIndex, n_head: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, d_model: typing.SupportsInt | typing.SupportsIndex, d_inner: typing.SupportsInt | typing.SupportsIndex, pad_idx: typing.SupportsInt | typing.SupportsIndex, n_position: typing.SupportsInt | typing.SupportsIndex = 200, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, scale_emb: bool = False) -> None:
         ...
@@ -518,8 +496,6 @@ class Transformer(Module):
         """
         The toy translator's small pre-norm model (TransformerConfig.small_pre_norm()).
         """
-    def __call__(self, src_seq: typing.Any, trg_seq: typing.Any, return_attns: bool = False) -> typing.Any:
-        ...
     @typing.overload
     def __init__(self, n_src_vocab: typing.SupportsInt | typing.SupportsIndex, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex, src_pad_idx: typing.SupportsInt | typing.SupportsIndex, trg_pad_idx: typing.SupportsInt | typing.SupportsIndex, d_word_vec: typing.SupportsInt | typing.SupportsIndex = 512, d_model: typing.SupportsInt | typing.SupportsIndex = 512, d_inner: typing.SupportsInt | typing.SupportsIndex = 2048, n_layers: typing.SupportsInt | typing.SupportsIndex = 6, n_head: typing.SupportsInt | typing.SupportsIndex = 8, d_k: typing.SupportsInt | typing.SupportsIndex = 64, d_v: typing.SupportsInt | typing.SupportsIndex = 64, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, n_position: typing.SupportsInt | typing.SupportsIndex = 200, trg_emb_prj_weight_sharing: bool = True, emb_src_trg_weight_sharing: bool = True, scale_emb_or_prj: str = 'prj') -> None:
         ...

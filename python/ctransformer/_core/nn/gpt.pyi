@@ -12,8 +12,6 @@ class SelfAttention(ctransformer._core.nn.Module):
     """
     Causal multi-head self-attention (seed 004): q_layer, k_layer, v_layer, proj_layer, attn_drop, proj_drop.
     """
-    def __call__(self, x: ctransformer._core.Tensor) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
-        ...
     def __init__(self, embed_dim: typing.SupportsInt | typing.SupportsIndex, num_head: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     def forward(self, x: ctransformer._core.Tensor) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
@@ -48,8 +46,6 @@ class FFN(ctransformer._core.nn.Module):
     """
     drop(fc2(gelu_tanh(fc1(x)))) (seed 004).
     """
-    def __call__(self, x: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
-        ...
     def __init__(self, embed_dim: typing.SupportsInt | typing.SupportsIndex, feedforward_dim: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     def forward(self, x: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
@@ -67,8 +63,6 @@ class TransformerLayer(ctransformer._core.nn.Module):
     """
     Pre-norm block (seed 004): x + attn(norm1(x)), then + ffn(norm2(.)); no residuals when no_res.
     """
-    def __call__(self, x: ctransformer._core.Tensor) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
-        ...
     def __init__(self, embed_dim: typing.SupportsInt | typing.SupportsIndex, num_head: typing.SupportsInt | typing.SupportsIndex, feedforward_dim: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex, no_res: bool = False) -> None:
         ...
     def forward(self, x: ctransformer._core.Tensor) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
@@ -113,8 +107,6 @@ class GPT(ctransformer._core.nn.Module):
     drawn from the generator seeded by ``ctransformer.manual_seed``.
     """
     ignore_index: typing.ClassVar[int] = 0
-    def __call__(self, word_idx: typing.Any, targets: typing.Any = None) -> tuple:
-        ...
     def __init__(self, vocab_size: typing.SupportsInt | typing.SupportsIndex, max_seq_len: typing.SupportsInt | typing.SupportsIndex, num_layer: typing.SupportsInt | typing.SupportsIndex, embed_dim: typing.SupportsInt | typing.SupportsIndex, num_head: typing.SupportsInt | typing.SupportsIndex, feedforward_dim: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex, no_res: bool = False, no_pos: bool = False) -> None:
         ...
     def configure_optimizers(self, weight_decay: typing.SupportsFloat | typing.SupportsIndex) -> list:
