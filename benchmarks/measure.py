@@ -4,10 +4,13 @@ Timing: the sides run interleaved (ct, torch, ct, torch, ...) after a warm-up, a
 is kept, so a burst of load from elsewhere on the machine hits both. An engine in another process
 (CTranslate2, ct2_process.py) is one more callable whose `last_seconds` is its own time.
 
-`gap` seconds pass before every timed call. Engines leave threads spinning after a call (OpenBLAS's
-workers spin up to ~2^28 cycles, Intel OpenMP's KMP_BLOCKTIME is 200 ms, torch's OpenMP runs PASSIVE
-here): without a pause the next engine shares its 2 cores with the last one's spinners, which made
-a short CTranslate2 call after ours look several times slower than it is.
+Each engine's turn is a burst: `gap` seconds of pause, then (for calls under `short_s`) one untimed
+call and `burst` timed ones back to back. Engines leave threads spinning after a call (OpenBLAS's
+workers spin up to ~2^28 cycles, Intel OpenMP's KMP_BLOCKTIME is 200 ms; torch's OpenMP runs PASSIVE
+here): without the pause the next engine shares its 2 cores with the last one's spinners, which made
+a short CTranslate2 call after ours look several times slower than it is. And an engine whose threads
+have gone to sleep pays for waking them in its first call (CTranslate2's tiny batch-1 decode: 3.5 ms
+back to back, 12 ms after a pause): the untimed call takes that, as a server's steady state would.
 """
 import ctypes
 import ctypes.util
@@ -19,9 +22,11 @@ import numpy as np
 
 
 GAP_S = 0.3
+BURST = 3
+SHORT_S = 0.5
 
 
-def timed(fn, gap=GAP_S):
+def timed(fn, gap=0.0):
     """Seconds of one call of `fn`, after `gap` seconds of pause (its own `last_seconds` when it has one)."""
     if gap:
         time.sleep(gap)
@@ -32,15 +37,27 @@ def timed(fn, gap=GAP_S):
     return own if own is not None else elapsed
 
 
-def interleaved(fns, repeats, warmup, gap=GAP_S):
-    """Median seconds of each callable in `fns` (a dict), called in turn `repeats` times."""
+def turn(fn, last_s, gap=GAP_S, burst=BURST, short_s=SHORT_S):
+    """One engine's turn: after the pause, a burst of warm calls for a short call (its previous time
+    `last_s` under short_s), else one call; the list of timed seconds."""
+    if last_s is not None and last_s < short_s:
+        timed(fn, gap)
+        return [timed(fn) for _ in range(burst)]
+    return [timed(fn, gap)]
+
+
+def interleaved(fns, repeats, warmup, gap=GAP_S, first=None):
+    """Median seconds of each callable in `fns` (a dict), taking turns `repeats` times (turn()).
+    `first`: each one's time from an earlier call, which decides whether its turns are bursts."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times = {name: [] for name in fns}
+    last = dict(first or {})
     for _ in range(repeats):
         for name, fn in fns.items():
-            times[name].append(timed(fn, gap))
+            times[name] += turn(fn, last.get(name), gap)
+            last[name] = times[name][-1]
     return {name: statistics.median(v) for name, v in times.items()}, times
 
 

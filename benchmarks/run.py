@@ -115,11 +115,11 @@ def time_case(spec, budget, max_repeats, min_repeats=3):
                     fns[peer] = step
     peers = {name: {"config": fn.config, "calibration": fn.worker.timings} for name, fn in fns.items()
              if name in CT2_PEERS}
-    first = {name: measure.timed(fn) for name, fn in fns.items()}
-    round_s = sum(first.values()) + measure.GAP_S * len(fns)
+    first = {name: measure.timed(fn, measure.GAP_S) for name, fn in fns.items()}
+    round_s = sum(measure.GAP_S + t * (1 + measure.BURST if t < measure.SHORT_S else 1) for t in first.values())
     long_rounds = round_s > budget / 4
     repeats = int(max(min(2, min_repeats) if long_rounds else min_repeats, min(max_repeats, budget / max(round_s, 1e-9))))
-    med, raw = measure.interleaved(fns, repeats - (1 if long_rounds else 0), warmup=0)
+    med, raw = measure.interleaved(fns, repeats - (1 if long_rounds else 0), warmup=0, first=first)
     if long_rounds:
         import statistics
         for name in fns:
@@ -263,8 +263,10 @@ def table(results, meta):
     if dec:
         lines += ["", f"Greedy decoding of {cases.DECODE_STEPS} tokens (torch: seed 002's full-prefix loop; ct: the same "
                       "loop, and ct's key/value-cached decoder; CTranslate2 float32 and int8 on the same weights, "
-                      f"each in a process of its own, {THREADS} threads, its own cached decoder; every call after a "
-                      f"{measure.GAP_S:g} s pause, so no engine's idle threads spin into the next one's call; "
+                      f"each in a process of its own, {THREADS} threads, its own cached decoder; engines take turns, "
+                      f"each turn a {measure.GAP_S:g} s pause (no engine's idle threads spin into the next one's "
+                      f"calls), then for calls under {measure.SHORT_S:g} s one untimed call and {measure.BURST} timed "
+                      "ones back to back; "
                       "CTranslate2 in the fastest of its documented backend/ISA settings for each case "
                       "(ct2_process.fastest; the JSON names it). CTranslate2/ct above 1: ct is faster):", "",
                   "| case | ct full prefix | torch | torch/ct | ct cached | torch/ct cached | CT2 float32 | CT2 float32/ct cached "

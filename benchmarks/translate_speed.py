@@ -69,7 +69,7 @@ def call(run, ids):
     """(seconds, output tokens) of one call of an engine after the pause; an engine in another process
     gives its own time and token count."""
     out = []
-    seconds = measure.timed(lambda: out.append(run(ids)))
+    seconds = measure.timed(lambda: out.append(run(ids)), measure.GAP_S)
     seconds = getattr(run, "last_seconds", None) or seconds
     return seconds, out[0] if isinstance(out[0], int) else sum(len(o) for o in out[0])
 
