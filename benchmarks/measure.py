@@ -5,11 +5,10 @@ is kept, so a burst of load from elsewhere on the machine hits both. An engine i
 (CTranslate2, ct2_process.py) is one more callable whose `last_seconds` is its own time.
 
 Each engine's turn is a burst: `gap` seconds of pause, then (for calls under `short_s`) one untimed
-call and `burst` timed ones back to back. Engines leave threads spinning after a call (OpenBLAS's
-workers spin up to ~2^28 cycles, Intel OpenMP's KMP_BLOCKTIME is 200 ms; torch's OpenMP runs PASSIVE
-here): without the pause the next engine shares its 2 cores with the last one's spinners, which made
-a short CTranslate2 call after ours look several times slower than it is. And an engine whose threads
-have gone to sleep pays for waking them in its first call (CTranslate2's tiny batch-1 decode: 3.5 ms
+call and `burst` timed ones back to back. Engines may leave threads spinning after a call (Intel
+OpenMP's KMP_BLOCKTIME is 200 ms; ct's pool spins 30 us, OpenBLAS runs on one thread under it; torch's
+OpenMP runs PASSIVE here): the pause keeps the next engine from sharing its 2 cores with the last
+one's spinners. And an engine whose threads have gone to sleep pays for waking them in its first call (CTranslate2's tiny batch-1 decode: 3.5 ms
 back to back, 12 ms after a pause): the untimed call takes that, as a server's steady state would.
 """
 import ctypes
