@@ -48,9 +48,33 @@ Tensor select_rows(const Tensor& t, const std::vector<std::size_t>& rows) {
     return Tensor(std::move(out));
 }
 
+namespace {
+
+// Rows `rows` of a cache tensor (rows, capacity, width): only the positions held, [0, length), are
+// copied (the room past them is room, whatever it holds); the result keeps the capacity.
+Tensor select_held(const Tensor& t, std::size_t length, const std::vector<std::size_t>& rows) {
+    const std::size_t capacity = t.size(1), width = t.size(2);
+    Array out = Array::from_shape({rows.size(), capacity, width});
+    for (std::size_t i = 0; i < rows.size(); ++i)
+        std::memcpy(out.data() + i * capacity * width, t.data() + rows[i] * capacity * width,
+                    length * width * sizeof(float));
+    return Tensor(std::move(out));
+}
+
+bool is_identity(const std::vector<std::size_t>& rows, std::size_t have) {
+    if (rows.size() != have) return false;
+    for (std::size_t i = 0; i < rows.size(); ++i)
+        if (rows[i] != i) return false;
+    return true;
+}
+
+}  // namespace
+
 KeyValue select_rows(const KeyValue& kv, const std::vector<std::size_t>& rows) {
     if (kv.empty()) return kv;
-    return {select_rows(kv.k, rows), select_rows(kv.v, rows), kv.length};   // the room comes along
+    check_rows(kv.rows(), rows, "key/value cache");
+    if (is_identity(rows, kv.rows())) return kv;   // every row where it is: nothing to copy
+    return {select_held(kv.k, kv.length, rows), select_held(kv.v, kv.length, rows), kv.length};
 }
 
 Mask select_rows(const Mask& m, const std::vector<std::size_t>& rows) {
