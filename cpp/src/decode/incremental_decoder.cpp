@@ -1,6 +1,7 @@
 #include "ctransformer/decode/incremental_decoder.hpp"
 
 #include "ctransformer/autograd.hpp"
+#include "ctransformer/error.hpp"
 #include "ctransformer/ops/shape.hpp"
 #include "step_checks.hpp"
 
@@ -9,6 +10,7 @@ namespace ct::decode {
 IncrementalDecoder::IncrementalDecoder(const nn::Transformer& model, const IndexArray& src, const Mask* src_mask)
     : model_(model), rows_(src.shape.empty() ? 0 : src.shape[0]) {
     NoGradGuard no_grad;
+    for (std::size_t r = 0; r < rows_; ++r) source_.push_back(r);
     if (src_mask) src_mask_ = *src_mask;
     // The cross-attentions' keys/values of the encoder output are projected here, once per source.
     cache_ = model.decoder->start_cache(model.encode(src, src_mask).output);
@@ -24,11 +26,20 @@ Tensor IncrementalDecoder::step(const std::vector<std::int64_t>& ids) {
 }
 
 void IncrementalDecoder::select(const std::vector<std::size_t>& rows) {
+    std::vector<std::size_t> source(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i] >= rows_)
+            throw IndexError("select_rows: row " + std::to_string(rows[i]) + " of a decoder with " + std::to_string(rows_) +
+                             " rows");
+        source[i] = source_[rows[i]];
+    }
+    const bool same_sources = source == source_;
     for (auto& layer : cache_.layers) {
         layer.self = select_rows(layer.self, rows);
-        layer.cross = select_rows(layer.cross, rows);
+        if (!same_sources) layer.cross = select_rows(layer.cross, rows);
     }
-    if (src_mask_) src_mask_ = select_rows(*src_mask_, rows);
+    if (src_mask_ && !same_sources) src_mask_ = select_rows(*src_mask_, rows);
+    source_ = std::move(source);
     rows_ = rows.size();
 }
 

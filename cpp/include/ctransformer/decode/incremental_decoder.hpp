@@ -30,6 +30,10 @@ private:
     std::optional<Mask> src_mask_;           // (rows or 1, 1, ls)
     nn::Decoder::Cache cache_;
     std::size_t rows_;
+    // The source each row decodes. The cross-attention caches and the source mask depend on the
+    // source alone, so a selection that leaves every row's source as it was (a beam reordering its
+    // hypotheses among themselves) leaves them as they are.
+    std::vector<std::size_t> source_;
 };
 
 }  // namespace ct::decode
