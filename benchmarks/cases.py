@@ -229,22 +229,6 @@ def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS):
     return build
 
 
-class _CT2Call:
-    """One greedy translate_batch of the case's sources in the CTranslate2 process; `last_seconds` is
-    the time the worker measured around the call."""
-
-    def __init__(self, worker, options):
-        self.worker, self.options = worker, options
-        self.config = worker.config     # the CT2_* settings it runs with (ct2_process.fastest)
-
-    def __call__(self):
-        return self.worker.run(**self.options)
-
-    @property
-    def last_seconds(self):
-        return self.worker.last_seconds
-
-
 def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2, compute_type="float32"):
     """CTranslate2 decoding the same sources with the same weights, in a process of its own
     (ct2_process.py): `ct_model` exported by ct.export.to_ctranslate2. EOS is held off for `steps`
@@ -258,13 +242,13 @@ def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2, compute_type="
         except ImportError:
             return None
         import ctransformer as ct
-        from ct2_process import fastest
+        from ct2_process import Call, fastest
         src, _ = a_batch(c, seed=1, rows=rows)
         vocab = ["<pad>", "<s>", "</s>", "<unk>"] + [f"t{i}" for i in range(4, c["vocab"])]
         path = ct.export.to_ctranslate2(ct_model, os.path.join(folder, f"{size}-ct2"), vocab, force=True)
         options = dict(beam_size=1, min_decoding_length=steps, max_decoding_length=steps, max_batch_size=rows)
         source = [[vocab[i] for i in row if i != PAD] for row in src]
-        return _CT2Call(fastest(path, compute_type, threads, source, options, calls=1 if size == "base" else 3), options)
+        return Call(fastest(path, compute_type, threads, source, options, calls=1 if size == "base" else 3), **options)
     return build
 
 

@@ -75,6 +75,25 @@ class CT2Process:
             pass
 
 
+class Call:
+    """One translate_batch of the worker's source with `options`, as a callable the benchmarks time:
+    `last_seconds` is the worker's own time of the last call, `config` the CT2_* settings it runs with."""
+
+    def __init__(self, worker, **options):
+        self.worker, self.options = worker, options
+
+    def __call__(self):
+        return self.worker.run(**self.options)
+
+    @property
+    def last_seconds(self):
+        return self.worker.last_seconds
+
+    @property
+    def config(self):
+        return self.worker.config
+
+
 # CTranslate2's own choice, then its documented switches for the backend and the instruction set.
 CONFIGS = [{}, {"CT2_USE_MKL": "1"}, {"CT2_FORCE_CPU_ISA": "AVX512"}, {"CT2_USE_MKL": "1", "CT2_FORCE_CPU_ISA": "AVX512"}]
 

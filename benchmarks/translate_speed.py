@@ -32,6 +32,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/reference: seed 000 in PyTorch
 
 import measure  # noqa: E402
+from ct2_process import Call, CT2Process  # noqa: E402
 
 THREADS = 2
 
@@ -45,24 +46,19 @@ def ctransformer_engine(model, vocab, beam, batch):
     return run
 
 
-class CTranslate2Engine:
-    """CTranslate2 in a process of its own (ct2_process.py), on the sentences `ids` given once;
-    `last_seconds` is the time of the last call, taken in that process."""
+class CTranslate2Engine(Call):
+    """CTranslate2 in a process of its own (ct2_process.py), on the sentences `ids` given once; a call
+    returns the output tokens the worker counted, `last_seconds` its time taken in that process."""
 
     def __init__(self, path, compute_type, vocab, ids, beam, batch, max_len):
-        from ct2_process import CT2Process
-        self.worker = CT2Process(path, compute_type=compute_type, intra_threads=THREADS)
+        worker = CT2Process(path, compute_type=compute_type, intra_threads=THREADS)
         pieces = [vocab.processor.id_to_piece(i) for i in range(len(vocab))]
-        self.worker.set_source([[pieces[i] for i in s] + ["</s>"] for s in ids])
-        self.options = dict(beam_size=beam, max_batch_size=batch, max_decoding_length=max_len,
-                            length_penalty=0.6 if beam > 1 else 0.0)
+        worker.set_source([[pieces[i] for i in s] + ["</s>"] for s in ids])
+        super().__init__(worker, beam_size=beam, max_batch_size=batch, max_decoding_length=max_len,
+                         length_penalty=0.6 if beam > 1 else 0.0)
 
     def __call__(self, ids):
-        return self.worker.run(**self.options)["tokens"]   # the output tokens, counted by the worker
-
-    @property
-    def last_seconds(self):
-        return self.worker.last_seconds
+        return super().__call__()["tokens"]
 
 
 def call(run, ids):

@@ -70,9 +70,9 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
     `max_steps` stops early without changing the schedule (used to test resuming); `result` holds
     the history of logged metrics, the final evaluation and the wall time. With a checkpoint, the loop
     keeps the best and the last validated models beside it by the task's best_metric
-    (ctransformer.kept_models; result["best"]), and evaluates their average at the end too. `max_minutes` is a time
-    budget (fairseq's --stop-time-hours): training ends after the first step that exceeds it, and the
-    run is then saved and evaluated as if `steps` had been that step. Every schedule here depends on
+    (ctransformer.kept_models; result["best"]), and evaluates their average at the end too.
+    `max_minutes` is a time budget (fairseq's --stop-time-hours): training ends after the first step that
+    exceeds it, and the run is then saved and evaluated as if `steps` had been that step. Every schedule here depends on
     the step only, so a budget changes where a run stops, never what it did before.
 
     `distributed` trains on every process of an MPI job (mpirun -np N): the same global batches,
@@ -124,8 +124,8 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
     def save(step):
         if not rank0:
             return
-        extra = {**task.checkpoint_extra(), **(kept.state() if kept else {}), "history": history, "numpy_rng": rng.bit_generator.state,
-                 "ct_rng": ct.get_rng_state()}
+        extra = {**task.checkpoint_extra(), **(kept.state() if kept else {}), "history": history,
+                 "numpy_rng": rng.bit_generator.state, "ct_rng": ct.get_rng_state()}
         save_checkpoint(checkpoint, model, optimizer, scheduler, step=step, config=cfg, extra=extra)
 
     total = cfg["steps"]
