@@ -18,5 +18,6 @@ void bind_optim(py::module_& m);
 void bind_loss(py::module_& m);
 void bind_decode(py::module_& m);
 void bind_distributed(py::module_& m);
+void bind_precision(py::module_& m);
 
 }  // namespace ctpy

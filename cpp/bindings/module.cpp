@@ -122,4 +122,6 @@ PYBIND11_MODULE(_core, m) {
     auto distributed = m.def_submodule("distributed", "Data-parallel training over MPI: the process group, "
                                                       "gradient averaging overlapped with backward, batch shards.");
     ctpy::bind_distributed(distributed);
+    auto amp = m.def_submodule("amp", "Mixed precision: bf16 rounding, the bf16 GEMM and autocast regions.");
+    ctpy::bind_precision(amp);
 }

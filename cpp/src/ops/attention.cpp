@@ -10,7 +10,9 @@
 #include "../random_bits.hpp"
 #include "../simd.hpp"
 #include "broadcast.hpp"
+#include "ctransformer/autocast.hpp"
 #include "ctransformer/autograd.hpp"
+#include "ctransformer/bf16.hpp"
 #include "ctransformer/distributed/batch_shard.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/ops/dropout.hpp"
@@ -37,12 +39,21 @@ struct Geometry {
     HeadView q, k, v, out;
     float scale = 1.0f, fill = -1e9f;
     bool causal = false;
+    bool bf16 = false;  // made in an autocast region: the two products (and their backward) round to bf16
     // The mask (nonzero = attend), when there is one: per group its offset, then strides by query
     // row and by key column (0 where it broadcasts).
     std::vector<std::uint8_t> mask;
     std::vector<std::size_t> mask_group;
     std::size_t mask_row = 0, mask_col = 0;
     bool has_mask = false;
+
+    // One product of one group, on the calling thread.
+    void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+              float beta, float* c, int ldc) const {
+        using Gemm = void (*)(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+        const Gemm f = bf16 ? Gemm(&gemm_bf16_serial) : Gemm(&blas::gemm_serial);
+        f(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
 
     // row[j] = value wherever query i of group g may not attend key j (written so it vectorises).
     void fill_masked(float* row, std::size_t g, std::size_t i, float value) const {
@@ -123,10 +134,10 @@ struct AttentionWeightsBackward : Node {
                 const float* qg = q.data() + G.q.at(gi, G.H);
                 const float* kg = k.data() + G.k.at(gi, G.H);
                 if (gq)  // dq = scale dS @ k
-                    blas::gemm_serial(false, false, int(G.Lq), int(G.dk), int(G.Lk), G.scale, ds.data(), int(G.Lk), kg,
+                    G.gemm(false, false, int(G.Lq), int(G.dk), int(G.Lk), G.scale, ds.data(), int(G.Lk), kg,
                                       int(G.k.ld), gq.beta(), gq.data + G.q.at(gi, G.H), int(G.q.ld));
                 if (gk)  // dk = scale dS^T @ q
-                    blas::gemm_serial(true, false, int(G.Lk), int(G.dk), int(G.Lq), G.scale, ds.data(), int(G.Lk), qg,
+                    G.gemm(true, false, int(G.Lk), int(G.dk), int(G.Lq), G.scale, ds.data(), int(G.Lk), qg,
                                       int(G.q.ld), gk.beta(), gk.data + G.k.at(gi, G.H), int(G.k.ld));
             }
         });
@@ -150,10 +161,10 @@ struct AttentionApplyBackward : Node {
                 const float* dout = g.data() + G.out.at(gi, G.H);
                 const float* vg = v.data() + G.v.at(gi, G.H);
                 if (ga)  // dattn = dout @ v^T
-                    blas::gemm_serial(false, true, int(G.Lq), int(G.Lk), int(G.dv), 1.0f, dout, int(G.out.ld), vg,
+                    G.gemm(false, true, int(G.Lq), int(G.Lk), int(G.dv), 1.0f, dout, int(G.out.ld), vg,
                                       int(G.v.ld), ga.beta(), ga.data + gi * S, int(G.Lk));
                 if (gv)  // dv = attn^T @ dout
-                    blas::gemm_serial(true, false, int(G.Lk), int(G.dv), int(G.Lq), 1.0f, attn.data() + gi * S,
+                    G.gemm(true, false, int(G.Lk), int(G.dv), int(G.Lq), 1.0f, attn.data() + gi * S,
                                       int(G.Lk), dout, int(G.out.ld), gv.beta(), gv.data + G.v.at(gi, G.H), int(G.v.ld));
             }
         });
@@ -188,7 +199,7 @@ std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, cons
         constexpr float kNegInf = -std::numeric_limits<float>::infinity();
         for (std::size_t gi = g0; gi < g1; ++gi) {
             float* pg = P + gi * S;
-            blas::gemm_serial(false, true, int(G.Lq), int(G.Lk), int(G.dk), G.scale, q.data() + G.q.at(gi, G.H),
+            G.gemm(false, true, int(G.Lq), int(G.Lk), int(G.dk), G.scale, q.data() + G.q.at(gi, G.H),
                               int(G.q.ld), k.data() + G.k.at(gi, G.H), int(G.k.ld), 0.0f, pg, int(G.Lk));
             for (std::size_t i = 0; i < G.Lq; ++i) {
                 float* row = pg + i * G.Lk;
@@ -212,7 +223,7 @@ std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, cons
                 }
             }
             // out_g = attn_g @ v_g, written into its heads' columns
-            blas::gemm_serial(false, false, int(G.Lq), int(G.dv), int(G.Lk), 1.0f, A + gi * S, int(G.Lk),
+            G.gemm(false, false, int(G.Lq), int(G.dv), int(G.Lk), 1.0f, A + gi * S, int(G.Lk),
                               v.data() + G.v.at(gi, G.H), int(G.v.ld), 0.0f, out.data() + G.out.at(gi, G.H), int(G.out.ld));
         }
     });
@@ -312,6 +323,7 @@ std::pair<Tensor, Tensor> scaled_dot_product_attention(const Tensor& q, const Te
     if (!same_lead || dk == 0 || dv == 0) return composed_attention(q, k, v, mask, dropout_p, fill_value, training);
     // One group per flattened leading index, the matrices stored one after the other.
     auto geo = std::make_shared<Geometry>();
+    geo->bf16 = autocast::enabled();
     geo->G = numel_of(lead);
     geo->H = 1;
     geo->Lq = sq[sq.size() - 2];
@@ -349,6 +361,7 @@ std::pair<Tensor, Tensor> multi_head_attention(const Tensor& q, const Tensor& k,
     if (!(c.dropout_p >= 0.0f && c.dropout_p <= 1.0f))
         throw ValueError(std::string(fn) + ": dropout p must be a probability in [0, 1], got " + std::to_string(c.dropout_p));
     auto geo = std::make_shared<Geometry>();
+    geo->bf16 = autocast::enabled();
     geo->H = H;
     geo->G = b * H;
     geo->Lq = q.size(1);

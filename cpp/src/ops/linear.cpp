@@ -4,6 +4,7 @@
 
 #include "../blas.hpp"
 #include "../parallel.hpp"
+#include "ctransformer/autocast.hpp"
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/error.hpp"
 
@@ -12,13 +13,15 @@ namespace ct {
 namespace {
 
 // x is viewed as (N, in) with N = all leading dimensions; one gemm each way. With y = alpha x W^T + b:
-// dx = alpha g W, dW = alpha g^T x, db = sum over rows of g.
+// dx = alpha g W, dW = alpha g^T x, db = sum over rows of g. Under autocast (bf16) the products
+// round their operands to bf16 and accumulate in fp32, forward and backward alike.
 struct LinearBackward : Node {
     std::size_t rows, in, out;
     bool has_bias;
     float alpha;
-    LinearBackward(std::size_t r, std::size_t i, std::size_t o, bool b, float a)
-        : rows(r), in(i), out(o), has_bias(b), alpha(a) {}
+    bool bf16;
+    LinearBackward(std::size_t r, std::size_t i, std::size_t o, bool b, float a, bool h)
+        : rows(r), in(i), out(o), has_bias(b), alpha(a), bf16(h) {}
     const char* name() const override { return "linear"; }
     void backward(const Array& g) override {
         const Tensor& x = inputs[0];
@@ -26,11 +29,19 @@ struct LinearBackward : Node {
         const int N = int(rows), I = int(in), O = int(out);
         if (GradBuffer gx = grad_buffer(x)) {  // dx (N, in) = g (N, out) @ W (out, in)
             if (O == 0 && !gx.accumulate) std::fill_n(gx.data, x.numel(), 0.0f);
-            blas::gemm(false, false, N, I, O, alpha, g.data(), O, w.data(), I, gx.beta(), gx.data, I);
+            if (bf16)
+                gemm_bf16(N, I, O, alpha, Bf16Operand::fp32(g.data(), O), autocast::operand(w, I, false), gx.beta(),
+                          gx.data, I);
+            else
+                blas::gemm(false, false, N, I, O, alpha, g.data(), O, w.data(), I, gx.beta(), gx.data, I);
         }
         if (GradBuffer gw = grad_buffer(w)) {  // dW (out, in) = g^T @ x
             if (N == 0 && !gw.accumulate) std::fill_n(gw.data, w.numel(), 0.0f);
-            blas::gemm(true, false, O, I, N, alpha, g.data(), O, x.data(), I, gw.beta(), gw.data, I);
+            if (bf16)
+                gemm_bf16(O, I, N, alpha, Bf16Operand::fp32(g.data(), O, true), Bf16Operand::fp32(x.data(), I),
+                          gw.beta(), gw.data, I);
+            else
+                blas::gemm(true, false, O, I, N, alpha, g.data(), O, x.data(), I, gw.beta(), gw.data, I);
         }
         if (has_bias)
             if (GradBuffer gb = grad_buffer(inputs[2])) {  // db = sum over rows of g, columns split over threads
@@ -78,11 +89,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
     } else if (in_f == 0) {
         out.array().fill(0.0f);
     }
-    if (in_f > 0)  // an empty product adds nothing: y is already the bias (or zeros)
+    const bool bf16 = autocast::enabled();
+    if (in_f > 0 && bf16)  // an empty product adds nothing: y is already the bias (or zeros)
+        gemm_bf16(int(rows), int(out_f), int(in_f), alpha, Bf16Operand::fp32(x.data(), int(in_f)),
+                  autocast::operand(weight, int(in_f), true), bias ? 1.0f : 0.0f, y, int(out_f));
+    else if (in_f > 0)
         blas::gemm(false, true, int(rows), int(out_f), int(in_f), alpha, x.data(), int(in_f), weight.data(),
                    int(in_f), bias ? 1.0f : 0.0f, y, int(out_f));
     if (needs_grad({&x, &weight, bias}))
-        attach(out, std::make_shared<LinearBackward>(rows, in_f, out_f, bias != nullptr, alpha), {&x, &weight, bias});
+        attach(out, std::make_shared<LinearBackward>(rows, in_f, out_f, bias != nullptr, alpha, bf16),
+               {&x, &weight, bias});
     return out;
 }
 

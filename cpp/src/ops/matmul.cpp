@@ -3,7 +3,9 @@
 #include "../blas.hpp"
 #include "../parallel.hpp"
 #include "broadcast.hpp"
+#include "ctransformer/autocast.hpp"
 #include "ctransformer/autograd.hpp"
+#include "ctransformer/bf16.hpp"
 
 #include <algorithm>
 
@@ -59,21 +61,24 @@ using Gemm = void (*)(bool, bool, int, int, int, float, const float*, int, const
 
 // f(i, gemm) for each batch entry: several entries at once on the pool's threads (each product
 // on one thread) when there are several and they write disjoint outputs; otherwise one after the
-// other, each product split over the threads.
+// other, each product split over the threads. bf16: the products of an autocast region.
 template <class F>
-void for_batch(std::size_t count, bool disjoint, F&& f) {
+void for_batch(std::size_t count, bool disjoint, bool bf16, F&& f) {
     if (count > 1 && disjoint) {
+        const Gemm serial = bf16 ? Gemm(&gemm_bf16_serial) : Gemm(&blas::gemm_serial);
         parallel::parallel_for(count, 1, [&](std::size_t b, std::size_t e) {
-            for (std::size_t i = b; i < e; ++i) f(i, &blas::gemm_serial);
+            for (std::size_t i = b; i < e; ++i) f(i, serial);
         });
     } else {
-        for (std::size_t i = 0; i < count; ++i) f(i, &blas::gemm);
+        const Gemm split = bf16 ? Gemm(&gemm_bf16) : Gemm(&blas::gemm);
+        for (std::size_t i = 0; i < count; ++i) f(i, split);
     }
 }
 
 struct MatmulBackward : Node {
     MatmulPlan p;
-    explicit MatmulBackward(MatmulPlan plan_) : p(std::move(plan_)) {}
+    bool bf16;
+    MatmulBackward(MatmulPlan plan_, bool h) : p(std::move(plan_)), bf16(h) {}
     const char* name() const override { return "matmul"; }
     void backward(const Array& g) override {
         const Tensor& a = inputs[0];
@@ -95,7 +100,7 @@ struct MatmulBackward : Node {
             // an empty batch that reaches none of A's matrices.
             if (!ga.accumulate && (n == 0 || count == 0)) std::fill_n(ga.data, a.numel(), 0.0f);
             // Batch entries in parallel when each writes its own matrix of dA.
-            for_batch(count, a_unique, [&](std::size_t i, Gemm gemm) {
+            for_batch(count, a_unique, bf16, [&](std::size_t i, Gemm gemm) {
                 const float* gi = g.data() + i * p.m * p.n;  // dC, (m, n)
                 const float* bi = b.data() + p.b_offsets[i];
                 float* dai = ga.data + p.a_offsets[i];
@@ -108,7 +113,7 @@ struct MatmulBackward : Node {
         }
         if (GradBuffer gb = grad_buffer(b)) {
             if (!gb.accumulate && (m == 0 || count == 0)) std::fill_n(gb.data, b.numel(), 0.0f);
-            for_batch(count, b_unique, [&](std::size_t i, Gemm gemm) {
+            for_batch(count, b_unique, bf16, [&](std::size_t i, Gemm gemm) {
                 const float* gi = g.data() + i * p.m * p.n;
                 const float* ai = a.data() + p.a_offsets[i];
                 float* dbi = gb.data + p.b_offsets[i];
@@ -128,11 +133,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
     MatmulPlan p = plan(a.shape(), b.shape(), trans_a, trans_b);
     Tensor out(Array::from_shape(p.out_shape));
     if (p.k == 0) out.array().fill(0.0f);
-    for_batch(p.a_offsets.size(), true, [&](std::size_t i, Gemm gemm) {
+    const bool bf16 = autocast::enabled();
+    for_batch(p.a_offsets.size(), true, bf16, [&](std::size_t i, Gemm gemm) {
         gemm(trans_a, trans_b, int(p.m), int(p.n), int(p.k), 1.0f, a.data() + p.a_offsets[i], lda(p),
              b.data() + p.b_offsets[i], ldb(p), 0.0f, out.data() + i * p.m * p.n, int(p.n));
     });
-    if (needs_grad({&a, &b})) attach(out, std::make_shared<MatmulBackward>(std::move(p)), {&a, &b});
+    if (needs_grad({&a, &b})) attach(out, std::make_shared<MatmulBackward>(std::move(p), bf16), {&a, &b});
     return out;
 }
 

@@ -1,5 +1,7 @@
 #include "ctransformer/optim/adam.hpp"
 
+#include "ctransformer/autocast.hpp"
+
 // Rounding must follow torch's kernels op by op (see adam_update): no implicit fused multiply-add.
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -95,6 +97,7 @@ void Adam::on_group_added(std::size_t group_index) {
 }
 
 void Adam::step() {
+    autocast::clear_cache();  // the parameters change: their bf16 copies are stale
     auto& groups = param_groups();
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
         const ParamGroup& g = groups[gi];

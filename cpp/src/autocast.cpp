@@ -1,0 +1,61 @@
+#include "ctransformer/autocast.hpp"
+
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace ct::autocast {
+
+namespace {
+
+thread_local bool t_enabled = false;
+thread_local int t_depth = 0;  // nested regions that turned autocast on
+
+struct Cached {
+    std::shared_ptr<Array> storage;  // held, so its address cannot be reused by another tensor while cached
+    std::vector<bf16_t> bits;
+};
+
+std::mutex g_mutex;
+std::unordered_map<const Array*, Cached> g_cache;
+
+}  // namespace
+
+bool enabled() { return t_enabled; }
+
+Guard::Guard(bool on) : previous_(t_enabled) {
+    t_enabled = on;
+    if (on) ++t_depth;
+}
+
+Guard::~Guard() {
+    if (t_enabled && --t_depth == 0) clear_cache();
+    t_enabled = previous_;
+}
+
+Bf16Operand operand(const Tensor& w, int ld, bool trans) {
+    const bool parameter = w.is_leaf() && w.requires_grad();
+    if (!parameter) return Bf16Operand::fp32(w.data(), ld, trans);
+    const std::shared_ptr<Array>& storage = w.impl()->storage;
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_cache.find(storage.get());
+    if (it == g_cache.end()) {
+        if (!t_enabled) return Bf16Operand::fp32(w.data(), ld, trans);
+        Cached entry{storage, std::vector<bf16_t>(w.numel())};
+        round_to_bf16(w.data(), entry.bits.data(), w.numel());
+        it = g_cache.emplace(storage.get(), std::move(entry)).first;
+    }
+    return Bf16Operand::bf16(it->second.bits.data(), ld, trans);
+}
+
+void clear_cache() {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_cache.clear();
+}
+
+std::size_t cached_count() {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    return g_cache.size();
+}
+
+}  // namespace ct::autocast

@@ -1,0 +1,170 @@
+// gemm_bf16 (bf16.hpp): which kernel runs, how a product is split over threads, and the emulation
+// for CPUs without AVX512_BF16.
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+#include "../blas.hpp"
+#include "../parallel.hpp"
+#include "ctransformer/bf16.hpp"
+#include "ctransformer/cpu_features.hpp"
+#include "ctransformer/error.hpp"
+#include "gemm_kernels.hpp"
+
+namespace ct {
+
+namespace {
+
+enum class Kernel { Avx512Bf16, Emulated };
+
+bool cpu_has_bf16() {
+    const CpuFeatures& f = cpu_features();
+    return f.avx512_bf16 && f.simd_level == "avx512";
+}
+
+std::atomic<Kernel>& kernel() {
+    static std::atomic<Kernel> k{cpu_has_bf16() ? Kernel::Avx512Bf16 : Kernel::Emulated};
+    return k;
+}
+
+// Below ~4 MFLOP a product stays on one thread (as blas.cpp's sgemm split, for the same reason).
+constexpr double kSplitFlops = 2.0 * 128 * 128 * 128;
+constexpr int kPanel = 32;  // columns of the kernel's tile: a thread's columns come in whole panels
+constexpr int kRowPanel = 12;
+
+// op(X) (rows x cols) rounded to bf16 and widened back to fp32, row-major with leading dimension = cols
+// or (trans) a copy of X's own layout: either way the same op applies to the copy.
+std::vector<float> rounded_copy(const Bf16Operand& x, int rows, int cols) {
+    const int r = x.trans ? cols : rows, c = x.trans ? rows : cols;  // X's own shape
+    std::vector<float> out(std::size_t(r) * std::size_t(c));
+    parallel::parallel_for(std::size_t(r), std::max<std::size_t>(1, 16384 / std::max(c, 1)), [&](std::size_t i0, std::size_t i1) {
+        for (std::size_t i = i0; i < i1; ++i) {
+            float* o = out.data() + i * std::size_t(c);
+            if (x.f32) {
+                const float* s = x.f32 + i * std::size_t(x.ld);
+                for (int j = 0; j < c; ++j) o[j] = from_bf16(to_bf16(s[j]));
+            } else {
+                widen_bf16(x.b16 + i * std::size_t(x.ld), o, std::size_t(c));
+            }
+        }
+    });
+    return out;
+}
+
+void emulated(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta, float* c, int ldc,
+              bool serial) {
+    const std::vector<float> a32 = rounded_copy(a, m, k), b32 = rounded_copy(b, k, n);
+    const int lda = a.trans ? m : k, ldb = b.trans ? k : n;
+    (serial ? blas::gemm_serial : blas::gemm)(a.trans, b.trans, m, n, k, alpha, a32.data(), lda, b32.data(), ldb, beta, c, ldc);
+}
+
+bf16_kernels::Block make_block(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta,
+                               float* c, int ldc) {
+    return {a.f32, a.b16, a.ld, a.trans, b.f32, b.b16, b.ld, b.trans, c, ldc, 0, m, 0, n, k, alpha, beta != 0.0f};
+}
+
+void check(int m, int n, int k, float beta, const Bf16Operand& a, const Bf16Operand& b) {
+    if (m < 0 || n < 0 || k < 0) throw ValueError("gemm_bf16: negative size");
+    if (beta != 0.0f && beta != 1.0f) throw ValueError("gemm_bf16: beta must be 0 or 1");
+    if (bool(a.f32) == bool(a.b16) || bool(b.f32) == bool(b.b16))
+        throw ValueError("gemm_bf16: each operand needs exactly one of fp32 or bf16 data");
+}
+
+// C = alpha P + C with alpha != 1: the kernel scales only a fresh product, so P goes through a scratch.
+template <class Run>
+void scaled_accumulate(int m, int n, float* c, int ldc, Run&& run) {
+    std::vector<float> p(std::size_t(m) * std::size_t(n));
+    run(p.data(), n);
+    for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) c[std::size_t(i) * ldc + j] += p[std::size_t(i) * n + j];
+}
+
+void native(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta, float* c, int ldc,
+            bool serial) {
+    if (beta != 0.0f && alpha != 1.0f)
+        return scaled_accumulate(m, n, c, ldc, [&](float* p, int ldp) { native(m, n, k, alpha, a, b, 0.0f, p, ldp, serial); });
+    if (k == 0) {  // an empty sum: 0, or C unchanged
+        if (beta == 0.0f)
+            for (int i = 0; i < m; ++i) std::fill_n(c + std::size_t(i) * ldc, n, 0.0f);
+        return;
+    }
+    bf16_kernels::Block g = make_block(m, n, k, alpha, a, b, beta, c, ldc);
+    const int threads = serial ? 1 : parallel::threads();
+    const int col_panels = (n + kPanel - 1) / kPanel, row_panels = (m + kRowPanel - 1) / kRowPanel;
+    if (threads <= 1 || 2.0 * m * n * k < kSplitFlops || (col_panels < 2 && row_panels < 2))
+        return bf16_kernels::avx512_bf16_block(g);
+    // Split the columns when there are enough panels (each thread then packs only its own part of B,
+    // the larger operand in every product of the models), else the rows.
+    const bool by_columns = col_panels >= 2 * threads || col_panels >= row_panels;
+    const std::size_t panels = std::size_t(by_columns ? col_panels : row_panels);
+    const std::size_t pieces = std::min<std::size_t>(panels, std::size_t(threads) * 2);
+    parallel::parallel_chunks(panels, pieces, [&](std::size_t, std::size_t p0, std::size_t p1) {
+        bf16_kernels::Block piece = g;
+        if (by_columns) {
+            piece.n0 = int(p0) * kPanel;
+            piece.n1 = std::min(n, int(p1) * kPanel);
+        } else {
+            piece.m0 = int(p0) * kRowPanel;
+            piece.m1 = std::min(m, int(p1) * kRowPanel);
+        }
+        bf16_kernels::avx512_bf16_block(piece);
+    });
+}
+
+void run(int m, int n, int k, float alpha, Bf16Operand a, Bf16Operand b, float beta, float* c, int ldc, bool serial) {
+    check(m, n, k, beta, a, b);
+    if (m == 0 || n == 0) return;
+    if (kernel().load() == Kernel::Avx512Bf16)
+        native(m, n, k, alpha, a, b, beta, c, ldc, serial);
+    else
+        emulated(m, n, k, alpha, a, b, beta, c, ldc, serial);
+}
+
+}  // namespace
+
+void round_to_bf16(const float* in, bf16_t* out, std::size_t n) {
+    parallel::parallel_for(n, 1 << 16, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) out[i] = to_bf16(in[i]);
+    });
+}
+
+void widen_bf16(const bf16_t* in, float* out, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = from_bf16(in[i]);
+}
+
+void gemm_bf16(int m, int n, int k, float alpha, Bf16Operand a, Bf16Operand b, float beta, float* c, int ldc) {
+    run(m, n, k, alpha, a, b, beta, c, ldc, false);
+}
+
+void gemm_bf16_serial(int m, int n, int k, float alpha, Bf16Operand a, Bf16Operand b, float beta, float* c, int ldc) {
+    run(m, n, k, alpha, a, b, beta, c, ldc, true);
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+               int ldb, float beta, float* c, int ldc) {
+    run(m, n, k, alpha, Bf16Operand::fp32(a, lda, trans_a), Bf16Operand::fp32(b, ldb, trans_b), beta, c, ldc, false);
+}
+
+void gemm_bf16_serial(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                      const float* b, int ldb, float beta, float* c, int ldc) {
+    run(m, n, k, alpha, Bf16Operand::fp32(a, lda, trans_a), Bf16Operand::fp32(b, ldb, trans_b), beta, c, ldc, true);
+}
+
+std::string bf16_kernel() { return kernel().load() == Kernel::Avx512Bf16 ? "avx512_bf16" : "emulated"; }
+
+void set_bf16_kernel(const std::string& name) {
+    if (name == "auto")
+        kernel() = cpu_has_bf16() ? Kernel::Avx512Bf16 : Kernel::Emulated;
+    else if (name == "emulated")
+        kernel() = Kernel::Emulated;
+    else if (name == "avx512_bf16") {
+        if (!cpu_has_bf16())
+            throw ValueError("set_bf16_kernel: this CPU has no AVX512_BF16 (cpu_features()['avx512_bf16'] is False); "
+                             "use 'auto' or 'emulated'");
+        kernel() = Kernel::Avx512Bf16;
+    } else {
+        throw ValueError("set_bf16_kernel: kernel must be 'auto', 'avx512_bf16' or 'emulated', got '" + name + "'");
+    }
+}
+
+}  // namespace ct

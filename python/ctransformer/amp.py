@@ -1,0 +1,87 @@
+"""``autocast``: bf16 mixed precision, as ``torch.autocast("cpu", dtype=torch.bfloat16)``.
+
+Inside the region, linear, matmul and attention's products multiply operands rounded to bfloat16 and
+accumulate in float32, forward and backward (an op remembers that it ran in a region, wherever
+``backward()`` is called). Softmax, layer norm, the losses and the optimizer stay float32, and so do
+the parameters. One difference from torch: a product returns float32 (its fp32 sum is not rounded
+again to bf16).
+
+Parameters are rounded to bf16 once and reused by every product until the outermost region ends or
+``Adam.step()`` changes them. Change a parameter in place by other means inside a region and its
+cached copy is stale until the region ends (as in torch).
+
+On a CPU with AVX512_BF16 (Intel Cooper Lake, Sapphire/Emerald Rapids; AMD Zen 4 and 5) the products
+run on ``vdpbf16ps``; elsewhere the same rounded operands go through the BLAS's float32 product
+(``bf16_kernel()`` says which): the same numbers up to summation order, and no faster than float32.
+"""
+import functools
+
+from ._core import amp as _amp
+
+_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+def _dtype_name(dtype):
+    """'bfloat16' from 'bfloat16', 'bf16', or torch.bfloat16 / numpy-like objects whose str ends in bfloat16."""
+    name = str(dtype).rsplit(".", 1)[-1]
+    if name not in _DTYPES:
+        raise ValueError(f"autocast: dtype must be 'bfloat16' (the CPU autocast dtype), got {dtype!r}")
+    return _DTYPES[name]
+
+
+class autocast:
+    """Context manager and decorator: ``with ct.autocast(dtype="bfloat16"):`` or
+    ``ct.autocast("cpu", dtype="bfloat16")``, as torch's. ``enabled=False`` turns autocast off inside."""
+
+    def __init__(self, device_type="cpu", dtype="bfloat16", enabled=True, cache_enabled=True):
+        if device_type != "cpu":
+            raise ValueError(f"autocast: device_type must be 'cpu' (ctransformer runs on the CPU), got {device_type!r}")
+        if not cache_enabled:
+            raise ValueError("autocast: cache_enabled=False is not supported; the bf16 copies of the parameters "
+                             "are always cached for the region")
+        self.fast_dtype = _dtype_name(dtype)
+        self.enabled = bool(enabled)
+        self._region = None
+
+    def __enter__(self):
+        if self._region is not None:
+            raise RuntimeError("autocast: this object is already in use; make one per `with`")
+        self._region = _amp.AutocastRegion(self.enabled)
+        self._region.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        region, self._region = self._region, None
+        region.__exit__(*exc)
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with autocast(dtype=self.fast_dtype, enabled=self.enabled):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+def is_autocast_enabled():
+    """Whether this thread is inside an enabled autocast region."""
+    return _amp.is_autocast_enabled()
+
+
+def bf16_kernel():
+    """The kernel bf16 products use here: 'avx512_bf16' (vdpbf16ps) or 'emulated' (bf16-rounded operands
+    through float32 sgemm, on CPUs without AVX512_BF16)."""
+    return _amp.bf16_kernel()
+
+
+def set_bf16_kernel(name):
+    """'auto' (the CPU's best), 'avx512_bf16' (ValueError where the CPU lacks it) or 'emulated'."""
+    _amp.set_bf16_kernel(name)
+
+
+round_to_bf16 = _amp.round_to_bf16
+widen_bf16 = _amp.widen_bf16
+gemm_bf16 = _amp.gemm_bf16
+
+__all__ = ["autocast", "is_autocast_enabled", "bf16_kernel", "set_bf16_kernel", "round_to_bf16", "widen_bf16", "gemm_bf16"]

@@ -1,0 +1,153 @@
+"""bfloat16 rounding and the bf16 GEMM under autocast (ctransformer.amp).
+
+- Rounding is exact against torch's own float32 -> bfloat16 conversion (round to nearest even, NaN
+  quiet, subnormals kept): same bits, including ties, overflow to infinity and the largest finite values.
+- The AVX512_BF16 kernel is exact, bit for bit, against a NumPy model of what it promises (bf16.hpp): per
+  C element one float32 chain over k in pairs, acc += a[2p+1] b[2p+1] then acc += a[2p] b[2p], from 0
+  (or from C). The product of two bf16 values is exact in float32, so NumPy's float32 a*b then + is the
+  fused multiply-add the instruction does. Awkward shapes: 1, 7, 17, 193 and 4097 rows, k odd and not a
+  multiple of the vector width, k across the kernel's 256-value blocks, every transpose, fp32 and bf16
+  operands, beta 1 and alpha != 1, 1 and 2 threads. Skipped on a CPU without AVX512_BF16 (it cannot run).
+- The emulation (any CPU) is held to the float32 summation bound against float64 on the same rounded
+  operands: |c - c64| <= k * 2**-24 * sum_p |a_p b_p| (a bound any summation order meets; the bf16 rounding
+  of the inputs, which a kernel that forgot to round would show, is ~2**-9 relative, far outside it).
+"""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+import ctransformer as ct
+from ctransformer import amp
+
+HAS_BF16 = ct.build_info()["cpu"]["avx512_bf16"] and ct.build_info()["cpu"]["simd_level"] == "avx512"
+SHAPES = [(1, 1, 1), (1, 40, 33), (7, 33, 17), (17, 31, 258), (13, 64, 513), (193, 65, 300), (4097, 40, 33),
+          (30, 600, 520), (12, 32, 256), (25, 70, 1001)]
+
+
+def rounded(x):
+    return amp.widen_bf16(amp.round_to_bf16(x))
+
+
+def chain_reference(a, b, ta, tb, start=None):
+    """The AVX512_BF16 kernel's arithmetic, in NumPy float32, from 0 or from `start` (beta = 1)."""
+    A = rounded(a).T if ta else rounded(a)
+    B = rounded(b).T if tb else rounded(b)
+    m, k = A.shape
+    acc = np.zeros((m, B.shape[1]), np.float32) if start is None else start.copy()
+    for p in range(0, k, 2):
+        if p + 1 < k:
+            acc = acc + np.outer(A[:, p + 1], B[p + 1])  # exact products (float32), one rounding per add
+        acc = acc + np.outer(A[:, p], B[p])
+    return acc
+
+
+def operands(m, n, k, ta, tb, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    return a, b
+
+
+@pytest.fixture
+def kernel():
+    """Restores the automatic choice after a test that forces one."""
+    yield amp.set_bf16_kernel
+    amp.set_bf16_kernel("auto")
+
+
+# --- rounding -----------------------------------------------------------------------------------------
+def test_rounding_is_torchs():
+    rng = np.random.default_rng(0)
+    special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, 3.4028235e38, -3.4028235e38, 1e-40, -1e-40, 1e-45,
+                        1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 1.0 + 2.0**-8 + 2.0**-20, 3.3961776e38, 3.3895314e38],
+                       np.float32)  # ties go to even both ways; the last two round to infinity / the largest bf16
+    ties = (rng.integers(0, 2**16, 5000).astype(np.uint32) << 16 | 0x8000).view(np.float32)
+    x = np.concatenate([special, rng.standard_normal(20000).astype(np.float32) * 10.0**rng.integers(-40, 38, 20000),
+                        ties[np.isfinite(ties)]]).astype(np.float32)
+    ours = amp.round_to_bf16(x)
+    theirs = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(amp.widen_bf16(ours), torch.from_numpy(x).to(torch.bfloat16).float().numpy())
+
+
+def test_nan_rounds_to_a_quiet_nan():
+    x = np.array([np.nan, -np.nan, np.float32(np.uint32(0x7F800001).view(np.float32))], np.float32)
+    assert (amp.round_to_bf16(x) == 0x7FC0).all()
+
+
+# --- the kernels --------------------------------------------------------------------------------------
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512_BF16: the native kernel cannot run here")
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_native_kernel_is_exact(m, n, k, kernel):
+    kernel("avx512_bf16")
+    assert amp.bf16_kernel() == "avx512_bf16"
+    for ta, tb in itertools.product([False, True], repeat=2):
+        a, b = operands(m, n, k, ta, tb, seed=m * 7 + n + k)
+        want = chain_reference(a, b, ta, tb)
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb), want, err_msg=f"fp32 operands {ta=} {tb=}")
+        ab, bb = amp.round_to_bf16(a), amp.round_to_bf16(b)
+        np.testing.assert_array_equal(amp.gemm_bf16(ab, bb, ta, tb), want, err_msg=f"bf16 operands {ta=} {tb=}")
+        np.testing.assert_array_equal(amp.gemm_bf16(a, bb, ta, tb), want, err_msg=f"mixed operands {ta=} {tb=}")
+        c = np.random.default_rng(1).standard_normal(want.shape).astype(np.float32)
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, c=c), chain_reference(a, b, ta, tb, start=c),
+                                      err_msg=f"beta 1 {ta=} {tb=}")  # the chain starts from C
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.125), want * np.float32(0.125))
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.3, c=c), c + want * np.float32(0.3))
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512_BF16: the native kernel cannot run here")
+def test_native_kernel_is_the_same_on_any_number_of_threads(kernel):
+    kernel("avx512_bf16")
+    previous = ct.get_num_threads()
+    try:
+        for m, n, k in [(512, 2048, 512), (2048, 96, 300), (40, 10000, 64)]:
+            a, b = operands(m, n, k, False, True, seed=3)
+            ct.set_num_threads(1)
+            one = amp.gemm_bf16(a, b, trans_b=True)
+            ct.set_num_threads(2)
+            np.testing.assert_array_equal(amp.gemm_bf16(a, b, trans_b=True), one)
+    finally:
+        ct.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_emulation_meets_the_float32_bound(m, n, k, kernel):
+    kernel("emulated")
+    assert amp.bf16_kernel() == "emulated"
+    for ta, tb in itertools.product([False, True], repeat=2):
+        a, b = operands(m, n, k, ta, tb, seed=m + n * 3 + k)
+        A = (rounded(a).T if ta else rounded(a)).astype(np.float64)
+        B = (rounded(b).T if tb else rounded(b)).astype(np.float64)
+        exact, size = A @ B, np.abs(A) @ np.abs(B)
+        got = amp.gemm_bf16(a, b, ta, tb)
+        assert (np.abs(got - exact) <= k * 2.0**-24 * size + 1e-30).all(), (ta, tb)
+        # unrounded inputs would miss by the inputs' rounding, far outside the bound
+        if k >= 16:
+            A32 = (a.T if ta else a).astype(np.float64)
+            B32 = (b.T if tb else b).astype(np.float64)
+            assert not (np.abs(A32 @ B32 - exact) <= k * 2.0**-24 * size).all()
+
+
+def test_kernel_names_and_refusals(kernel):
+    assert amp.bf16_kernel() == ("avx512_bf16" if HAS_BF16 else "emulated")
+    with pytest.raises(ValueError, match="'auto', 'avx512_bf16' or 'emulated'"):
+        kernel("amx")
+    if not HAS_BF16:
+        with pytest.raises(ValueError, match="no AVX512_BF16"):
+            kernel("avx512_bf16")
+
+
+def test_bad_operands_are_refused():
+    a = np.ones((3, 4), np.float32)
+    with pytest.raises(ValueError, match="inner sizes must agree"):
+        amp.gemm_bf16(a, np.ones((5, 2), np.float32))
+    with pytest.raises(ValueError, match="a: expected a 2-D array"):
+        amp.gemm_bf16(np.ones(3, np.float32), a)
+    with pytest.raises(TypeError, match="b: expected float32 values or uint16 bf16 bits, got dtype int64"):
+        amp.gemm_bf16(a, np.ones((4, 2), np.int64))
+    with pytest.raises(ValueError, match="a: contains NaN"):
+        amp.gemm_bf16(np.full((3, 4), np.nan, np.float32), np.ones((4, 2), np.float32))
+    with pytest.raises(ValueError, match=r"c: expected a float32 array of shape \(3, 2\)"):
+        amp.gemm_bf16(a, np.ones((4, 2), np.float32), c=np.ones((2, 2), np.float32))
