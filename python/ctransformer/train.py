@@ -46,14 +46,17 @@ def train_step(task, model, optimizer, scheduler, rng, step):
     shard = task.run.shard
     batch = task.train_batch(step, rng)
     global_count = task.loss_count(batch)
-    with shard.split(*batch) as local:
-        local = local if len(batch) > 1 else (local,)
-        loss, metrics = task.loss(model, local)
-        local_count = task.loss_count(local)
-    metrics = {"loss": loss.item(), **metrics}
-    metrics = {key: shard.global_mean(value, local_count, global_count) for key, value in metrics.items()}
-    optimizer.zero_grad()
-    shard.scale_loss(loss, local_count, global_count).backward()
+    # precision bf16: forward and backward in one autocast region, so each weight is rounded to bf16 once
+    # for the step (the optimizer's step then invalidates the copies)
+    with ct.autocast(enabled=task.cfg.get("precision") == "bf16"):
+        with shard.split(*batch) as local:
+            local = local if len(batch) > 1 else (local,)
+            loss, metrics = task.loss(model, local)
+            local_count = task.loss_count(local)
+        metrics = {"loss": loss.item(), **metrics}
+        metrics = {key: shard.global_mean(value, local_count, global_count) for key, value in metrics.items()}
+        optimizer.zero_grad()
+        shard.scale_loss(loss, local_count, global_count).backward()
     if task.cfg.get("grad_clip", 0) > 0:
         ct.optim.clip_grad_norm_(model.parameters(), task.cfg["grad_clip"])
     metrics["lr"] = optimizer.param_groups[0]["lr"]
@@ -251,6 +254,8 @@ def main(argv=None):
                              "the same global batches, split over the processes, gradients averaged during backward")
     parser.add_argument("--bucket-mb", type=float, default=1.0,
                         help="with --distributed: MiB of gradients per all-reduce bucket (default 1)")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default=None,
+                        help="bf16: train under ct.autocast (bf16 products, fp32 weights); the same as --set precision=bf16")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                         help="override any default shown by --list, e.g. --set lr=1e-3 (several: --set a=1 b=2, "
@@ -288,6 +293,8 @@ def main(argv=None):
         config[key] = _parse_value(value, defaults[key])
     if args.seed is not None:
         config["seed"] = args.seed
+    if args.precision is not None:
+        config["precision"] = args.precision
     if args.epochs is not None:
         if "epochs" in defaults:        # the task turns epochs into steps once it has its batches
             if args.steps is None:

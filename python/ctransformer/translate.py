@@ -43,6 +43,8 @@ def main(argv=None):
     parser.add_argument("--bleu", metavar="REF", help="print sacrebleu's corpus BLEU and signature against this reference file (on stderr when the "
                              "translations go to stdout)")
     parser.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: decode under ct.autocast, the weights rounded to bf16 once (default fp32)")
     args = parser.parse_args(argv)
     if args.threads:
         ct.set_num_threads(args.threads)
@@ -69,7 +71,8 @@ def main(argv=None):
         parser.exit(2, f"ctransformer-translate: error: the input is not UTF-8 text ({error})\n")
     except (OSError, ValueError) as error:
         parser.exit(2, f"ctransformer-translate: error: {error}\n")
-    translations = translator.translate(sentences)
+    with ct.autocast(enabled=args.precision == "bf16"):
+        translations = translator.translate(sentences)
     text = "".join(t + "\n" for t in translations)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

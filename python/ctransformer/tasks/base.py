@@ -11,6 +11,11 @@ from typing import Callable, Optional
 from ctransformer.distributed import Shard
 
 
+# "bf16": every training step's forward and backward run under ct.autocast (bf16 products, fp32 master
+# weights and everything else); evaluation and decoding stay float32.
+PRECISIONS = ("fp32", "bf16")
+
+
 @dataclass
 class Run:
     """What a task is told about the run it is part of (given to the task when it is made)."""
@@ -37,6 +42,9 @@ class Task:
         if unknown:
             raise ValueError(f"unknown option(s) for task {self.name!r}: {', '.join(sorted(unknown))}")
         self.cfg = {**self.defaults, **(config or {})}
+        precision = self.cfg.get("precision", "fp32")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.run = run or Run()
 
     def log(self, message):

@@ -18,6 +18,7 @@ class Copy(Task):
         "vocab": 11, "length": 10, "batch_size": 80, "start_symbol": 1, "pad": 0,
         "d_model": 128, "d_inner": 512, "n_layers": 2, "n_head": 4, "dropout": 0.1,
         "lr": 0.5, "factor": 1.0, "warmup": 400, "smoothing": 0.0, "eval_batches": 5,
+        "precision": "fp32",   # or "bf16": train steps under ct.autocast (the loop reads it)
     }
 
     def build(self):

@@ -40,6 +40,7 @@ class Multi30k(Task):
 
     defaults = {
         "seed": 0, "steps": 4000, "log_every": 100, "epochs": 0,   # epochs > 0 (--epochs N) replaces steps
+        "precision": "fp32",   # or "bf16": train steps under ct.autocast (the loop reads it)
         # The corpus: Multi30k unless files are named; max_train_pairs > 0 keeps the first N pairs.
         "train_src": "", "train_tgt": "", "valid_src": "", "valid_tgt": "", "test_src": "", "test_tgt": "",
         "max_train_pairs": 0,
