@@ -74,7 +74,8 @@ void bind_precision(py::module_& m) {
         ct::widen_bf16(bits.data(), out.mutable_data(), std::size_t(bits.size()));
         return out;
     }, py::arg("bits"), "bfloat16 bits (uint16) as float32 values (exact).");
-    m.def("gemm_bf16", [](py::handle a, py::handle b, bool trans_a, bool trans_b, double alpha, py::object c) {
+    m.def("gemm_bf16", [](py::handle a, py::handle b, bool trans_a, bool trans_b, double alpha, py::object c,
+                          py::object out_obj) {
         Operand A = operand(a, trans_a, "a"), B = operand(b, trans_b, "b");
         if (A.cols != B.rows)
             throw ct::ValueError("gemm_bf16: op(a) is " + std::to_string(A.rows) + " x " + std::to_string(A.cols) +
@@ -82,7 +83,16 @@ void bind_precision(py::module_& m) {
                                  "; their inner sizes must agree");
         F32 out;
         float beta = 0.0f;
-        if (c.is_none()) {
+        if (!out_obj.is_none()) {  // written in place (benchmarks: no fresh pages per call)
+            if (!c.is_none()) throw ct::ValueError("gemm_bf16: give c or out, not both");
+            if (!py::isinstance<F32>(out_obj))
+                throw ct::TypeError("out: expected a float32 array");
+            out = out_obj.cast<F32>();
+            if (out.ndim() != 2 || std::size_t(out.shape(0)) != A.rows || std::size_t(out.shape(1)) != B.cols ||
+                !(out.flags() & py::array::c_style) || !out.writeable())
+                throw ct::ValueError("out: expected a writable C-contiguous float32 array of shape (" +
+                                     std::to_string(A.rows) + ", " + std::to_string(B.cols) + ")");
+        } else if (c.is_none()) {
             out = F32({py::ssize_t(A.rows), py::ssize_t(B.cols)});
         } else {
             F32 given = F32::ensure(c);
@@ -100,8 +110,8 @@ void bind_precision(py::module_& m) {
         }
         return out;
     }, py::arg("a"), py::arg("b"), py::arg("trans_a") = false, py::arg("trans_b") = false, py::arg("alpha") = 1.0,
-       py::arg("c") = py::none(),
-       "alpha op(a) @ op(b) (+ c), with op(a), op(b) rounded to bf16 and fp32 accumulation: the product autocast "
+       py::arg("c") = py::none(), py::arg("out") = py::none(),
+       "alpha op(a) @ op(b) (+ c), written to a new array or to out, with op(a), op(b) rounded to bf16 and fp32 accumulation: the product autocast "
        "uses. a and b are float32 arrays or uint16 bf16 bits; op(x) is x.T when trans_x.");
     m.def("bf16_kernel", &ct::bf16_kernel, "The bf16 GEMM kernel in use: 'avx512_bf16' or 'emulated'.");
     m.def("set_bf16_kernel", &ct::set_bf16_kernel, py::arg("name"),
@@ -117,7 +127,7 @@ void bind_precision(py::module_& m) {
         .def("__exit__", [](Region& r, py::args) { r.guard.reset(); });
     m.def("is_autocast_enabled", &ct::autocast::enabled, "Whether this thread is inside a bf16 autocast region.");
     m.def("autocast_cache_size", &ct::autocast::cached_count, "How many parameters have a cached bf16 copy.");
-    m.def("clear_autocast_cache", &ct::autocast::clear_cache, "Forget the cached bf16 copies of the parameters.");
+    m.def("clear_autocast_cache", [] { ct::autocast::clear_cache(false); }, "Forget the cached bf16 copies of the parameters.");
 }
 
 }  // namespace ctpy

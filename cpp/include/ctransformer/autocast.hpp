@@ -37,8 +37,9 @@ private:
 // first use since the cache was cleared and a region is active), else w's fp32 data, rounded by the kernel.
 Bf16Operand operand(const Tensor& w, int ld, bool trans);
 
-// Forget every cached copy (the parameters changed).
-void clear_cache();
+// Forget every cached copy (the parameters changed). keep_buffers: keep their memory for the next copies
+// (an optimizer step: the same parameters are rounded again next step); false frees it (a region's end).
+void clear_cache(bool keep_buffers = false);
 // How many parameters have a cached copy (tests).
 std::size_t cached_count();
 

@@ -29,7 +29,7 @@ namespace {
 constexpr int MR = 12, NR = 32;
 constexpr int KC = 256, KCP = KC / 2;  // k block: values / pairs
 constexpr int MC = 192;                // rows of A per packed block (16 micro-panels)
-constexpr int NC = 512;                // columns of B per packed block
+constexpr int NC = 4096;                // columns of B per packed block
 
 // 16 values of a row as 16 32-bit lanes holding the bf16 bits in their low half (cnt < 16: the rest 0).
 CT_BF16_TARGET inline __m512i load16(const float* p, int cnt) {
@@ -215,8 +215,11 @@ Buffer aligned(std::size_t words) {
     return Buffer(static_cast<std::uint32_t*>(std::aligned_alloc(64, words * 4)));
 }
 
+// Words of one k block of a shared packed A (all of A's rows), and where row panel `panel` starts in it.
+std::size_t a_block_words(int m) { return std::size_t((m + MR - 1) / MR) * KCP * MR; }
+
 template <class TA, class TB>
-CT_BF16_TARGET void block(const Block& g, const TA* A, const TB* B) {
+CT_BF16_TARGET void block(const Block& g, const TA* A, const TB* B, const std::uint32_t* shared_a) {
     // Each thread packs into its own buffers, kept for the thread's life (the pool's threads persist).
     thread_local Buffer a_buf = aligned(std::size_t(MC) * KCP);
     thread_local Buffer b_buf = aligned(std::size_t(NC) * KCP);
@@ -228,26 +231,45 @@ CT_BF16_TARGET void block(const Block& g, const TA* A, const TB* B) {
             pack_b(B, g.ldb, g.tb, pc, kc, jc, nc, b_buf.get());
             for (int ic = g.m0; ic < g.m1; ic += MC) {
                 const int mc = std::min(MC, g.m1 - ic);
-                pack_a(A, g.lda, g.ta, pc, kc, ic, mc, a_buf.get());
+                const std::uint32_t* ap = a_buf.get();
+                if (shared_a)  // packed once for every thread (pack_shared_a); ic is a multiple of MR here
+                    ap = shared_a + std::size_t(pc / KC) * a_block_words(g.m1) + std::size_t(ic / MR) * KCP * MR;
+                else
+                    pack_a(A, g.lda, g.ta, pc, kc, ic, mc, a_buf.get());
                 float* C = g.c + std::size_t(ic) * g.ldc + jc;
                 const bool accumulate = pc > 0 || g.accumulate;
                 const bool scaled = last && g.alpha != 1.0f;  // (never with g.accumulate: gemm.cpp)
                 if (!g.ta)
-                    tiles<1, KCP>(kcp, mc, nc, a_buf.get(), b_buf.get(), C, g.ldc, accumulate, scaled, g.alpha);
+                    tiles<1, KCP>(kcp, mc, nc, ap, b_buf.get(), C, g.ldc, accumulate, scaled, g.alpha);
                 else
-                    tiles<MR, 1>(kcp, mc, nc, a_buf.get(), b_buf.get(), C, g.ldc, accumulate, scaled, g.alpha);
+                    tiles<MR, 1>(kcp, mc, nc, ap, b_buf.get(), C, g.ldc, accumulate, scaled, g.alpha);
             }
         }
     }
 }
 
+template <class TA>
+CT_BF16_TARGET void pack_shared(const Block& g, const TA* A, int panel0, int panel1, std::uint32_t* out) {
+    const int r0 = panel0 * MR, r1 = std::min(g.m1, panel1 * MR);
+    for (int pc = 0; pc < g.k; pc += KC)
+        pack_a(A, g.lda, g.ta, pc, std::min(KC, g.k - pc), r0, r1 - r0,
+               out + std::size_t(pc / KC) * a_block_words(g.m1) + std::size_t(panel0) * KCP * MR);
+}
+
 }  // namespace
 
-void avx512_bf16_block(const Block& g) {
-    if (g.a32 && g.b32) return block(g, g.a32, g.b32);
-    if (g.a32) return block(g, g.a32, g.b16);
-    if (g.b32) return block(g, g.a16, g.b32);
-    return block(g, g.a16, g.b16);
+void avx512_bf16_block(const Block& g, const std::uint32_t* shared_a) {
+    if (g.a32 && g.b32) return block(g, g.a32, g.b32, shared_a);
+    if (g.a32) return block(g, g.a32, g.b16, shared_a);
+    if (g.b32) return block(g, g.a16, g.b32, shared_a);
+    return block(g, g.a16, g.b16, shared_a);
+}
+
+std::size_t avx512_bf16_shared_a_words(int m, int k) { return std::size_t((k + KC - 1) / KC) * a_block_words(m); }
+
+void avx512_bf16_pack_shared_a(const Block& g, int panel0, int panel1, std::uint32_t* out) {
+    if (g.a32) return pack_shared(g, g.a32, panel0, panel1, out);
+    return pack_shared(g, g.a16, panel0, panel1, out);
 }
 
 }  // namespace ct::bf16_kernels
@@ -255,7 +277,10 @@ void avx512_bf16_block(const Block& g) {
 #else
 
 namespace ct::bf16_kernels {
-void avx512_bf16_block(const Block&) {}  // never called: gemm.cpp checks the CPU first
+// Never called: gemm.cpp checks the CPU first.
+void avx512_bf16_block(const Block&, const std::uint32_t*) {}
+std::size_t avx512_bf16_shared_a_words(int, int) { return 0; }
+void avx512_bf16_pack_shared_a(const Block&, int, int, std::uint32_t*) {}
 }  // namespace ct::bf16_kernels
 
 #endif

@@ -1,5 +1,8 @@
 // Inside gemm_bf16: one block of C for one thread, and the kernels that compute it.
 #pragma once
+#include <cstddef>
+#include <cstdint>
+
 #include "ctransformer/bf16.hpp"
 
 namespace ct::bf16_kernels {
@@ -22,6 +25,12 @@ struct Block {
     bool accumulate;
 };
 
-void avx512_bf16_block(const Block& block);  // CPUs with AVX512_BF16 only
+// CPUs with AVX512_BF16 only. shared_a: A already packed for every row (pack_shared_a), else each call packs
+// its own blocks of A.
+void avx512_bf16_block(const Block& block, const std::uint32_t* shared_a = nullptr);
+// A packed once for all threads: the buffer's size in 32-bit words, and packing rows [12 panel0, 12 panel1)
+// of it (threads pack disjoint panels). block.m0 must be 0 and block.m1 = m.
+std::size_t avx512_bf16_shared_a_words(int m, int k);
+void avx512_bf16_pack_shared_a(const Block& block, int panel0, int panel1, std::uint32_t* out);
 
 }  // namespace ct::bf16_kernels

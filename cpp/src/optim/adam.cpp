@@ -97,7 +97,7 @@ void Adam::on_group_added(std::size_t group_index) {
 }
 
 void Adam::step() {
-    autocast::clear_cache();  // the parameters change: their bf16 copies are stale
+    autocast::clear_cache(true);  // the parameters change: their bf16 copies are stale
     auto& groups = param_groups();
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
         const ParamGroup& g = groups[gi];
