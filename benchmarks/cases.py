@@ -252,6 +252,29 @@ def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2, compute_type="
     return build
 
 
+def under_autocast(build):
+    """The same training case with each side's step under its own bf16 autocast: torch.autocast("cpu",
+    dtype=torch.bfloat16) and ct.autocast(dtype="bfloat16"). The whole step runs in the region (as
+    ctransformer's training loop does; torch's backward and optimizer step run the same kernels inside it
+    as outside, since autocast only changes the forward ops)."""
+    def build_bf16(side, share, torch_model=None):
+        step, model = build(side, share, torch_model) if side == "ct" else build(side, share)
+        if side == "torch":
+            import torch
+
+            def run():
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    return step()
+        else:
+            import ctransformer as ct
+
+            def run():
+                with ct.autocast(dtype="bfloat16"):
+                    return step()
+        return run, model
+    return build_bf16
+
+
 # Each case: build(side, share, torch_model=None) -> (step, model); flops() for training steps;
 # decoding cases also time ct's key/value-cached decoder ("cached") against the same torch loop, and
 # CTranslate2 float32 and int8 on the same weights ("ct2", "ct2_int8"), each in a process of its own.
@@ -260,6 +283,11 @@ for _size in ("tiny", "small", "base"):
     CASES[f"{_size}/train"] = dict(build=build_a_train(_size), flops=(lambda s=_size: system_a_flops(SYSTEM_A[s])["train"]),
                                    config=SYSTEM_A[_size], kind="train")
 CASES["gpt/train"] = dict(build=build_gpt_train, flops=lambda: gpt_flops(GPT)["train"], config=GPT, kind="train")
+# bf16 training (issue 21): each side under its own autocast, with both sides' float32 steps timed in the same
+# turns ("fp32": the float32 case's build), so one run gives ct bf16 against ct fp32, torch bf16 and torch fp32.
+for _name in ("small/train", "base/train", "gpt/train"):
+    CASES[_name + "-bf16"] = dict(CASES[_name], build=under_autocast(CASES[_name]["build"]),
+                                  fp32=CASES[_name]["build"], kind="train-bf16")
 for _size in ("tiny", "small", "base"):
     for _rows in (1, 32):
         CASES[f"{_size}/decode-b{_rows}"] = dict(

@@ -129,6 +129,36 @@ def sgemm_rate(shapes, threads=2, min_time=0.15, blas=None):
             "config": lib.config(), "core": lib.corename(), "shapes": per_shape}
 
 
+def bf16_gemm_rate(shapes, threads=2, min_time=0.15):
+    """GFLOP/s of ctransformer's bf16 GEMM (ct.amp.gemm_bf16: bf16 operands, fp32 accumulation) over
+    `shapes` as sgemm_rate, written in place (out=) so no call pays for fresh pages."""
+    import ctransformer as ct
+    previous = ct.get_num_threads()
+    ct.set_num_threads(threads)
+    total_flops = total_time = 0.0
+    per_shape = []
+    for m, n, k, ta, tb, count in shapes:
+        a = ct.amp.round_to_bf16(np.random.default_rng(0).standard_normal((k, m) if ta else (m, k)).astype(np.float32))
+        b = ct.amp.round_to_bf16(np.random.default_rng(1).standard_normal((n, k) if tb else (k, n)).astype(np.float32))
+        c = np.zeros((m, n), np.float32)
+        ct.amp.gemm_bf16(a, b, bool(ta), bool(tb), out=c)
+        best = []
+        while True:
+            t0 = time.perf_counter()
+            ct.amp.gemm_bf16(a, b, bool(ta), bool(tb), out=c)
+            best.append(time.perf_counter() - t0)
+            if sum(best) > min_time and len(best) >= 5:
+                break
+        t = statistics.median(best)
+        flops = 2.0 * m * n * k
+        per_shape.append({"shape": [m, n, k], "trans": [bool(ta), bool(tb)], "gflops": flops / t / 1e9})
+        total_flops += flops * count
+        total_time += t * count
+    ct.set_num_threads(previous)
+    return {"gflops": total_flops / total_time / 1e9, "threads": threads, "kernel": ct.amp.bf16_kernel(),
+            "shapes": per_shape}
+
+
 def linear_gemms(rows, d_in, d_out, count=1):
     """The three products of a Linear (forward, dX, dW) in ctransformer's BLAS calls."""
     return [(rows, d_out, d_in, False, True, count),   # y = x W^T

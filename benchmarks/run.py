@@ -106,6 +106,10 @@ def time_case(spec, budget, max_repeats, min_repeats=3):
     set_threads("ct")
     t_step, t_model = spec["build"]("torch", share=True)
     fns = {"ct": spec["build"]("ct", share=True, torch_model=t_model)[0], "torch": t_step}
+    if "fp32" in spec:  # a bf16 case: both sides' float32 steps on the same weights, in the same turns
+        t32, t32_model = spec["fp32"]("torch", share=True)
+        fns["torch_fp32"] = t32
+        fns["ct_fp32"] = spec["fp32"]("ct", share=True, torch_model=t32_model)[0]
     if "cached" in spec:
         fns["ct_cached"], ct_model = spec["cached"]("ct", share=True, torch_model=t_model)
         with tempfile.TemporaryDirectory() as folder:  # a translator has read its files once loaded
@@ -172,6 +176,9 @@ def main():
     base = cases.SYSTEM_A["base"]
     sgemm = measure.sgemm_rate(cases.system_a_gemms(base), threads=THREADS, min_time=0.05 if a.quick else 0.15)
     print(f"OpenBLAS sgemm at the base model's shapes, {THREADS} threads: {sgemm['gflops']:.0f} GFLOP/s", flush=True)
+    bf16_gemm = measure.bf16_gemm_rate(cases.system_a_gemms(base), threads=THREADS, min_time=0.05 if a.quick else 0.15)
+    print(f"ctransformer's bf16 GEMM ({bf16_gemm['kernel']}) at the same shapes: {bf16_gemm['gflops']:.0f} GFLOP/s, "
+          f"{bf16_gemm['gflops'] / sgemm['gflops']:.2f}x sgemm", flush=True)
 
     results = []
     for name in names:
@@ -181,6 +188,9 @@ def main():
         med, raw, repeats, peers = time_case(spec, case_budget, max_repeats=30 if not a.quick else 10)
         row = {"case": name, "kind": spec["kind"], "ct_s": med["ct"], "torch_s": med["torch"],
                "ratio": med["torch"] / med["ct"], "repeats": repeats, "raw": raw}
+        for extra_side in ("ct_fp32", "torch_fp32"):
+            if extra_side in med:
+                row[f"{extra_side}_s"] = med[extra_side]
         if "ct_cached" in med:
             row["ct_cached_s"] = med["ct_cached"]
             row["ratio_cached"] = med["torch"] / med["ct_cached"]
@@ -192,7 +202,7 @@ def main():
         if spec.get("flops"):
             flops = spec["flops"]()
             row.update(flops=flops, ct_gflops=flops / med["ct"] / 1e9, torch_gflops=flops / med["torch"] / 1e9)
-        if spec["kind"] == "train" and not a.no_memory:
+        if spec["kind"] in ("train", "train-bf16") and not a.no_memory:
             row["memory"] = memory_of(name)
         results.append(row)
         extra = f"  ct cached {fmt_s(row['ct_cached_s'])} ({row['ratio_cached']:.2f}x)" if "ct_cached_s" in row else ""
@@ -200,6 +210,9 @@ def main():
             if f"{peer}_s" in row:
                 extra += (f"  {label} {fmt_s(row[f'{peer}_s'])} ({row[f'{peer}_s'] / row['ct_cached_s']:.2f}x of ct "
                           f"cached; {_config(row[f'{peer}_config'])})")
+        if "ct_fp32_s" in row:
+            extra += (f"  ct fp32 {fmt_s(row['ct_fp32_s'])} ({row['ct_fp32_s'] / row['ct_s']:.2f}x of ct bf16)  "
+                      f"torch fp32 {fmt_s(row['torch_fp32_s'])}")
         print(f"{name:18s} ct {fmt_s(med['ct']):>9s}  torch {fmt_s(med['torch']):>9s}  "
               f"torch/ct {row['ratio']:5.2f}x{extra}  ({repeats} repeats)", flush=True)
 
@@ -224,7 +237,8 @@ def main():
     meta = {"date": date, "machine": platform.processor() or platform.machine(), "cpu": measure.cpu_model(),
             "cpus": os.cpu_count(),
             "threads": THREADS, "torch": torch.__version__, "ctransformer": ct.__version__,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "sgemm": sgemm, "policy_check": policy,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "sgemm": sgemm, "bf16_gemm": bf16_gemm,
+            "policy_check": policy,
             "quick": a.quick, "wall_s": time.time() - started, "build": ct.build_info(), "simd_levels": simd,
             "blas": ct.build_info()["blas"], "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
             "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}
@@ -259,6 +273,26 @@ def table(results, meta):
             rise = f"{(m['ct']['step_kib'] or 0) / 1024:.0f} / {(m['torch']['step_kib'] or 0) / 1024:.0f}"
         lines.append(f"| {r['case']} | {fmt_s(r['ct_s'])} | {fmt_s(r['torch_s'])} | **{r['ratio']:.2f}x** | "
                      f"{r['ct_gflops']:.1f} | {r['torch_gflops']:.1f} | {100 * r['ct_gflops'] / sg:.0f}% | {mem} | {rise} |")
+    amp_rows = [r for r in results if r["kind"] == "train-bf16"]
+    if amp_rows:
+        bg = meta.get("bf16_gemm") or {}
+        lines += ["", "bf16 mixed precision (each side under its own autocast: ct.autocast and torch.autocast(\"cpu\", "
+                      "dtype=torch.bfloat16); float32 steps of both timed in the same turns on the same weights; "
+                      f"ct's bf16 kernel: {bg.get('kernel')}; above 1, ct bf16 is faster):", "",
+                  "| case | ct bf16 | ct fp32 | ct fp32/ct bf16 | torch bf16 | torch bf16/ct bf16 | torch fp32 | torch fp32/ct bf16 "
+                  "| peak RSS MiB ct bf16 / torch bf16 |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in amp_rows:
+            mem = ""
+            if "memory" in r:
+                mem = f"{r['memory']['ct']['peak_kib'] / 1024:.0f} / {r['memory']['torch']['peak_kib'] / 1024:.0f}"
+            lines.append(f"| {r['case']} | {fmt_s(r['ct_s'])} | {fmt_s(r['ct_fp32_s'])} | **{r['ct_fp32_s'] / r['ct_s']:.2f}x** | "
+                         f"{fmt_s(r['torch_s'])} | **{r['ratio']:.2f}x** | {fmt_s(r['torch_fp32_s'])} | "
+                         f"**{r['torch_fp32_s'] / r['ct_s']:.2f}x** | {mem} |")
+        if bg:
+            lines += ["", f"ctransformer's bf16 GEMM at the base model's training products (bf16 operands, fp32 "
+                          f"accumulation, {meta['threads']} threads): {bg['gflops']:.0f} GFLOP/s, "
+                          f"{bg['gflops'] / sg:.2f}x OpenBLAS sgemm's {sg:.0f}."]
     dec = [r for r in results if r["kind"] == "decode"]
     if dec:
         lines += ["", f"Greedy decoding of {cases.DECODE_STEPS} tokens (torch: seed 002's full-prefix loop; ct: the same "

@@ -2,9 +2,9 @@
 
     python benchmarks/translate_speed.py --checkpoint runs/multi30k.safetensors [--sentences 1000]
 
-One checkpoint of ``ctransformer-train multi30k``, four engines on the same weights:
+One checkpoint of ``ctransformer-train multi30k``, five engines on the same weights:
 - ctransformer: ``ctransformer.translation.Translator`` (batched beam search on the key/value caches;
-  beam 1 is greedy);
+  beam 1 is greedy), in float32 and under ``ct.autocast`` (bf16 products, ``--precision bf16``);
 - CTranslate2 float32 and int8 (weights quantised at load time): the model written by
   ``ct.export.to_ctranslate2``, its sources the same subwords plus end-of-sentence, each in a process
   of its own as its docs run it (ct2_process.py; the time is taken there, around translate_batch);
@@ -37,12 +37,16 @@ from ct2_process import Call, CT2Process  # noqa: E402
 THREADS = 2
 
 
-def ctransformer_engine(model, vocab, beam, batch):
+def ctransformer_engine(model, vocab, beam, batch, bf16=False):
+    """bf16: the whole call under ct.autocast (ctransformer-translate --precision bf16): products in bf16,
+    the weights rounded once per call."""
+    import ctransformer as ct
     from ctransformer.translation import Translator
     translator = Translator(model, vocab, beam_size=beam, length_penalty=0.6, batch_size=batch)
 
     def run(ids):
-        return translator.translate_ids(ids)
+        with ct.autocast(enabled=bf16):
+            return translator.translate_ids(ids)
     return run
 
 
@@ -153,6 +157,7 @@ def main():
         kind, batch = setting.split("/")
         beam, batch = (1 if kind == "greedy" else int(kind[len("beam"):])), int(batch)
         engines = {"ctransformer": ctransformer_engine(model, vocab, beam, batch),
+                   "ctransformer bf16": ctransformer_engine(model, vocab, beam, batch, bf16=True),
                    "CTranslate2 float32": CTranslate2Engine(ct2_path, "float32", vocab, ids, beam, batch, max_len),
                    "CTranslate2 int8": CTranslate2Engine(ct2_path, "int8", vocab, ids, beam, batch, max_len)}
         if beam == 1:

@@ -127,7 +127,7 @@ void bind_precision(py::module_& m) {
         .def("__exit__", [](Region& r, py::args) { r.guard.reset(); });
     m.def("is_autocast_enabled", &ct::autocast::enabled, "Whether this thread is inside a bf16 autocast region.");
     m.def("autocast_cache_size", &ct::autocast::cached_count, "How many parameters have a cached bf16 copy.");
-    m.def("clear_autocast_cache", [] { ct::autocast::clear_cache(false); }, "Forget the cached bf16 copies of the parameters.");
+    m.def("clear_autocast_cache", &ct::autocast::clear_cache, "Forget the cached bf16 copies of the parameters.");
 }
 
 }  // namespace ctpy

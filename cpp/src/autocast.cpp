@@ -18,8 +18,9 @@ struct Cached {
 
 std::mutex g_mutex;
 std::unordered_map<const Array*, Cached> g_cache;
-// The buffers of cleared entries, kept for the next step's copies: a fresh 10 MB buffer (the base model's
-// embedding) costs ~2,500 page faults, 8% of a training step when every step allocated its copies anew.
+// The last region's buffers, for the next region's copies: a fresh 10 MB buffer (the base model's
+// embedding) costs ~2,500 page faults, and a loop that opens a region per step (benchmarks/cases.py,
+// a user's) spent 8% of a base training step faulting them in.
 std::vector<std::vector<bf16_t>> g_spare;
 
 std::vector<bf16_t> take_buffer(std::size_t n) {
@@ -32,6 +33,14 @@ std::vector<bf16_t> take_buffer(std::size_t n) {
     return std::vector<bf16_t>(n);
 }
 
+// A region ends: its copies may go stale, their memory is kept for the next region (and freed then).
+void retire_cache() {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_spare.clear();
+    for (auto& entry : g_cache) g_spare.push_back(std::move(entry.second.bits));
+    g_cache.clear();
+}
+
 }  // namespace
 
 bool enabled() { return t_enabled; }
@@ -42,7 +51,7 @@ Guard::Guard(bool on) : previous_(t_enabled) {
 }
 
 Guard::~Guard() {
-    if (t_enabled && --t_depth == 0) clear_cache(false);
+    if (t_enabled && --t_depth == 0) retire_cache();
     t_enabled = previous_;
 }
 
@@ -61,12 +70,16 @@ Bf16Operand operand(const Tensor& w, int ld, bool trans) {
     return Bf16Operand::bf16(it->second.bits.data(), ld, trans);
 }
 
-void clear_cache(bool keep_buffers) {
+bf16_t* cached_copy(const Tensor& w) {
     std::lock_guard<std::mutex> lock(g_mutex);
-    g_spare.clear();
-    if (keep_buffers)
-        for (auto& [key, entry] : g_cache) g_spare.push_back(std::move(entry.bits));
+    auto it = g_cache.find(w.impl()->storage.get());
+    return it == g_cache.end() ? nullptr : it->second.bits.data();
+}
+
+void clear_cache() {
+    std::lock_guard<std::mutex> lock(g_mutex);
     g_cache.clear();
+    g_spare.clear();
 }
 
 std::size_t cached_count() {

@@ -46,8 +46,8 @@ def train_step(task, model, optimizer, scheduler, rng, step):
     shard = task.run.shard
     batch = task.train_batch(step, rng)
     global_count = task.loss_count(batch)
-    # precision bf16: forward and backward in one autocast region, so each weight is rounded to bf16 once
-    # for the step (the optimizer's step then invalidates the copies)
+    # precision bf16: the whole step in an autocast region, so each weight is rounded to bf16 once (and
+    # Adam rewrites the copies as it updates the weights; train() holds a region across steps)
     with ct.autocast(enabled=task.cfg.get("precision") == "bf16"):
         with shard.split(*batch) as local:
             local = local if len(batch) > 1 else (local,)
@@ -57,10 +57,10 @@ def train_step(task, model, optimizer, scheduler, rng, step):
         metrics = {key: shard.global_mean(value, local_count, global_count) for key, value in metrics.items()}
         optimizer.zero_grad()
         shard.scale_loss(loss, local_count, global_count).backward()
-    if task.cfg.get("grad_clip", 0) > 0:
-        ct.optim.clip_grad_norm_(model.parameters(), task.cfg["grad_clip"])
-    metrics["lr"] = optimizer.param_groups[0]["lr"]
-    optimizer.step()
+        if task.cfg.get("grad_clip", 0) > 0:
+            ct.optim.clip_grad_norm_(model.parameters(), task.cfg["grad_clip"])
+        metrics["lr"] = optimizer.param_groups[0]["lr"]
+        optimizer.step()
     if scheduler is not None and task.scheduler_due(step):
         scheduler.step()
     return {**metrics, "tokens": global_count}
@@ -142,32 +142,37 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
     began = time.perf_counter()
     tokens = 0
     model.train()
-    for step in range(start, stop):
-        metrics = train_step(task, model, optimizer, scheduler, rng, step)
-        tokens += metrics.pop("tokens")
-        if bar:
-            bar.set_postfix_str(f"{tokens / (time.perf_counter() - began):.0f} tok/s", refresh=False)
-        # The time budget is agreed on by every process each step (a collective), before logging: the step
-        # that ends a run is logged and evaluated as its last one (final=True), so the model a run ends
-        # with is always validated, and a task choosing a best checkpoint sees it.
-        time_up = max_minutes is not None and _agreed(time.perf_counter() - began >= 60 * max_minutes, distributed) \
-            and step + 1 < stop
-        final = step + 1 == total or time_up
-        if rank0 and ((step + 1) % cfg["log_every"] == 0 or step == 0 or final or task.log_due(step + 1)):
-            metrics = {"step": step + 1, **metrics, **task.periodic_eval(model, rng, step + 1, final=final)}
-            history.append(metrics)
-            if kept:
-                kept.offer(model, step + 1, metrics)
-            message = f"step {step + 1:5d}/{total}  {_format(metrics)}"
-            (bar.write if bar else log)(message)
-        if bar:
-            bar.update(1)
-        if checkpoint and checkpoint_every and (step + 1) % checkpoint_every == 0:
-            save(step + 1)
-        if time_up:
-            log(f"time budget of {max_minutes:g} min reached after step {step + 1}")
-            stop = step + 1
-            break
+    # precision bf16: one autocast region around the loop, so the parameters' bf16 copies live from step to
+    # step (Adam keeps them current); validation inside it runs in float32
+    with ct.autocast(enabled=cfg.get("precision") == "bf16"):
+        for step in range(start, stop):
+            metrics = train_step(task, model, optimizer, scheduler, rng, step)
+            tokens += metrics.pop("tokens")
+            if bar:
+                bar.set_postfix_str(f"{tokens / (time.perf_counter() - began):.0f} tok/s", refresh=False)
+            # The time budget is agreed on by every process each step (a collective), before logging: the step
+            # that ends a run is logged and evaluated as its last one (final=True), so the model a run ends
+            # with is always validated, and a task choosing a best checkpoint sees it.
+            time_up = max_minutes is not None and _agreed(time.perf_counter() - began >= 60 * max_minutes, distributed) \
+                and step + 1 < stop
+            final = step + 1 == total or time_up
+            if rank0 and ((step + 1) % cfg["log_every"] == 0 or step == 0 or final or task.log_due(step + 1)):
+                with ct.autocast(enabled=False):
+                    evaluation = task.periodic_eval(model, rng, step + 1, final=final)
+                metrics = {"step": step + 1, **metrics, **evaluation}
+                history.append(metrics)
+                if kept:
+                    kept.offer(model, step + 1, metrics)
+                message = f"step {step + 1:5d}/{total}  {_format(metrics)}"
+                (bar.write if bar else log)(message)
+            if bar:
+                bar.update(1)
+            if checkpoint and checkpoint_every and (step + 1) % checkpoint_every == 0:
+                save(step + 1)
+            if time_up:
+                log(f"time budget of {max_minutes:g} min reached after step {step + 1}")
+                stop = step + 1
+                break
     if bar:
         bar.close()
     elapsed = time.perf_counter() - began

@@ -229,21 +229,23 @@ def test_regions_nest_and_restore():
     assert inside() and not ct.is_autocast_enabled()
 
 
-def test_parameters_are_rounded_once_per_step():
+def test_parameters_are_rounded_once_and_kept_current_by_adam():
     model = ct.nn.Linear(8, 4)
-    x = ct.tensor(np.ones((2, 8), np.float32))
+    x = ct.tensor(np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32))
     opt = ct.optim.Adam(model.parameters(), lr=0.1)
     assert amp._amp.autocast_cache_size() == 0
     with ct.autocast():
         y1 = model(x)
         assert amp._amp.autocast_cache_size() == 1          # the weight (the bias is added in fp32)
         y1.sum().backward()
-        opt.step()                                           # the weight changes: its copy is dropped
-        assert amp._amp.autocast_cache_size() == 0
-        y2 = model(x)
-        assert not np.array_equal(y1.numpy(), y2.numpy())
+        opt.step()                                           # rewrites the weight's copy as it updates it
         assert amp._amp.autocast_cache_size() == 1
-    assert amp._amp.autocast_cache_size() == 0              # and at the end of the region
+        y2 = model(x)
+    assert amp._amp.autocast_cache_size() == 0              # freed at the end of the region
+    with ct.autocast():
+        fresh = model(x)                                     # the updated weight rounded anew
+    assert not np.array_equal(y1.numpy(), y2.numpy())
+    np.testing.assert_array_equal(y2.numpy(), fresh.numpy())
 
 
 def test_bad_arguments():

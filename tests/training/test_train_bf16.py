@@ -1,11 +1,12 @@
 """Training under bf16 autocast (issue 21): seed 000's model trained the same steps in ct.autocast and in
 torch.autocast from the same weights gives loss curves that agree, and the tasks' loop runs bf16 steps.
 
-Band: on the steep part of a curve (80 Adam steps memorising two batches, loss 3.7 -> 2.2) two runs that
-differ by rounding drift apart step by step, so the band is relative to what bf16 does to torch itself:
-with `spread` the mean relative distance of torch autocast's curve from float32 torch's (seen 0.94%),
-ours may be at most 1.5 spread + 0.5% from float32 (seen 1.26%) and 2 spread + 0.5% from torch autocast's
-(seen 1.70%). A product left in float32, or a wrong one, moves the curve outside it.
+Band: 100 Adam steps (lr 3e-3) memorising two batches, loss 3.7 -> ~2.4. Two runs that differ by rounding
+drift apart step by step, so the band is on the whole curve: the mean relative distance of our curve from
+torch autocast's and from torch float32's below 2.5%, and every step within 6%. Seen over six
+initialisations: means 0.24-1.2%, worst single step 3.5%; torch autocast itself is 0.3-1.0% (mean) from
+float32. (At lr 1e-2 the same memorisation is chaotic: torch autocast alone strayed 19% from float32 on one
+initialisation, so no band there could tell a right product from a wrong one.)
 """
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ def batches(steps, seed=0):
 
 
 def torch_curve(ref, steps, bf16):
-    opt = torch.optim.Adam(ref.parameters(), lr=1e-2, betas=(0.9, 0.98), eps=1e-9)
+    opt = torch.optim.Adam(ref.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
     losses = []
     for src, trg, gold in batches(steps):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -44,7 +45,7 @@ def torch_curve(ref, steps, bf16):
 
 
 def ct_curve(model, steps):
-    opt = ct.optim.Adam(model.parameters(), lr=1e-2, betas=(0.9, 0.98), eps=1e-9)
+    opt = ct.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
     losses = []
     for src, trg, gold in batches(steps):
         with ct.autocast(dtype="bfloat16"):
@@ -57,7 +58,7 @@ def ct_curve(model, steps):
 
 
 def test_seed000_loss_curves_agree_with_torch_autocast():
-    steps = 80
+    steps = 100
     torch.manual_seed(0)
     ref = R0.Transformer(41, 41, 1, 1, **CFG).train()
     fp32 = R0.Transformer(41, 41, 1, 1, **CFG).train()
@@ -65,12 +66,11 @@ def test_seed000_loss_curves_agree_with_torch_autocast():
     model = ct.nn.Transformer(41, 41, 1, 1, **CFG).train()
     model.load_state_dict({k: v.detach().numpy() for k, v in ref.state_dict().items()})
     ours, theirs, full = ct_curve(model, steps), torch_curve(ref, steps, True), torch_curve(fp32, steps, False)
-    assert theirs[-1] < 0.75 * theirs[0], theirs         # it learns: the comparison is of a moving curve
+    assert theirs[-1] < 0.7 * theirs[0], theirs           # it learns: the comparison is of a moving curve
     apart = lambda a, b: float(np.mean(np.abs(a / b - 1)))  # noqa: E731
-    # bf16 moves torch's own curve from float32's by `spread`: ours may move no further than that (plus 0.5%)
-    spread = apart(theirs, full)
-    assert apart(ours, full) <= 1.5 * spread + 0.005, (apart(ours, full), spread)
-    assert apart(ours, theirs) <= 2.0 * spread + 0.005, (apart(ours, theirs), spread)
+    for other, name in ((theirs, "torch autocast"), (full, "torch float32")):
+        assert apart(ours, other) < 0.025, (name, apart(ours, other))
+        assert np.all(np.abs(ours / other - 1) < 0.06), (name, np.abs(ours / other - 1).max())
 
 
 def test_task_precision_bf16_runs_its_steps_in_autocast():

@@ -8,9 +8,9 @@
 // nothing to keep, and the next op would widen it anyway).
 //
 // Parameters (leaf tensors that require grad) are rounded to bf16 once and kept until the outermost
-// region ends or an optimizer steps (Adam::step calls clear_cache): a weight is read as bf16 by every
-// product of the step. As in torch, writing a parameter in place inside a region by other means than
-// an optimizer step leaves its cached copy stale until the region ends.
+// region ends: a weight is read as bf16 by every product. Adam::step rounds each parameter it updates
+// into its copy as it writes it. As in torch, writing a parameter in place inside a region by other
+// means leaves its cached copy stale until the region ends.
 #pragma once
 #include <memory>
 
@@ -37,9 +37,13 @@ private:
 // first use since the cache was cleared and a region is active), else w's fp32 data, rounded by the kernel.
 Bf16Operand operand(const Tensor& w, int ld, bool trans);
 
-// Forget every cached copy (the parameters changed). keep_buffers: keep their memory for the next copies
-// (an optimizer step: the same parameters are rounded again next step); false frees it (a region's end).
-void clear_cache(bool keep_buffers = false);
+// w's cached bf16 copy, or null: an optimizer that changes w rewrites it in the same pass (Adam::step),
+// so the next step's products find it current without another pass over the weights.
+bf16_t* cached_copy(const Tensor& w);
+
+// Forget every cached copy and free its memory. (The end of a region forgets the copies but keeps their
+// memory for the next region's.)
+void clear_cache();
 // How many parameters have a cached copy (tests).
 std::size_t cached_count();
 

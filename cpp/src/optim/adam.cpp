@@ -97,7 +97,6 @@ void Adam::on_group_added(std::size_t group_index) {
 }
 
 void Adam::step() {
-    autocast::clear_cache(true);  // the parameters change: their bf16 copies are stale
     auto& groups = param_groups();
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
         const ParamGroup& g = groups[gi];
@@ -123,8 +122,12 @@ void Adam::step() {
             float* pv = st.exp_avg_sq.data();
             const std::int64_t step = st.step;
             const bool decoupled = decoupled_;
+            // In an autocast region the parameter's bf16 copy is rewritten while the new values are hot.
+            bf16_t* copy = autocast::cached_copy(p);
             parallel::parallel_for(p.numel(), 32768, [&](std::size_t b, std::size_t e) {
                 adam_update(pp + b, pg + b, pm + b, pv + b, e - b, g, step, decoupled);
+                if (copy)
+                    for (std::size_t j = b; j < e; ++j) copy[j] = to_bf16(pp[j]);
             });
         }
     }
