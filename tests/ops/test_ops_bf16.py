@@ -4,7 +4,8 @@
   quiet, subnormals kept): same bits, including ties, overflow to infinity and the largest finite values.
 - The AVX512_BF16 kernel is exact, bit for bit, against a NumPy model of what it promises (bf16.hpp): per
   C element one float32 chain over k in pairs, acc += a[2p+1] b[2p+1] then acc += a[2p] b[2p], from 0
-  (or from C). The product of two bf16 values is exact in float32, so NumPy's float32 a*b then + is the
+  (or from C); for at most 4 rows against a transposed B (decoding's products), 16 lanes of such chains
+  added by halves. The product of two bf16 values is exact in float32, so NumPy's float32 a*b then + is the
   fused multiply-add the instruction does. Awkward shapes: 1, 7, 17, 193 and 4097 rows, k odd and not a
   multiple of the vector width, k across the kernel's 256-value blocks, every transpose, fp32 and bf16
   operands, beta 1 and alpha != 1, 1 and 2 threads. Skipped on a CPU without AVX512_BF16 (it cannot run).
@@ -22,8 +23,8 @@ import ctransformer as ct
 from ctransformer import amp
 
 HAS_BF16 = ct.build_info()["cpu"]["avx512_bf16"] and ct.build_info()["cpu"]["simd_level"] == "avx512"
-SHAPES = [(1, 1, 1), (1, 40, 33), (7, 33, 17), (17, 31, 258), (13, 64, 513), (193, 65, 300), (4097, 40, 33),
-          (30, 600, 520), (12, 32, 256), (25, 70, 1001)]
+SHAPES = [(1, 1, 1), (1, 40, 33), (2, 300, 70), (4, 1000, 257), (5, 64, 96), (7, 33, 17), (17, 31, 258),
+          (13, 64, 513), (193, 65, 300), (4097, 40, 33), (30, 600, 520), (12, 32, 256), (25, 70, 1001)]
 
 
 def rounded(x):
@@ -41,6 +42,38 @@ def chain_reference(a, b, ta, tb, start=None):
             acc = acc + np.outer(A[:, p + 1], B[p + 1])  # exact products (float32), one rounding per add
         acc = acc + np.outer(A[:, p], B[p])
     return acc
+
+
+def few_rows_reference(a, b, start=None, alpha=1.0):
+    """The kernel's path for at most 4 rows against a transposed B (decoding), in NumPy float32: lane j of
+    16 chains over the k pairs p = j mod 16, the lanes are added by halves, the sum is scaled, then added
+    to `start` (beta = 1)."""
+    A, B = rounded(a), rounded(b).T           # B as op(B): (k, n)
+    m, k = A.shape
+    lanes = np.zeros((m, B.shape[1], 16), np.float32)
+    for p in range(0, k, 2):
+        j = (p // 2) % 16
+        if p + 1 < k:
+            lanes[:, :, j] = lanes[:, :, j] + np.outer(A[:, p + 1], B[p + 1])
+        lanes[:, :, j] = lanes[:, :, j] + np.outer(A[:, p], B[p])
+    for half in (8, 4, 2, 1):
+        lanes = lanes[:, :, :half] + lanes[:, :, half:2 * half]
+    total = lanes[:, :, 0]
+    if alpha != 1.0:
+        total = total * np.float32(alpha)
+    return total if start is None else start + total
+
+
+def reference(a, b, ta, tb, start=None, alpha=1.0):
+    """What the AVX512_BF16 kernel computes for these operands, by the path it takes."""
+    m = a.shape[1] if ta else a.shape[0]
+    if m <= 4 and not ta and tb and a.shape[-1] > 0:
+        return few_rows_reference(a, b, start, alpha)
+    product = chain_reference(a, b, ta, tb, start=None if alpha != 1.0 else start)
+    if alpha != 1.0:
+        product = product * np.float32(alpha)
+        return product if start is None else start + product
+    return product
 
 
 def operands(m, n, k, ta, tb, seed):
@@ -85,16 +118,17 @@ def test_native_kernel_is_exact(m, n, k, kernel):
     assert amp.bf16_kernel() == "avx512_bf16"
     for ta, tb in itertools.product([False, True], repeat=2):
         a, b = operands(m, n, k, ta, tb, seed=m * 7 + n + k)
-        want = chain_reference(a, b, ta, tb)
+        want = reference(a, b, ta, tb)
         np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb), want, err_msg=f"fp32 operands {ta=} {tb=}")
         ab, bb = amp.round_to_bf16(a), amp.round_to_bf16(b)
         np.testing.assert_array_equal(amp.gemm_bf16(ab, bb, ta, tb), want, err_msg=f"bf16 operands {ta=} {tb=}")
         np.testing.assert_array_equal(amp.gemm_bf16(a, bb, ta, tb), want, err_msg=f"mixed operands {ta=} {tb=}")
         c = np.random.default_rng(1).standard_normal(want.shape).astype(np.float32)
-        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, c=c), chain_reference(a, b, ta, tb, start=c),
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, c=c), reference(a, b, ta, tb, start=c),
                                       err_msg=f"beta 1 {ta=} {tb=}")  # the chain starts from C
-        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.125), want * np.float32(0.125))
-        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.3, c=c), c + want * np.float32(0.3))
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.125), reference(a, b, ta, tb, alpha=0.125))
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.3, c=c),
+                                      reference(a, b, ta, tb, start=c, alpha=0.3))
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512_BF16: the native kernel cannot run here")
@@ -102,7 +136,7 @@ def test_native_kernel_is_the_same_on_any_number_of_threads(kernel):
     kernel("avx512_bf16")
     previous = ct.get_num_threads()
     try:
-        for m, n, k in [(512, 2048, 512), (2048, 96, 300), (40, 10000, 64)]:
+        for m, n, k in [(512, 2048, 512), (2048, 96, 300), (40, 10000, 64), (2, 8000, 256)]:
             a, b = operands(m, n, k, False, True, seed=3)
             ct.set_num_threads(1)
             one = amp.gemm_bf16(a, b, trans_b=True)

@@ -31,6 +31,7 @@ std::atomic<Kernel>& kernel() {
 constexpr double kSplitFlops = 2.0 * 128 * 128 * 128;
 constexpr int kPanel = 32;  // columns of the kernel's tile: a thread's columns come in whole panels
 constexpr int kRowPanel = 12;
+constexpr std::size_t kSplitFewRowsElements = std::size_t(1) << 17;  // 256 KiB of bf16 weight
 
 // op(X) (rows x cols) rounded to bf16 and widened back to fp32, row-major with leading dimension = cols
 // or (trans) a copy of X's own layout: either way the same op applies to the copy.
@@ -81,6 +82,20 @@ void scaled_accumulate(int m, int n, float* c, int ldc, Run&& run) {
 
 void native(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta, float* c, int ldc,
             bool serial) {
+    if (m <= bf16_kernels::kFewRows && !a.trans && b.trans && k > 0) {  // decoding's products: no packing
+        bf16_kernels::Block g = make_block(m, n, k, alpha, a, b, beta, c, ldc);
+        const int threads = serial ? 1 : parallel::threads();
+        // Bound by reading B: two threads reading halves beat one from 256 KiB of weight (blas.cpp's rule).
+        if (threads <= 1 || std::size_t(n) * std::size_t(k) < kSplitFewRowsElements)
+            return bf16_kernels::avx512_bf16_few_rows(g);
+        parallel::parallel_chunks(std::size_t(n), std::size_t(threads), [&](std::size_t, std::size_t n0, std::size_t n1) {
+            bf16_kernels::Block piece = g;
+            piece.n0 = int(n0);
+            piece.n1 = int(n1);
+            bf16_kernels::avx512_bf16_few_rows(piece);
+        });
+        return;
+    }
     if (beta != 0.0f && alpha != 1.0f)
         return scaled_accumulate(m, n, c, ldc, [&](float* p, int ldp) { native(m, n, k, alpha, a, b, 0.0f, p, ldp, serial); });
     if (k == 0) {  // an empty sum: 0, or C unchanged

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #define CT_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
@@ -256,7 +257,71 @@ CT_BF16_TARGET void pack_shared(const Block& g, const TA* A, int panel0, int pan
                out + std::size_t(pc / KC) * a_block_words(g.m1) + std::size_t(panel0) * KCP * MR);
 }
 
+// A few rows of C (decoding: one per sentence or beam) against a transposed B (a weight, B[n][k]): no
+// packing. The rows of A are rounded once into 32-value chunks; for each column n, one 16-lane accumulator
+// per row takes vdpbf16ps of each chunk (lane j sums the k pairs p with p = j mod 16, in order), then the
+// lanes are added by halves: 16 -> 8 -> 4 -> 2 -> 1 (bf16.hpp).
+// The lanes of a 16-lane sum added by halves: 16 -> 8 -> 4 -> 2 -> 1.
+CT_BF16_TARGET inline float sum_by_halves(__m512 v) {
+    const __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+    const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+    return _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+}
+
+// R rows (their accumulators stay in registers) against columns [n0, n1) of B; a: the rows, rounded,
+// each kp values apart.
+template <int R, class TB>
+CT_BF16_TARGET void few_rows_columns(const Block& g, const bf16_t* a, int kp, const TB* B) {
+    const int k = g.k;
+    for (int n = g.n0; n < g.n1; ++n) {
+        const TB* w = B + std::size_t(n) * g.ldb;
+        __m512 acc[R];
+        for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+        for (int p = 0; p < k; p += 32) {
+            const __m512bh wv = (__m512bh)load32(w + p, std::min(32, k - p));
+            for (int r = 0; r < R; ++r)
+                acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_loadu_si512(a + std::size_t(r) * kp + p), wv);
+        }
+        for (int r = 0; r < R; ++r) {
+            // intrinsics, not C++ arithmetic: the compiler may not fuse alpha's product with C's sum
+            __m128 sum = _mm_set_ss(sum_by_halves(acc[r]));
+            if (g.alpha != 1.0f) sum = _mm_mul_ss(sum, _mm_set_ss(g.alpha));
+            float* c = g.c + std::size_t(g.m0 + r) * g.ldc + n;
+            *c = _mm_cvtss_f32(g.accumulate ? _mm_add_ss(_mm_set_ss(*c), sum) : sum);
+        }
+    }
+}
+
+// A few rows of C (decoding: one per sentence or beam) against a transposed B (a weight, B[n][k]): no
+// packing. The rows of A are rounded once into 32-value chunks; for each column n, one 16-lane accumulator
+// per row takes vdpbf16ps of each chunk (lane j sums the k pairs p with p = j mod 16, in order), then the
+// lanes are added by halves (bf16.hpp).
+template <class TA, class TB>
+CT_BF16_TARGET void few_rows(const Block& g, const TA* A, const TB* B) {
+    const int rows = g.m1 - g.m0, k = g.k, kp = (k + 31) / 32 * 32;
+    thread_local std::vector<bf16_t> a_rows;
+    a_rows.assign(std::size_t(rows) * kp, 0);
+    bf16_t* a = a_rows.data();
+    for (int r = 0; r < rows; ++r)
+        for (int p = 0; p < k; p += 32)
+            _mm512_storeu_si512(a + std::size_t(r) * kp + p, load32(A + std::size_t(g.m0 + r) * g.lda + p, std::min(32, k - p)));
+    switch (rows) {
+        case 1: return few_rows_columns<1>(g, a, kp, B);
+        case 2: return few_rows_columns<2>(g, a, kp, B);
+        case 3: return few_rows_columns<3>(g, a, kp, B);
+        default: return few_rows_columns<4>(g, a, kp, B);
+    }
+}
+
 }  // namespace
+
+void avx512_bf16_few_rows(const Block& g) {
+    if (g.a32 && g.b32) return few_rows(g, g.a32, g.b32);
+    if (g.a32) return few_rows(g, g.a32, g.b16);
+    if (g.b32) return few_rows(g, g.a16, g.b32);
+    return few_rows(g, g.a16, g.b16);
+}
 
 void avx512_bf16_block(const Block& g, const std::uint32_t* shared_a) {
     if (g.a32 && g.b32) return block(g, g.a32, g.b32, shared_a);
@@ -279,6 +344,7 @@ void avx512_bf16_pack_shared_a(const Block& g, int panel0, int panel1, std::uint
 namespace ct::bf16_kernels {
 // Never called: gemm.cpp checks the CPU first.
 void avx512_bf16_block(const Block&, const std::uint32_t*) {}
+void avx512_bf16_few_rows(const Block&) {}
 std::size_t avx512_bf16_shared_a_words(int, int) { return 0; }
 void avx512_bf16_pack_shared_a(const Block&, int, int, std::uint32_t*) {}
 }  // namespace ct::bf16_kernels
