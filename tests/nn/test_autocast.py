@@ -275,3 +275,34 @@ def test_emulated_kernel_gives_the_same_model_within_summation_order():
     # A float32 difference of one ulp sometimes moves an activation across a bf16 rounding boundary, which
     # then moves it by 2**-8: so the bound is well below one bf16 rounding (3.9e-3), not float32's.
     assert 0 < rel(emulated.numpy(), native.numpy()) < 1e-3
+
+
+def test_regions_on_two_threads_do_not_share_copies():
+    """The flag and the parameters' bf16 copies are per thread: a region that ends on one thread (freeing its
+    copies) while another thread's forward runs on the same model changes nothing there."""
+    import threading
+
+    _, cm = make_pair(SMALL)
+    idx = np.random.default_rng(0).integers(0, 50, (3, 12))
+    with ct.autocast(), ct.no_grad():
+        want = cm(idx)[0].numpy()
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(20):
+                with ct.autocast(), ct.no_grad():
+                    results.append(cm(idx)[0].numpy())
+        except Exception as error:  # noqa: BLE001 (reported below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    with ct.no_grad():                          # this thread is not in a region: float32
+        plain = cm(idx)[0].numpy()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(results) == 40 and all(np.array_equal(r, want) for r in results)
+    assert not np.array_equal(plain, want)

@@ -7,8 +7,8 @@
 // Unlike torch, an autocast product returns fp32, not bf16: the fp32 sum is not rounded again (it costs
 // nothing to keep, and the next op would widen it anyway).
 //
-// Parameters (leaf tensors that require grad) are rounded to bf16 once and kept until the outermost
-// region ends: a weight is read as bf16 by every product. Adam::step rounds each parameter it updates
+// Parameters (leaf tensors that require grad) are rounded to bf16 once and kept, per thread, until the
+// thread's outermost region ends: a weight is read as bf16 by every product. Adam::step rounds each parameter it updates
 // into its copy as it writes it. As in torch, writing a parameter in place inside a region by other
 // means leaves its cached copy stale until the region ends.
 #pragma once

@@ -135,10 +135,10 @@ struct AttentionWeightsBackward : Node {
                 const float* kg = k.data() + G.k.at(gi, G.H);
                 if (gq)  // dq = scale dS @ k
                     G.gemm(false, false, int(G.Lq), int(G.dk), int(G.Lk), G.scale, ds.data(), int(G.Lk), kg,
-                                      int(G.k.ld), gq.beta(), gq.data + G.q.at(gi, G.H), int(G.q.ld));
+                           int(G.k.ld), gq.beta(), gq.data + G.q.at(gi, G.H), int(G.q.ld));
                 if (gk)  // dk = scale dS^T @ q
                     G.gemm(true, false, int(G.Lk), int(G.dk), int(G.Lq), G.scale, ds.data(), int(G.Lk), qg,
-                                      int(G.q.ld), gk.beta(), gk.data + G.k.at(gi, G.H), int(G.k.ld));
+                           int(G.q.ld), gk.beta(), gk.data + G.k.at(gi, G.H), int(G.k.ld));
             }
         });
     }
@@ -162,10 +162,10 @@ struct AttentionApplyBackward : Node {
                 const float* vg = v.data() + G.v.at(gi, G.H);
                 if (ga)  // dattn = dout @ v^T
                     G.gemm(false, true, int(G.Lq), int(G.Lk), int(G.dv), 1.0f, dout, int(G.out.ld), vg,
-                                      int(G.v.ld), ga.beta(), ga.data + gi * S, int(G.Lk));
+                           int(G.v.ld), ga.beta(), ga.data + gi * S, int(G.Lk));
                 if (gv)  // dv = attn^T @ dout
                     G.gemm(true, false, int(G.Lk), int(G.dv), int(G.Lq), 1.0f, attn.data() + gi * S,
-                                      int(G.Lk), dout, int(G.out.ld), gv.beta(), gv.data + G.v.at(gi, G.H), int(G.v.ld));
+                           int(G.Lk), dout, int(G.out.ld), gv.beta(), gv.data + G.v.at(gi, G.H), int(G.v.ld));
             }
         });
     }
@@ -200,7 +200,7 @@ std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, cons
         for (std::size_t gi = g0; gi < g1; ++gi) {
             float* pg = P + gi * S;
             G.gemm(false, true, int(G.Lq), int(G.Lk), int(G.dk), G.scale, q.data() + G.q.at(gi, G.H),
-                              int(G.q.ld), k.data() + G.k.at(gi, G.H), int(G.k.ld), 0.0f, pg, int(G.Lk));
+                   int(G.q.ld), k.data() + G.k.at(gi, G.H), int(G.k.ld), 0.0f, pg, int(G.Lk));
             for (std::size_t i = 0; i < G.Lq; ++i) {
                 float* row = pg + i * G.Lk;
                 G.fill_masked(row, gi, i, G.fill);
@@ -224,7 +224,7 @@ std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, cons
             }
             // out_g = attn_g @ v_g, written into its heads' columns
             G.gemm(false, false, int(G.Lq), int(G.dv), int(G.Lk), 1.0f, A + gi * S, int(G.Lk),
-                              v.data() + G.v.at(gi, G.H), int(G.v.ld), 0.0f, out.data() + G.out.at(gi, G.H), int(G.out.ld));
+                   v.data() + G.v.at(gi, G.H), int(G.v.ld), 0.0f, out.data() + G.out.at(gi, G.H), int(G.out.ld));
         }
     });
     if (grad) {
