@@ -93,28 +93,22 @@ class OpenBLAS:
         return self.fn("openblas_get_corename")().decode()
 
 
-def sgemm_rate(shapes, threads=2, min_time=0.15, blas=None):
-    """GFLOP/s of OpenBLAS sgemm (its own `threads`-thread code) over `shapes`, a list of
-    (m, n, k, trans_a, trans_b, count): the flops of all of them over the time they take at each
-    shape's measured speed (the step's matmul mix). blas: an OpenBLAS (default: ctransformer's)."""
-    lib = blas or OpenBLAS()
-    if blas is None:
-        import ctransformer as ct
-        ct.get_num_threads()  # ct pins OpenBLAS to one thread on first use (it splits products itself) ...
-    lib.set_threads(threads)  # ... so OpenBLAS's own threading is switched on for this measure
+def gemm_mix_rate(shapes, make_call, min_time=0.15):
+    """(GFLOP/s over `shapes`, per-shape rates) for a product: `shapes` is a list of (m, n, k, trans_a,
+    trans_b, count), make_call(m, n, k, ta, tb, a, b) returns the call to time on operands a (k, m or m, k)
+    and b (n, k or k, n). Each shape is called once untimed, then until min_time is covered; its median
+    single call counts `count` times: the flops of all over the time they take (the step's matmul mix)."""
     total_flops = total_time = 0.0
     per_shape = []
     for m, n, k, ta, tb, count in shapes:
         a = np.random.default_rng(0).standard_normal((k, m) if ta else (m, k)).astype(np.float32)
         b = np.random.default_rng(1).standard_normal((n, k) if tb else (k, n)).astype(np.float32)
-        c = np.zeros((m, n), np.float32)
-        args = (101, 112 if ta else 111, 112 if tb else 111, m, n, k, 1.0, a.ctypes.data, a.shape[1],
-                b.ctypes.data, b.shape[1], 0.0, c.ctypes.data, n)
-        lib.sgemm(*args)
-        reps, best = 1, []
-        while True:  # repeat until min_time is covered; keep the median of single calls
+        call = make_call(m, n, k, ta, tb, a, b)
+        call()
+        best = []
+        while True:
             t0 = time.perf_counter()
-            lib.sgemm(*args)
+            call()
             best.append(time.perf_counter() - t0)
             if sum(best) > min_time and len(best) >= 5:
                 break
@@ -123,40 +117,43 @@ def sgemm_rate(shapes, threads=2, min_time=0.15, blas=None):
         per_shape.append({"shape": [m, n, k], "trans": [bool(ta), bool(tb)], "gflops": flops / t / 1e9})
         total_flops += flops * count
         total_time += t * count
+    return total_flops / total_time / 1e9, per_shape
+
+
+def sgemm_rate(shapes, threads=2, min_time=0.15, blas=None):
+    """GFLOP/s of OpenBLAS sgemm (its own `threads`-thread code) over `shapes` (gemm_mix_rate).
+    blas: an OpenBLAS (default: ctransformer's)."""
+    lib = blas or OpenBLAS()
+    if blas is None:
+        import ctransformer as ct
+        ct.get_num_threads()  # ct pins OpenBLAS to one thread on first use (it splits products itself) ...
+    lib.set_threads(threads)  # ... so OpenBLAS's own threading is switched on for this measure
+
+    def make_call(m, n, k, ta, tb, a, b):
+        c = np.zeros((m, n), np.float32)
+        args = (101, 112 if ta else 111, 112 if tb else 111, m, n, k, 1.0, a.ctypes.data, a.shape[1],
+                b.ctypes.data, b.shape[1], 0.0, c.ctypes.data, n)
+        return lambda arrays=(a, b, c): lib.sgemm(*args)  # arrays: args holds only their addresses
+    gflops, per_shape = gemm_mix_rate(shapes, make_call, min_time)
     lib.set_threads(1)  # back to what ct expects
     time.sleep(0.3)  # let OpenBLAS's workers stop spinning before anything else is timed
-    return {"gflops": total_flops / total_time / 1e9, "threads": threads, "library": lib.path,
-            "config": lib.config(), "core": lib.corename(), "shapes": per_shape}
+    return {"gflops": gflops, "threads": threads, "library": lib.path, "config": lib.config(),
+            "core": lib.corename(), "shapes": per_shape}
 
 
 def bf16_gemm_rate(shapes, threads=2, min_time=0.15):
     """GFLOP/s of ctransformer's bf16 GEMM (ct.amp.gemm_bf16: bf16 operands, fp32 accumulation) over
-    `shapes` as sgemm_rate, written in place (out=) so no call pays for fresh pages."""
+    `shapes` (gemm_mix_rate), written in place (out=) so no call pays for fresh pages."""
     import ctransformer as ct
     previous = ct.get_num_threads()
     ct.set_num_threads(threads)
-    total_flops = total_time = 0.0
-    per_shape = []
-    for m, n, k, ta, tb, count in shapes:
-        a = ct.amp.round_to_bf16(np.random.default_rng(0).standard_normal((k, m) if ta else (m, k)).astype(np.float32))
-        b = ct.amp.round_to_bf16(np.random.default_rng(1).standard_normal((n, k) if tb else (k, n)).astype(np.float32))
-        c = np.zeros((m, n), np.float32)
-        ct.amp.gemm_bf16(a, b, bool(ta), bool(tb), out=c)
-        best = []
-        while True:
-            t0 = time.perf_counter()
-            ct.amp.gemm_bf16(a, b, bool(ta), bool(tb), out=c)
-            best.append(time.perf_counter() - t0)
-            if sum(best) > min_time and len(best) >= 5:
-                break
-        t = statistics.median(best)
-        flops = 2.0 * m * n * k
-        per_shape.append({"shape": [m, n, k], "trans": [bool(ta), bool(tb)], "gflops": flops / t / 1e9})
-        total_flops += flops * count
-        total_time += t * count
+
+    def make_call(m, n, k, ta, tb, a, b):
+        a16, b16, c = ct.amp.round_to_bf16(a), ct.amp.round_to_bf16(b), np.zeros((m, n), np.float32)
+        return lambda: ct.amp.gemm_bf16(a16, b16, bool(ta), bool(tb), out=c)
+    gflops, per_shape = gemm_mix_rate(shapes, make_call, min_time)
     ct.set_num_threads(previous)
-    return {"gflops": total_flops / total_time / 1e9, "threads": threads, "kernel": ct.amp.bf16_kernel(),
-            "shapes": per_shape}
+    return {"gflops": gflops, "threads": threads, "kernel": ct.amp.bf16_kernel(), "shapes": per_shape}
 
 
 def linear_gemms(rows, d_in, d_out, count=1):
