@@ -19,5 +19,6 @@ void bind_loss(py::module_& m);
 void bind_decode(py::module_& m);
 void bind_distributed(py::module_& m);
 void bind_precision(py::module_& m);
+void bind_quantization(py::module_& m);
 
 }  // namespace ctpy

@@ -124,4 +124,6 @@ PYBIND11_MODULE(_core, m) {
     ctpy::bind_distributed(distributed);
     auto amp = m.def_submodule("amp", "Mixed precision: bf16 rounding, the bf16 GEMM and autocast regions.");
     ctpy::bind_precision(amp);
+    auto quantization = m.def_submodule("quantization", "int8: quantised weights, the int8 product and its kernels.");
+    ctpy::bind_quantization(quantization);
 }

@@ -77,6 +77,21 @@ void bind_nn_module(py::module_& nn) {
             return load_result(r.missing_keys, r.unexpected_keys);
         }, py::arg("state_dict"), py::arg("strict") = true,
            "Copy arrays (NumPy, torch CPU tensors, ctransformer tensors) into the parameters in place.")
+        .def("quantize", [](std::shared_ptr<Module> m, const std::string& dtype) {
+            {
+                py::gil_scoped_release release;
+                m->quantize(dtype);
+            }
+            return m;
+        }, py::arg("dtype") = "int8",
+           "Give every Linear an int8 copy of its weight (one scale per output row) and run it in int8 from now on "
+           "(inference only; the float32 parameters are kept). Returns self.")
+        .def("dequantize", [](std::shared_ptr<Module> m) { m->dequantize(); return m; },
+             "Drop the int8 copies: every Linear computes in float32 again. Returns self.")
+        .def_property_readonly("quantization", [](const Module& m) -> py::object {
+            const std::string q = m.quantization();
+            return q.empty() ? py::none() : py::cast(q);
+        }, "'int8' while some Linear is quantised, else None.")
         .def("train", [](std::shared_ptr<Module> m, bool mode) { m->train(mode); return m; }, py::arg("mode") = true)
         .def("eval", [](std::shared_ptr<Module> m) { m->eval(); return m; })
         .def_property_readonly("training", &Module::is_training)
@@ -91,7 +106,12 @@ void bind_nn_module(py::module_& nn) {
             py::gil_scoped_release release;
             return std::make_shared<Linear>(in, out, bias);
         }), py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true)
-        .def("forward", &Linear::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
+        .def("forward", py::overload_cast<const Tensor&>(&Linear::forward, py::const_), py::arg("input"),
+             py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly("int8_weight", [](const Linear& l) -> py::object {
+            if (!l.int8_weight()) return py::none();
+            return py::cast(std::const_pointer_cast<ct::Int8Weight>(l.int8_weight()));
+        }, "The weight in int8 (quantization.Int8Weight) while the module is quantised, else None.")
         .def_readwrite("weight", &Linear::weight)
         .def_property_readonly("bias", [](const Linear& l) -> py::object {
             return l.has_bias ? py::cast(l.bias) : py::none();

@@ -8,17 +8,44 @@ loop instead (the whole prefix decoded at every step); both give the same tokens
 to float32 rounding (tests/decode/test_decode.py). The model is used as it is: call ``model.eval()`` first,
 or dropout stays active.
 """
+import contextlib
+
 from ._core import decode as _decode
+from .amp import autocast
+
+COMPUTE_TYPES = ("default", "float32", "int8", "bfloat16")
 
 StepDecoder = _decode.StepDecoder
 GPTCache = _decode.GPTCache
 
 __all__ = ["greedy_decode", "beam_search", "generate", "length_penalty", "StepDecoder", "GPTCache", "DEFAULT_BEAM_SIZE",
-           "DEFAULT_ALPHA"]
+           "DEFAULT_ALPHA", "COMPUTE_TYPES", "using_compute_type"]
+
+
+@contextlib.contextmanager
+def using_compute_type(model, compute_type):
+    """The model computing in compute_type for one call, as CTranslate2's compute_type: "default" (as the
+    model is), "float32", "int8" (ctransformer.quantization; a float32 model is quantised for the call) or
+    "bfloat16" (the products under ctransformer.autocast). The model is left as it was."""
+    if compute_type not in COMPUTE_TYPES:
+        raise ValueError(f"compute_type must be one of {COMPUTE_TYPES}, got {compute_type!r}")
+    was = model.quantization
+    if compute_type == "int8" and was is None:
+        model.quantize("int8")
+    elif compute_type in ("float32", "bfloat16") and was is not None:
+        model.dequantize()
+    try:
+        with autocast(enabled=compute_type == "bfloat16"):
+            yield
+    finally:
+        if was is None and model.quantization is not None:
+            model.dequantize()
+        elif was is not None and model.quantization is None:
+            model.quantize(was)
 
 
 def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, *, use_cache=True,
-                  return_logits=False):
+                  return_logits=False, compute_type="default"):
     """(b, max_len) int64 ids, starting with start_symbol, for the (b, ls) source ids `src`.
 
     As seed 002's greedy_decode: the encoder runs once; each step appends the arg-max (the first
@@ -31,9 +58,11 @@ def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, 
     use_cache: key/value-cached steps (default) or seed 002's full-prefix loop.
     return_logits: also return the float32 logits of every step, (b, max_len - 1, n_trg_vocab), row
     r's step t predicting ids[r, t + 1] (NaN after the row ended).
+    compute_type: "default" (the model as it is), "float32", "int8" or "bfloat16", as CTranslate2's.
     """
-    return _decode.greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol,
-                                 use_cache=use_cache, return_logits=return_logits)
+    with using_compute_type(model, compute_type):
+        return _decode.greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol,
+                                     use_cache=use_cache, return_logits=return_logits)
 
 
 DEFAULT_BEAM_SIZE = _decode.DEFAULT_BEAM_SIZE   # 4: the core's default (decode/beam_search.hpp), here once
@@ -42,7 +71,7 @@ DEFAULT_ALPHA = _decode.DEFAULT_ALPHA           # 0.6: GNMT's length penalty
 
 def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size=DEFAULT_BEAM_SIZE,
                 alpha=DEFAULT_ALPHA, *,
-                n_best=None, use_cache=True):
+                n_best=None, use_cache=True, compute_type="default"):
     """Beam search with GNMT's length penalty; returns (ids (b, max_len) int64, scores (b,) float64).
 
     A hypothesis y after start_symbol, of |y| tokens (end_symbol included when it ended), scores
@@ -56,13 +85,14 @@ def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_si
 
     ids are padded with the model's trg_pad_idx after the hypothesis. With n_best=k (<= beam_size),
     returns the k best: (ids (b, k, max_len), scores (b, k)), best first, -inf where fewer finished.
-    src_mask and use_cache as in greedy_decode.
+    src_mask, use_cache and compute_type as in greedy_decode.
     """
-    return _decode.beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size, alpha,
-                               n_best=n_best, use_cache=use_cache)
+    with using_compute_type(model, compute_type):
+        return _decode.beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size, alpha,
+                                   n_best=n_best, use_cache=use_cache)
 
 
-def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, *, use_cache=True):
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, *, use_cache=True, compute_type="default"):
     """Seed 004's generate for a GPT: (b, t + max_new_tokens) int64 ids (not squeezed).
 
     Each new id is drawn from softmax(logits[:, -1] / temperature) restricted to the top_k largest
@@ -72,8 +102,10 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, *, use_cac
     every kept token to a new (learned, absolute) position and the cached keys depend on the dropped
     tokens, so the cache is rebuilt from the cropped window at each step (the uncached cost); the ids
     are the same as use_cache=False (``GPT.generate(..., use_cache=False)``, the seed's loop).
+    compute_type as in greedy_decode.
     """
-    return _decode.generate(model, idx, max_new_tokens, temperature, top_k, use_cache=use_cache)
+    with using_compute_type(model, compute_type):
+        return _decode.generate(model, idx, max_new_tokens, temperature, top_k, use_cache=use_cache)
 
 
 def length_penalty(length, alpha):

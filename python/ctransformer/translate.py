@@ -45,9 +45,16 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="bf16: decode under ct.autocast, the weights rounded to bf16 once (default fp32)")
+    parser.add_argument("--compute-type", choices=["default", "float32", "int8", "bfloat16"], default="default",
+                        help="as CTranslate2's: int8 quantises every Linear (weights per output row, activations "
+                             "per row; ctransformer.quantization), bfloat16 is --precision bf16; default: as the "
+                             "checkpoint holds the model (float32, or int8 for a quantised checkpoint)")
     args = parser.parse_args(argv)
     if args.threads:
         ct.set_num_threads(args.threads)
+    if args.precision == "bf16" and args.compute_type not in ("default", "bfloat16"):
+        parser.error(f"--precision bf16 and --compute-type {args.compute_type} disagree")
+    compute_type = "bfloat16" if args.precision == "bf16" else args.compute_type
     try:
         model, vocab, cfg = load_translation_checkpoint(args.checkpoint)
         translator = Translator(model, vocab,
@@ -71,7 +78,7 @@ def main(argv=None):
         parser.exit(2, f"ctransformer-translate: error: the input is not UTF-8 text ({error})\n")
     except (OSError, ValueError) as error:
         parser.exit(2, f"ctransformer-translate: error: {error}\n")
-    with ct.autocast(enabled=args.precision == "bf16"):
+    with ct.decode.using_compute_type(model, compute_type):
         translations = translator.translate(sentences)
     text = "".join(t + "\n" for t in translations)
     if args.output:

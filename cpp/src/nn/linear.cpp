@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "ctransformer/autograd.hpp"
+#include "ctransformer/error.hpp"
 #include "ctransformer/ops/linear.hpp"
 #include "ctransformer/random.hpp"
 
@@ -20,6 +22,21 @@ Linear::Linear(std::size_t in, std::size_t out, bool with_bias)
     }
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, has_bias ? &bias : nullptr); }
+Tensor Linear::forward(const Tensor& x, float alpha) const {
+    const Tensor* b = has_bias ? &bias : nullptr;
+    if (int8_weight_ && needs_grad({&x, &weight, b}))  // the fp32 weight's gradient would be silently missing
+        throw ValueError("Linear: this Linear is quantised to int8, for inference only: run it under "
+                         "ctransformer.no_grad(), or call dequantize() on the model to train it");
+    return int8_weight_ ? linear_int8(x, *int8_weight_, b, alpha) : linear(x, weight, b, alpha);
+}
+
+void Linear::quantize_self(bool int8) {
+    int8_weight_ = int8 ? std::make_shared<const Int8Weight>(quantize_weight_int8(weight.data(), out_features, in_features))
+                        : nullptr;
+}
+
+void Linear::set_int8_weight(const std::int8_t* q, const float* scale) {
+    int8_weight_ = std::make_shared<const Int8Weight>(pack_weight_int8(q, scale, out_features, in_features));
+}
 
 }  // namespace ct::nn

@@ -88,7 +88,26 @@ Module::LoadResult Module::load_state_dict(const std::map<std::string, Array>& s
         auto it = state.find(name);
         if (it != state.end()) std::copy(it->second.data(), it->second.data() + it->second.size(), t.data());
     }
+    if (!quantization().empty()) quantize("int8");  // the int8 copies follow the loaded weights
     return result;
+}
+
+void Module::quantize(const std::string& dtype) {
+    if (dtype != "int8") throw ValueError("quantize: dtype must be 'int8', got '" + dtype + "'");
+    quantize_self(true);
+    for (auto& [name, child] : children_) child->quantize(dtype);
+}
+
+void Module::dequantize() {
+    quantize_self(false);
+    for (auto& [name, child] : children_) child->dequantize();
+}
+
+std::string Module::quantization() const {
+    if (quantized_self()) return "int8";
+    for (const auto& [name, child] : children_)
+        if (!child->quantization().empty()) return "int8";
+    return "";
 }
 
 void Module::train(bool on) {

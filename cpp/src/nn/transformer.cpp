@@ -73,8 +73,7 @@ Tensor Transformer::project(const Tensor& dec_output) const {
                          ", got " + shape_str(dec_output.shape()));
     if (!config.scale_prj()) return trg_word_prj->forward(dec_output);
     // logits * d_model ** -0.5, the scale folded into the product (ops/linear.hpp)
-    return linear(dec_output, trg_word_prj->weight, trg_word_prj->has_bias ? &trg_word_prj->bias : nullptr,
-                  float(std::pow(double(config.d_model), -0.5)));
+    return trg_word_prj->forward(dec_output, float(std::pow(double(config.d_model), -0.5)));
 }
 
 TransformerOutput Transformer::forward(const IndexArray& src_seq, const IndexArray& trg_seq, bool return_attns) const {

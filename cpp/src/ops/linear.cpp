@@ -102,4 +102,29 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
     return out;
 }
 
+Tensor linear_int8(const Tensor& x, const Int8Weight& weight, const Tensor* bias, float alpha) {
+    const std::size_t out_f = weight.out_features, in_f = weight.in_features;
+    if (x.dim() < 1 || x.size(-1) != in_f)
+        throw ValueError("linear: input's last dimension must be in_features = " + std::to_string(in_f) +
+                         ", got input shape " + shape_str(x.shape()));
+    if (bias && (bias->dim() != 1 || bias->size(0) != out_f))
+        throw ValueError("linear: bias must have shape (" + std::to_string(out_f) + ",), got " +
+                         shape_str(bias->shape()));
+    if (needs_grad({&x, bias}))
+        throw ValueError("linear: this Linear is quantised to int8, for inference only: run it under "
+                         "ctransformer.no_grad(), or call dequantize() on the model to train it");
+    Shape out_shape = x.shape();
+    out_shape.back() = out_f;
+    std::size_t rows = 1;
+    for (std::size_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
+    Tensor out(Array::from_shape(out_shape));
+    if (in_f == 0) {  // an empty product: the bias, or zeros
+        for (std::size_t r = 0; r < rows; ++r)
+            for (std::size_t o = 0; o < out_f; ++o) out.data()[r * out_f + o] = bias ? bias->data()[o] : 0.0f;
+        return out;
+    }
+    linear_int8(rows, x.data(), in_f, weight, alpha, bias ? bias->data() : nullptr, out.data(), out_f);
+    return out;
+}
+
 }  // namespace ct

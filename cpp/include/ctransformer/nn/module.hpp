@@ -37,6 +37,16 @@ public:
     // A shape mismatch always throws; with strict, so does a missing or unexpected key.
     LoadResult load_state_dict(const std::map<std::string, Array>& state, bool strict = true);
 
+    // int8 inference (int8.hpp): quantize("int8") gives every Linear in the tree an int8 copy of its
+    // weight (per output row scales) that its forward then uses, activations quantised per row on the fly;
+    // dequantize() drops the copies. The fp32 parameters are left as they are (a tied embedding keeps
+    // reading them), and load_state_dict re-quantises from the loaded weights. A quantised Linear is for
+    // inference: its forward refuses to run where a gradient would be needed.
+    void quantize(const std::string& dtype);
+    void dequantize();
+    // "int8" when some Linear in the tree is quantised, else "".
+    std::string quantization() const;
+
     void train(bool on = true);
     void eval() { train(false); }
     bool is_training() const { return training_; }
@@ -45,6 +55,9 @@ public:
     virtual std::string type_name() const = 0;
 
 protected:
+    // This module's own part of quantize / dequantize / quantization (children are walked by the callers).
+    virtual void quantize_self(bool /*int8*/) {}
+    virtual bool quantized_self() const { return false; }
     void register_parameter(const std::string& name, Tensor* t, bool requires_grad = true);
     void register_buffer(const std::string& name, Tensor* t, bool persistent = true);
     template <class M>

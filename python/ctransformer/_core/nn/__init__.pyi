@@ -56,6 +56,10 @@ class Module:
         ...
     def children(self) -> list[Module]:
         ...
+    def dequantize(self) -> Module:
+        """
+        Drop the int8 copies: every Linear computes in float32 again. Returns self.
+        """
     def eval(self) -> Module:
         ...
     def load_state_dict(self, state_dict: dict, strict: bool = True) -> typing.Any:
@@ -78,6 +82,10 @@ class Module:
         """
         Every parameter once (a tied weight appears once).
         """
+    def quantize(self, dtype: str = 'int8') -> Module:
+        """
+        Give every Linear an int8 copy of its weight (one scale per output row) and run it in int8 from now on (inference only; the float32 parameters are kept). Returns self.
+        """
     def state_dict(self) -> dict:
         """
         name -> float32 NumPy array (a copy), parameters and persistent buffers, tied names included.
@@ -87,6 +95,11 @@ class Module:
     def zero_grad(self) -> None:
         """
         Set every parameter's gradient to None.
+        """
+    @property
+    def quantization(self) -> typing.Any:
+        """
+        'int8' while some Linear is quantised, else None.
         """
     @property
     def training(self) -> bool:
@@ -103,6 +116,11 @@ class Linear(Module):
     @property
     def in_features(self) -> int:
         ...
+    @property
+    def int8_weight(self) -> typing.Any:
+        """
+        The weight in int8 (quantization.Int8Weight) while the module is quantised, else None.
+        """
     @property
     def out_features(self) -> int:
         ...

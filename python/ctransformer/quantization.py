@@ -1,0 +1,52 @@
+"""int8 inference: weights quantised per output row, activations per row on the fly, int32 products.
+
+``model.quantize("int8")`` (in place) or ``ctransformer.quantize_dynamic(model)`` (torch's name; a copy
+by default) makes every ``Linear`` of the model compute ``x W^T + b`` in int8, as CTranslate2's
+``compute_type="int8"`` and torch's ``quantize_dynamic`` do. The rule, exact to the bit (a NumPy model
+of it is in tests/ops/test_ops_int8.py):
+
+- a row r of a weight or of the activations: ``amax = max |x[r]|``, ``q = rint(x * (127 / amax))``
+  (ties to even, in [-127, 127]), ``scale = amax / 127``; a row of zeros has q = 0 and scale 0;
+- ``y = float32(sum_k q_x q_w) * (scale_x * alpha * scale_w) + b``, the sum exact in int32.
+
+The kernel is chosen at run time from the CPU: AVX-512 VNNI, AVX-VNNI, AVX2 or portable C++
+(``int8_kernel()``); all give the same numbers. A quantised model is for inference: a Linear refuses to
+run where a gradient would be needed, and ``dequantize()`` returns it to float32. The float32
+parameters are kept (a tied embedding reads them), so ``state_dict()`` is unchanged; the int8 weights are
+``linear.int8_weight``, and quantised checkpoints hold them (``ctransformer.checkpoint``).
+"""
+from ._core import quantization as _q
+
+Int8Weight = _q.Int8Weight
+quantize_weight = _q.quantize_weight
+quantize_rows = _q.quantize_rows
+linear_int8 = _q.linear
+matmul_s32 = _q.matmul_s32
+int8_kernel = _q.int8_kernel
+set_int8_kernel = _q.set_int8_kernel
+int8_kernels_available = _q.int8_kernels_available
+
+DTYPES = ("qint8", "int8")
+
+__all__ = ["quantize_dynamic", "Int8Weight", "quantize_weight", "quantize_rows", "linear_int8", "matmul_s32",
+           "int8_kernel", "set_int8_kernel", "int8_kernels_available"]
+
+
+def quantize_dynamic(model, dtype="qint8", inplace=False):
+    """The model with every Linear in int8 (torch.ao.quantization.quantize_dynamic's name and defaults).
+
+    dtype: "qint8" (torch's name) or "int8". inplace=False quantises a copy, made from the model's
+    ``config`` and state_dict (a Transformer); a model without ``config`` needs inplace=True.
+    """
+    if str(dtype).replace("torch.", "") not in DTYPES:
+        raise ValueError(f"quantize_dynamic: dtype must be one of {DTYPES}, got {dtype!r}")
+    if not inplace:
+        config = getattr(model, "config", None)
+        if config is None:
+            raise TypeError(f"quantize_dynamic: cannot copy a {type(model).__name__} (it has no config); "
+                            "pass inplace=True to quantise it in place")
+        copy = type(model)(config)
+        copy.load_state_dict(model.state_dict())
+        copy.train(model.training)
+        model = copy
+    return model.quantize("int8")
