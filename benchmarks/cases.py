@@ -206,7 +206,8 @@ def torch_greedy_decode(model, src, src_mask, max_len, start_symbol):
     return ys
 
 
-def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS):
+def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS, int8=False):
+    """int8: ct's model quantised (Module.quantize("int8")), as CTranslate2's compute_type="int8"."""
     c = SYSTEM_A[size]
 
     def build(side, share, torch_model=None, steps=steps):
@@ -220,6 +221,8 @@ def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS):
             return (lambda: torch_greedy_decode(model, ts, mask, steps + 1, BOS)), model
         import ctransformer as ct
         model = ct_system_a(c, torch_model if share else None).eval()
+        if int8:
+            model.quantize("int8")
         mask = ct.nn.get_pad_mask(src, PAD)
 
         def step():
@@ -276,8 +279,9 @@ def under_autocast(build):
 
 
 # Each case: build(side, share, torch_model=None) -> (step, model); flops() for training steps;
-# decoding cases also time ct's key/value-cached decoder ("cached") against the same torch loop, and
-# CTranslate2 float32 and int8 on the same weights ("ct2", "ct2_int8"), each in a process of its own.
+# decoding cases also time ct's key/value-cached decoder in float32 ("cached") and int8 ("cached_int8")
+# against the same torch loop, and CTranslate2 float32 and int8 on the same weights ("ct2", "ct2_int8"),
+# each in a process of its own.
 CASES = {}
 for _size in ("tiny", "small", "base"):
     CASES[f"{_size}/train"] = dict(build=build_a_train(_size), flops=(lambda s=_size: system_a_flops(SYSTEM_A[s])["train"]),
@@ -292,6 +296,7 @@ for _size in ("tiny", "small", "base"):
     for _rows in (1, 32):
         CASES[f"{_size}/decode-b{_rows}"] = dict(
             build=build_a_decode(_size, _rows, use_cache=False), cached=build_a_decode(_size, _rows, use_cache=True),
+            cached_int8=build_a_decode(_size, _rows, use_cache=True, int8=True),
             ct2=build_a_decode_ct2(_size, _rows), ct2_int8=build_a_decode_ct2(_size, _rows, compute_type="int8"),
             flops=None, config=SYSTEM_A[_size], kind="decode", rows=_rows,
             slow=(_size == "base" and _rows == 32))  # ~30 s per torch run: skipped by --quick

@@ -112,6 +112,8 @@ def time_case(spec, budget, max_repeats, min_repeats=3):
         fns["ct_fp32"] = spec["fp32"]("ct", share=True, torch_model=t32_model)[0]
     if "cached" in spec:
         fns["ct_cached"], ct_model = spec["cached"]("ct", share=True, torch_model=t_model)
+        if "cached_int8" in spec:
+            fns["ct_int8"] = spec["cached_int8"]("ct", share=True, torch_model=t_model)[0]
         with tempfile.TemporaryDirectory() as folder:  # a translator has read its files once loaded
             for peer in CT2_PEERS:
                 step = spec[peer](ct_model, folder) if peer in spec else None
@@ -194,6 +196,8 @@ def main():
         if "ct_cached" in med:
             row["ct_cached_s"] = med["ct_cached"]
             row["ratio_cached"] = med["torch"] / med["ct_cached"]
+        if "ct_int8" in med:
+            row["ct_int8_s"] = med["ct_int8"]
         for peer in CT2_PEERS:
             if peer in med:
                 row[f"{peer}_s"] = med[peer]
@@ -206,10 +210,13 @@ def main():
             row["memory"] = memory_of(name)
         results.append(row)
         extra = f"  ct cached {fmt_s(row['ct_cached_s'])} ({row['ratio_cached']:.2f}x)" if "ct_cached_s" in row else ""
+        if "ct_int8_s" in row:
+            extra += f"  ct int8 {fmt_s(row['ct_int8_s'])}"
         for peer, label in CT2_PEERS.items():
             if f"{peer}_s" in row:
-                extra += (f"  {label} {fmt_s(row[f'{peer}_s'])} ({row[f'{peer}_s'] / row['ct_cached_s']:.2f}x of ct "
-                          f"cached; {_config(row[f'{peer}_config'])})")
+                ours = "ct_int8" if peer == "ct2_int8" and "ct_int8_s" in row else "ct_cached"
+                extra += (f"  {label} {fmt_s(row[f'{peer}_s'])} ({row[f'{peer}_s'] / row[ours + '_s']:.2f}x of "
+                          f"{ours.replace('_', ' ')}; {_config(row[f'{peer}_config'])})")
         if "ct_fp32_s" in row:
             extra += (f"  ct fp32 {fmt_s(row['ct_fp32_s'])} ({row['ct_fp32_s'] / row['ct_s']:.2f}x of ct bf16)  "
                       f"torch fp32 {fmt_s(row['torch_fp32_s'])}")
@@ -296,21 +303,25 @@ def table(results, meta):
     dec = [r for r in results if r["kind"] == "decode"]
     if dec:
         lines += ["", f"Greedy decoding of {cases.DECODE_STEPS} tokens (torch: seed 002's full-prefix loop; ct: the same "
-                      "loop, and ct's key/value-cached decoder; CTranslate2 float32 and int8 on the same weights, "
+                      "loop, and ct's key/value-cached decoder in float32 and in int8 (Module.quantize); CTranslate2 "
+                      "float32 and int8 on the same weights, "
                       f"each in a process of its own, {THREADS} threads, its own cached decoder; engines take turns, "
                       f"each turn a {measure.GAP_S:g} s pause (no engine's idle threads spin into the next one's "
                       f"calls), then for calls under {measure.SHORT_S:g} s one untimed call and {measure.BURST} timed "
                       "ones back to back; "
                       "CTranslate2 in the fastest of its documented backend/ISA settings for each case "
-                      "(ct2_process.fastest; the JSON names it). CTranslate2/ct above 1: ct is faster):", "",
-                  "| case | ct full prefix | torch | torch/ct | ct cached | torch/ct cached | CT2 float32 | CT2 float32/ct cached "
-                  "| CT2 int8 | CT2 int8/ct cached |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                      "(ct2_process.fastest; the JSON names it). CTranslate2/ct above 1: ct is faster; CT2 float32 is "
+                      "set against ct cached float32, CT2 int8 against ct int8):", "",
+                  "| case | ct full prefix | torch | torch/ct | ct cached | torch/ct cached | ct int8 | CT2 float32 "
+                  "| CT2 float32/ct cached | CT2 int8 | CT2 int8/ct int8 |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in dec:
-            peers = " | ".join(f"{fmt_s(r[f'{peer}_s'])} | **{r[f'{peer}_s'] / r['ct_cached_s']:.2f}x**"
+            ours = {"ct2": r["ct_cached_s"], "ct2_int8": r.get("ct_int8_s", r["ct_cached_s"])}
+            peers = " | ".join(f"{fmt_s(r[f'{peer}_s'])} | **{r[f'{peer}_s'] / ours[peer]:.2f}x**"
                                if f"{peer}_s" in r else "n/a | n/a" for peer in CT2_PEERS)
+            int8 = fmt_s(r["ct_int8_s"]) if "ct_int8_s" in r else "n/a"
             lines.append(f"| {r['case']} | {fmt_s(r['ct_s'])} | {fmt_s(r['torch_s'])} | **{r['ratio']:.2f}x** | "
-                         f"{fmt_s(r['ct_cached_s'])} | **{r['ratio_cached']:.2f}x** | {peers} |")
+                         f"{fmt_s(r['ct_cached_s'])} | **{r['ratio_cached']:.2f}x** | {int8} | {peers} |")
     lines += ["", f"OpenBLAS sgemm at the base model's Linear shapes, {meta['threads']} threads, this run: "
                   f"{sg:.0f} GFLOP/s (the practical limit). FLOPs: matmuls only, counted analytically (backward = 2x "
                   "forward). Memory: peak RSS (VmHWM) of a fresh process holding one side, and its rise over the RSS "

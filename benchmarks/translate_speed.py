@@ -2,12 +2,14 @@
 
     python benchmarks/translate_speed.py --checkpoint runs/multi30k.safetensors [--sentences 1000]
 
-One checkpoint of ``ctransformer-train multi30k``, five engines on the same weights:
+One checkpoint of ``ctransformer-train multi30k``, six engines on the same weights:
 - ctransformer: ``ctransformer.translation.Translator`` (batched beam search on the key/value caches;
-  beam 1 is greedy), in float32 and under ``ct.autocast`` (bf16 products, ``--precision bf16``);
+  beam 1 is greedy), in float32, under ``ct.autocast`` (bf16 products, ``--precision bf16``) and with
+  the model quantised to int8 (``--compute-type int8``; a second copy of the model, quantised once);
 - CTranslate2 float32 and int8 (weights quantised at load time): the model written by
   ``ct.export.to_ctranslate2``, its sources the same subwords plus end-of-sentence, each in a process
-  of its own as its docs run it (ct2_process.py; the time is taken there, around translate_batch);
+  of its own as its docs run it (ct2_process.py; the time is taken there, around translate_batch), in
+  the fastest of its documented backend/ISA settings for the setting (ct2_process.fastest);
 - PyTorch 2.13: seed 000's model (tests/reference) with the checkpoint's state dict, decoded by seed
   002's greedy loop (the whole prefix at every step), batched; the seeds have no beam search, so
   PyTorch has greedy rows only.
@@ -32,7 +34,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/reference: seed 000 in PyTorch
 
 import measure  # noqa: E402
-from ct2_process import Call, CT2Process  # noqa: E402
+from ct2_process import Call, fastest  # noqa: E402
 
 THREADS = 2
 
@@ -55,11 +57,12 @@ class CTranslate2Engine(Call):
     returns the output tokens the worker counted, `last_seconds` its time taken in that process."""
 
     def __init__(self, path, compute_type, vocab, ids, beam, batch, max_len):
-        worker = CT2Process(path, compute_type=compute_type, intra_threads=THREADS)
         pieces = [vocab.processor.id_to_piece(i) for i in range(len(vocab))]
-        worker.set_source([[pieces[i] for i in s] + ["</s>"] for s in ids])
-        super().__init__(worker, beam_size=beam, max_batch_size=batch, max_decoding_length=max_len,
-                         length_penalty=0.6 if beam > 1 else 0.0)
+        options = dict(beam_size=beam, max_batch_size=batch, max_decoding_length=max_len,
+                       length_penalty=0.6 if beam > 1 else 0.0)
+        worker = fastest(path, compute_type, THREADS, [[pieces[i] for i in s] + ["</s>"] for s in ids], options,
+                         calls=1)
+        super().__init__(worker, **options)
 
     def __call__(self, ids):
         return super().__call__()["tokens"]
@@ -139,6 +142,7 @@ def main():
     ct.set_num_threads(THREADS)
 
     model, vocab, cfg = load_translation_checkpoint(a.checkpoint)
+    model_int8 = load_translation_checkpoint(a.checkpoint)[0].quantize("int8")
     tensors, _ = read_checkpoint(a.checkpoint)
     state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
     sentences = multi30k("test2016").src[:a.sentences]
@@ -158,6 +162,7 @@ def main():
         beam, batch = (1 if kind == "greedy" else int(kind[len("beam"):])), int(batch)
         engines = {"ctransformer": ctransformer_engine(model, vocab, beam, batch),
                    "ctransformer bf16": ctransformer_engine(model, vocab, beam, batch, bf16=True),
+                   "ctransformer int8": ctransformer_engine(model_int8, vocab, beam, batch),
                    "CTranslate2 float32": CTranslate2Engine(ct2_path, "float32", vocab, ids, beam, batch, max_len),
                    "CTranslate2 int8": CTranslate2Engine(ct2_path, "int8", vocab, ids, beam, batch, max_len)}
         if beam == 1:
@@ -172,6 +177,8 @@ def main():
             s = statistics.median(times[name])
             row = {"setting": setting, "beam": beam, "batch": batch, "engine": name, "seconds": s,
                    "sentences_per_s": len(ids) / s, "tokens_per_s": tokens[name] / s, "times": times[name]}
+            if hasattr(run, "config"):
+                row["ct2_config"] = run.config
             rows.append(row)
             print(f"{setting:10s} {name:24s} {row['sentences_per_s']:8.1f} sent/s {row['tokens_per_s']:9.0f} tok/s",
                   flush=True)
@@ -185,9 +192,11 @@ def main():
         json.dump({"meta": meta, "results": rows}, f, indent=1)
     print(f"\nMulti30k test2016, {len(ids)} sentences, {THREADS} threads each, medians of {a.rounds} rounds, "
           f"{meta['cpu']}, load {meta['loadavg_1min']:.1f}\n")
-    print("| setting | engine | sentences/s | subwords/s | time / ctransformer's |\n|---|---|---:|---:|---:|")
+    print("| setting | engine | sentences/s | subwords/s | time / ctransformer's (int8: ctransformer int8's) |\n"
+          "|---|---|---:|---:|---:|")
     for r in rows:
-        base = next(x for x in rows if x["setting"] == r["setting"] and x["engine"] == "ctransformer")
+        mine = "ctransformer int8" if r["engine"].endswith("int8") else "ctransformer"
+        base = next(x for x in rows if x["setting"] == r["setting"] and x["engine"] == mine)
         print(f"| {r['setting']} | {r['engine']} | {r['sentences_per_s']:.1f} | {r['tokens_per_s']:.0f} | "
               f"{r['seconds'] / base['seconds']:.2f}x |")
 

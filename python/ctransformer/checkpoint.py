@@ -8,6 +8,13 @@ layout is checked against its size (_check_layout): a header that claims more by
 holds is refused before anything is allocated. Saving writes a temporary file in the same folder,
 syncs it, renames it over the target and syncs the folder, so a crash or power cut mid-save leaves
 the previous checkpoint whole (tests/checkpoint/test_checkpoint_faults.py kills a saving process at random).
+
+A model quantised to int8 (``model.quantize("int8")``) is saved quantised: each quantised Linear's weight
+as int8 (``<name>.weight``, dtype I8) with its per-row scales (``<name>.weight_scale``, float32), as
+CTranslate2 names them, and ``"quantization": "int8"`` in the metadata. A Linear whose weight is tied to
+another entry (the output projection sharing the embedding) keeps that float32 entry, and is quantised
+again on loading, to the same int8 (the rule is deterministic). Loading gives the float32 weight
+q * scale and the int8 weight exactly as stored.
 """
 import hashlib
 import json
@@ -87,11 +94,87 @@ def _remove_stale_temp_files(folder, name):
             pass
 
 
+def _linears(module, prefix=""):
+    """(name, Linear) of every Linear below module, in the order of named_children."""
+    from ._core.nn import Linear
+
+    for name, child in module.named_children():
+        if isinstance(child, Linear):
+            yield prefix + name, child
+        yield from _linears(child, f"{prefix}{name}.")
+
+
+def _model_tensors(model):
+    """The model's entries for the file: its state_dict, with each quantised, untied Linear weight as int8 and
+    its scales (see the module's docstring)."""
+    state = model.state_dict()
+    tensors = {f"model.{k}": np.ascontiguousarray(v) for k, v in state.items()}
+    if model.quantization is None:
+        return tensors
+    for name, linear in _linears(model):
+        int8, key = linear.int8_weight, f"{name}.weight"
+        if int8 is None:
+            continue
+        # Tied weights hold equal values; two untied weights that happen to be equal are kept as float32 too.
+        if any(k != key and v.shape == state[key].shape and np.array_equal(v, state[key]) for k, v in state.items()):
+            continue
+        tensors[f"model.{key}"] = int8.q
+        tensors[f"model.{name}.weight_scale"] = int8.scale
+    return tensors
+
+
+def model_state(tensors, metadata, path="checkpoint"):
+    """(float32 state_dict, {linear name: Int8Weight}) from a checkpoint's tensors: a quantised checkpoint's
+    int8 weights become q * scale in the state_dict and are returned as Int8Weights besides. Raises
+    CheckpointError on an int8 entry without its scales or of the wrong dtype."""
+    from .quantization import Int8Weight
+
+    state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    int8 = {}
+    if metadata.get("quantization") is None:
+        return state, int8
+    if metadata["quantization"] != "int8":
+        raise CheckpointError(f"checkpoint: {path} is quantised to {metadata['quantization']!r}; this version reads int8")
+    for scale_key in [k for k in state if k.endswith(".weight_scale")]:
+        key = scale_key[:-len("_scale")]
+        q, scale = state.pop(key, None), state.pop(scale_key)
+        if q is None or q.dtype != np.int8 or q.ndim != 2 or scale.dtype != np.float32 or scale.shape != q.shape[:1]:
+            raise CheckpointError(f"checkpoint: {path} has a malformed int8 weight {key!r} (an int8 (out, in) "
+                                  "weight and float32 (out,) scales expected)")
+        try:
+            int8[key[:-len(".weight")]] = Int8Weight(q, scale)
+        except ValueError as error:
+            raise CheckpointError(f"checkpoint: {path}: {key}: {error}") from error
+        state[key] = q.astype(np.float32) * scale[:, None]
+    unscaled = [k for k, v in state.items() if v.dtype == np.int8]
+    if unscaled:
+        raise CheckpointError(f"checkpoint: {path} has int8 weights without their scales: {', '.join(unscaled)}")
+    return state, int8
+
+
+def load_model_state(model, state, int8, quantization):
+    """Load (state, int8) from model_state into model: with quantization "int8", every Linear is quantised
+    and those stored in int8 take their stored weights exactly; a float32 checkpoint loaded into a quantised
+    model leaves it quantised, from the loaded weights. Raises RuntimeError as load_state_dict."""
+    model.load_state_dict(state, strict=True)  # a quantised model re-quantises from the loaded weights
+    if quantization is None:
+        return
+    model.quantize(quantization)
+    linears = dict(_linears(model))
+    for name, weight in int8.items():
+        if name not in linears:
+            raise RuntimeError(f"load_state_dict: the int8 weight {name!r} names no Linear of this model")
+        linears[name].set_int8_weight(weight)
+
+
 def save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, config=None, extra=None):
-    """Write model (+ optimizer, scheduler) state, the step, the config and `extra` atomically."""
-    tensors = {f"model.{k}": np.ascontiguousarray(v) for k, v in model.state_dict().items()}
+    """Write model (+ optimizer, scheduler) state, the step, the config and `extra` atomically. A model
+    quantised to int8 is stored quantised (see the module's docstring)."""
+    tensors = _model_tensors(model)
     metadata = {"format": FORMAT, "step": json.dumps(int(step)), "config": json.dumps(config or {}),
                 "extra": json.dumps(_flatten(extra or {}, "extra", tensors))}
+    if model.quantization is not None:
+        metadata["quantization"] = model.quantization
     if optimizer is not None:
         metadata["optimizer"] = json.dumps(_flatten(optimizer.state_dict(), "optimizer", tensors))
     if scheduler is not None:
@@ -228,11 +311,14 @@ def _metadata_state(metadata, key, path, tensors):
 
 
 def read_checkpoint_contents(path):
-    """{"model": {name: array}, "step", "config", "extra"} of a checkpoint, without a model to load into
-    (the model's weights under their own names, extra with its arrays put back); raises CheckpointError on
-    a damaged file, as load_checkpoint does. For readers that build the model from the stored config."""
+    """{"model": {name: array}, "int8", "quantization", "step", "config", "extra"} of a checkpoint, without a
+    model to load into (the model's float32 weights under their own names, a quantised checkpoint's int8
+    weights in "int8" as model_state gives them, extra with its arrays put back); raises CheckpointError on
+    a damaged file, as load_checkpoint does. For readers that build the model from the stored config, and
+    load it with load_model_state."""
     tensors, metadata = read_checkpoint(path)
-    return {"model": {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")},
+    state, int8 = model_state(tensors, metadata, path)
+    return {"model": state, "int8": int8, "quantization": metadata.get("quantization"),
             "step": _metadata_json(metadata, "step", path),
             "config": _metadata_json(metadata, "config", path, default="{}"),
             "extra": _metadata_state(metadata, "extra", path, tensors) if "extra" in metadata else {}}
@@ -260,9 +346,9 @@ def load_checkpoint(path, model, optimizer=None, scheduler=None, config=None):
         states[name] = _metadata_state(metadata, name, path, tensors)
     step = _metadata_json(metadata, "step", path)
     extra = _metadata_state(metadata, "extra", path, tensors)
-    model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    state, int8 = model_state(tensors, metadata, path)
     try:
-        model.load_state_dict(model_state, strict=True)
+        load_model_state(model, state, int8, metadata.get("quantization"))
     except RuntimeError as error:
         raise CheckpointError(f"checkpoint: {path} does not fit this model: {error}") from error
     for name, target in (("optimizer", optimizer), ("scheduler", scheduler)):
@@ -284,6 +370,8 @@ def average_checkpoints(paths, output):
     total, metadata = None, None
     for path in paths:
         tensors, metadata = read_checkpoint(path)
+        if metadata.get("quantization"):
+            raise CheckpointError(f"average_checkpoints: {path} is quantised; average the float32 checkpoints, then quantise")
         weights = {k: v for k, v in tensors.items() if k.startswith("model.")}
         if total is None:
             total = {k: v.astype(np.float64) for k, v in weights.items()}

@@ -20,6 +20,12 @@ tokens as ctransformer's greedy_decode and scores a target with the same log-pro
 (tests/checkpoint/test_export.py). Pass ``min_decoding_length=0`` to ``translate_batch`` for the same tokens
 throughout: CTranslate2's default (1) forbids an empty translation, ctransformer does not. Quantise at load time,
 ``ctranslate2.Translator(path, compute_type="int8")``, or with ``quantization="int8"`` here.
+
+A model quantised to int8 (``model.quantize("int8")``) is written with its own int8 weights: CTranslate2's int8
+rule per output row is ours (q = rint(w * (127 / amax))), and it stores the inverse scale, so each Linear
+becomes ``weight`` = our q and ``weight_scale`` = 1 / our scale (float32; the output projection's
+d_model^-1/2 folded into it). The embeddings stay float32, as in our model. CTranslate2 then runs the same
+int8 weights (tests/checkpoint/test_export.py).
 ctranslate2 is an optional dependency (``pip install ctransformer[export]``).
 """
 import numpy as np
@@ -61,10 +67,25 @@ def _check_vocabulary(name, tokens, size):
     return tokens
 
 
+def _int8_weights(model):
+    """{linear name: (q, scale)} of a quantised model's Linears."""
+    from .checkpoint import _linears
+
+    return {name: (lin.int8_weight.q, lin.int8_weight.scale) for name, lin in _linears(model)
+            if lin.int8_weight is not None}
+
+
 def _build_spec(model, transformer_spec, tokens):
-    """The TransformerSpec holding model's weights (float32 copies)."""
+    """The TransformerSpec holding model's weights (float32 copies; a quantised model's Linears in int8)."""
     cfg = model.config
     sd = {k: np.asarray(v, dtype=np.float32) for k, v in model.state_dict().items()}
+    int8 = _int8_weights(model)
+
+    def int8_linear(spec, names, alpha=np.float32(1)):
+        """CTranslate2 dequantises q / weight_scale; ours is q * scale (a zero row: scale 0, CTranslate2's 1)."""
+        scale = np.concatenate([int8[n][1] for n in names]) * alpha
+        spec.weight = np.concatenate([int8[n][0] for n in names], axis=0)
+        spec.weight_scale = np.where(scale > 0, np.float32(1) / np.where(scale > 0, scale, 1), 1).astype(np.float32)
     head_dim = int(cfg.d_k)
     # The seed scales the scores by 1 / sqrt(d_k), as CTranslate2 does by 1 / sqrt(head_dim).
     enc = transformer_spec.TransformerEncoderSpec(cfg.n_layers, cfg.n_head, pre_norm=False,
@@ -75,7 +96,10 @@ def _build_spec(model, transformer_spec, tokens):
     scale_prj = cfg.scale_emb_or_prj == "prj" and cfg.trg_emb_prj_weight_sharing
 
     def linear(spec, *names, bias=False):
-        spec.weight = np.concatenate([sd[n + ".weight"] for n in names], axis=0)
+        if all(n in int8 for n in names):
+            int8_linear(spec, names)
+        else:
+            spec.weight = np.concatenate([sd[n + ".weight"] for n in names], axis=0)
         if bias:
             spec.bias = np.concatenate([sd[n + ".bias"] for n in names], axis=0)
 
@@ -113,7 +137,10 @@ def _build_spec(model, transformer_spec, tokens):
     stack(enc, "encoder", "src_word_emb")
     stack(dec, "decoder", "trg_word_emb")
     projection = sd["trg_word_prj.weight"]
-    dec.projection.weight = projection * np.float32(cfg.d_model ** -0.5) if scale_prj else projection
+    if "trg_word_prj" in int8:
+        int8_linear(dec.projection, ["trg_word_prj"], np.float32(cfg.d_model ** -0.5) if scale_prj else np.float32(1))
+    else:
+        dec.projection.weight = projection * np.float32(cfg.d_model ** -0.5) if scale_prj else projection
 
     spec = transformer_spec.TransformerSpec(enc, dec)
     spec.config.layer_norm_epsilon = float(cfg.layer_norm_eps)
@@ -132,12 +159,15 @@ def to_ctranslate2(model, path, vocabulary, *, target_vocabulary=None, unk_token
     uses it too, else pass target_vocabulary. unk_token, bos_token and eos_token name the tokens
     CTranslate2 treats as such: the decoder starts from bos_token and a hypothesis ends at
     eos_token, as ``decode.greedy_decode(..., start_symbol=bos id, end_symbol=eos id)``; sources are
-    passed as they are (no bos/eos added). quantization: None (float32), or a CTranslate2 scheme such
-    as "int8". force: replace an existing directory. Returns path.
+    passed as they are (no bos/eos added). quantization: None (float32, or a quantised model's own int8), or
+    a CTranslate2 scheme such as "int8" for a float32 model. force: replace an existing directory. Returns path.
     """
     ctranslate2, transformer_spec = _ctranslate2()
     cfg = model.config
     _check_supported(cfg)
+    if model.quantization is not None and quantization is not None:
+        raise ValueError(f"to_ctranslate2: the model is quantised to {model.quantization} and is written with its own "
+                         f"int8 weights; pass quantization=None (CTranslate2 would quantise them again, to {quantization!r})")
     src_tokens = _check_vocabulary("vocabulary", vocabulary, cfg.n_src_vocab)
     trg_tokens = _check_vocabulary("target_vocabulary", vocabulary if target_vocabulary is None
                                    else target_vocabulary, cfg.n_trg_vocab)

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 import ctransformer as ct
-from ctransformer.checkpoint import CheckpointError, read_checkpoint_contents
+from ctransformer.checkpoint import CheckpointError, load_model_state, read_checkpoint_contents
 from ctransformer.data.subword import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
 from ctransformer.data.token_batches import make_arrays
 
@@ -30,7 +30,8 @@ def build_model(cfg, vocab_size):
 
 
 def load_translation_checkpoint(path):
-    """(model in eval mode, SubwordVocab, config) from a checkpoint the multi30k task wrote."""
+    """(model in eval mode, SubwordVocab, config) from a checkpoint the multi30k task wrote (quantised to int8
+    when the checkpoint is, as quantize_checkpoint writes)."""
     contents = read_checkpoint_contents(path)
     extra = contents["extra"]
     if extra.get("task") != TASK or "sentencepiece" not in extra:
@@ -40,11 +41,24 @@ def load_translation_checkpoint(path):
     vocab = SubwordVocab.from_array(extra["sentencepiece"])
     model = build_model(cfg, len(vocab))
     try:
-        model.load_state_dict(contents["model"], strict=True)
+        load_model_state(model, contents["model"], contents["int8"], contents["quantization"])
     except RuntimeError as error:
         raise CheckpointError(f"translate: {path} does not fit the model its config describes: {error}") from error
     model.eval()
     return model, vocab, cfg
+
+
+def quantize_checkpoint(path, output, dtype="int8"):
+    """Write to `output` the checkpoint at `path` (of the multi30k task) with its model quantised to int8:
+    its Linear weights stored as int8 with per-row scales (ctransformer.checkpoint), about a third of the
+    float32 file for the task's model, whose embedding (shared with the output projection) stays float32.
+    ctransformer-translate and load_translation_checkpoint read it as an int8 model."""
+    from ctransformer.checkpoint import save_checkpoint
+
+    contents = read_checkpoint_contents(path)
+    model, _, cfg = load_translation_checkpoint(path)
+    model.quantize(dtype)
+    return save_checkpoint(output, model, step=contents["step"], config=cfg, extra=contents["extra"])
 
 
 class Translator:

@@ -419,6 +419,33 @@ def test_translate_cli_files_and_errors(trained, tmp_path):
     assert run.returncode == 2 and "has 1 lines but the input has 3" in run.stderr
 
 
+def test_quantised_checkpoint_translates_as_the_quantised_model(trained, tmp_path):
+    # quantize_checkpoint writes the model's Linears in int8; reading it back gives the int8 model, whose
+    # translations equal the float32 checkpoint's under --compute-type int8 (the same int8 weights either way).
+    from ctransformer.checkpoint import read_checkpoint
+    from ctransformer.translation import Translator, load_translation_checkpoint, quantize_checkpoint
+
+    task, _, _, path = trained
+    quantised = str(tmp_path / "int8.safetensors")
+    quantize_checkpoint(path, quantised)
+    tensors, metadata = read_checkpoint(quantised)
+    assert metadata["quantization"] == "int8"
+    assert tensors["model.encoder.layer_stack.0.pos_ffn.w_1.weight"].dtype == np.int8
+    assert tensors["model.trg_word_prj.weight"].dtype == np.float32        # tied to the embedding
+    model, vocab, cfg = load_translation_checkpoint(quantised)
+    assert model.quantization == "int8"
+    sentences = task.valid_corpus.src[:5]
+    ours = Translator(model, vocab, beam_size=2, warn=_quiet).translate(sentences)
+    run = subprocess.run([sys.executable, "-m", "ctransformer.translate", "--checkpoint", path, "--beam-size", "2",
+                          "--compute-type", "int8"], input="\n".join(sentences) + "\n", capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:-1] == ours
+    clash = subprocess.run([sys.executable, "-m", "ctransformer.translate", "--checkpoint", path, "--precision", "bf16",
+                            "--compute-type", "int8"], input="x\n", capture_output=True, text=True, timeout=120)
+    assert clash.returncode == 2 and "disagree" in clash.stderr
+
+
 def test_train_cli_runs_multi30k_on_a_named_corpus(tmp_path, corpus_files):
     args = [sys.executable, "-m", "ctransformer.train", "multi30k", "--epochs", "1", "--seed", "1", "--no-progress",
             "--checkpoint", str(tmp_path / "m.safetensors"), "--json", str(tmp_path / "r.json")]
