@@ -20,11 +20,21 @@ CT2_FORCE_CPU_ISA=AVX512 change that choice, and on this project's Zen 5 machine
 ran 4-5x faster with either (tiny model, batch 1: 55-60 ms at its defaults, 12-14 ms). `fastest()`
 times each of these configurations on the case's own call and keeps the fastest, so CTranslate2 is
 measured as a user who read its docs would run it.
+
+The Translator is loaded on a short-lived thread. Loading an int8 model quantises inside an OpenMP
+region, and the loading thread keeps that region's team; the process then holds more OpenMP threads
+than CPUs and libgomp throttles its spinning: every parallel region sleeps and wakes. Loaded on the
+main thread, CTranslate2 int8 took 19-21 ms a greedy call of one short sentence with ~790 voluntary
+context switches per call; loaded on a thread that then exits, 1.5-1.6 ms and 1-2 switches (Zen 5,
+2 threads, 2026-11-24). Each call's voluntary context switches (all of the worker's threads, from
+/proc/self/task/*/status) come back with its time, so a table can show them beside each figure.
 """
+import glob
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 
@@ -38,7 +48,7 @@ class CT2Process:
         env.update(self.config)
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env)
-        self.last_seconds = None
+        self.last_seconds = self.last_switches = None
         self.info = self._ask({"op": "load", "path": str(path), "compute_type": compute_type,
                                "intra_threads": intra_threads})
 
@@ -61,6 +71,7 @@ class CT2Process:
         hypotheses when asked). The call's own time is in last_seconds."""
         answer = self._ask({"op": "run", "options": options, "hypotheses": hypotheses})
         self.last_seconds = answer["seconds"]
+        self.last_switches = answer["switches"]
         return answer
 
     def close(self):
@@ -88,6 +99,10 @@ class Call:
     @property
     def last_seconds(self):
         return self.worker.last_seconds
+
+    @property
+    def last_switches(self):
+        return self.worker.last_switches
 
     @property
     def config(self):
@@ -121,6 +136,38 @@ def fastest(path, compute_type, intra_threads, source, options, calls=3):
     return best[0]
 
 
+def _voluntary_switches():
+    """Voluntary context switches of every thread of this process so far."""
+    total = 0
+    for status in glob.glob("/proc/self/task/*/status"):
+        try:
+            with open(status) as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return total
+
+
+def _load(ctranslate2, message):
+    """The Translator, loaded on a thread that then exits (see the module's docstring)."""
+    box = {}
+
+    def load():
+        try:
+            box["translator"] = ctranslate2.Translator(message["path"], device="cpu",
+                                                       compute_type=message["compute_type"], inter_threads=1,
+                                                       intra_threads=message["intra_threads"])
+        except Exception as error:  # raised again on the worker's own thread
+            box["error"] = error
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["translator"]
+
+
 def _worker():
     import ctranslate2
 
@@ -129,17 +176,18 @@ def _worker():
         message = json.loads(line)
         try:
             if message["op"] == "load":
-                translator = ctranslate2.Translator(message["path"], device="cpu", compute_type=message["compute_type"],
-                                                    inter_threads=1, intra_threads=message["intra_threads"])
+                translator = _load(ctranslate2, message)
                 answer = {"version": ctranslate2.__version__, "compute_type": translator.compute_type,
                           "supported": sorted(ctranslate2.get_supported_compute_types("cpu"))}
             elif message["op"] == "source":
                 source, answer = message["tokens"], {}
             elif message["op"] == "run":
+                switches = _voluntary_switches()
                 t0 = time.perf_counter()
                 results = translator.translate_batch(source, **message["options"])
                 seconds = time.perf_counter() - t0
-                answer = {"seconds": seconds, "tokens": sum(len(r.hypotheses[0]) for r in results)}
+                answer = {"seconds": seconds, "switches": _voluntary_switches() - switches,
+                          "tokens": sum(len(r.hypotheses[0]) for r in results)}
                 if message["hypotheses"]:
                     answer["hypotheses"] = [r.hypotheses[0] for r in results]
             elif message["op"] == "quit":

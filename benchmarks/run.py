@@ -119,8 +119,8 @@ def time_case(spec, budget, max_repeats, min_repeats=3):
                 step = spec[peer](ct_model, folder) if peer in spec else None
                 if step is not None:
                     fns[peer] = step
-    peers = {name: {"config": fn.config, "calibration": fn.worker.timings} for name, fn in fns.items()
-             if name in CT2_PEERS}
+    peers = {name: {"config": fn.config, "calibration": fn.worker.timings, "worker": fn.worker}
+             for name, fn in fns.items() if name in CT2_PEERS}
     first = {name: measure.timed(fn, measure.GAP_S) for name, fn in fns.items()}
     round_s = sum(measure.GAP_S + t * (1 + measure.BURST if t < measure.SHORT_S else 1) for t in first.values())
     long_rounds = round_s > budget / 4
@@ -201,6 +201,7 @@ def main():
         for peer in CT2_PEERS:
             if peer in med:
                 row[f"{peer}_s"] = med[peer]
+                row[f"{peer}_switches"] = peers[peer]["worker"].last_switches  # of its last timed call
                 row[f"{peer}_config"] = peers[peer]["config"]
                 row[f"{peer}_calibration"] = peers[peer]["calibration"]
         if spec.get("flops"):
@@ -216,7 +217,8 @@ def main():
             if f"{peer}_s" in row:
                 ours = "ct_int8" if peer == "ct2_int8" and "ct_int8_s" in row else "ct_cached"
                 extra += (f"  {label} {fmt_s(row[f'{peer}_s'])} ({row[f'{peer}_s'] / row[ours + '_s']:.2f}x of "
-                          f"{ours.replace('_', ' ')}; {_config(row[f'{peer}_config'])})")
+                          f"{ours.replace('_', ' ')}; {_config(row[f'{peer}_config'])}; "
+                          f"{row[f'{peer}_switches']} context switches in its last call)")
         if "ct_fp32_s" in row:
             extra += (f"  ct fp32 {fmt_s(row['ct_fp32_s'])} ({row['ct_fp32_s'] / row['ct_s']:.2f}x of ct bf16)  "
                       f"torch fp32 {fmt_s(row['torch_fp32_s'])}")

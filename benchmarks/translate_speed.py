@@ -69,12 +69,12 @@ class CTranslate2Engine(Call):
 
 
 def call(run, ids):
-    """(seconds, output tokens) of one call of an engine after the pause; an engine in another process
-    gives its own time and token count."""
+    """(seconds, output tokens, voluntary context switches or None) of one call of an engine after the pause;
+    an engine in another process gives its own time, token count and context switches."""
     out = []
     seconds = measure.timed(lambda: out.append(run(ids)), measure.GAP_S)
     seconds = getattr(run, "last_seconds", None) or seconds
-    return seconds, out[0] if isinstance(out[0], int) else sum(len(o) for o in out[0])
+    return seconds, out[0] if isinstance(out[0], int) else sum(len(o) for o in out[0]), getattr(run, "last_switches", None)
 
 
 def torch_engine(state, cfg, vocab_size, batch, max_len):
@@ -168,19 +168,26 @@ def main():
         if beam == 1:
             engines["PyTorch (seed 002 loop)"] = torch_engine(state, cfg, len(vocab), batch, max_len)
         times = {name: [] for name in engines}
+        switches = {name: [] for name in engines}
         tokens = {}
         for _ in range(a.rounds):
             for name, run in engines.items():
-                seconds, tokens[name] = call(run, ids)
+                seconds, tokens[name], n = call(run, ids)
                 times[name].append(seconds)
+                if n is not None:
+                    switches[name].append(n)
         for name in engines:
             s = statistics.median(times[name])
             row = {"setting": setting, "beam": beam, "batch": batch, "engine": name, "seconds": s,
                    "sentences_per_s": len(ids) / s, "tokens_per_s": tokens[name] / s, "times": times[name]}
-            if hasattr(run, "config"):
-                row["ct2_config"] = run.config
+            if hasattr(engines[name], "config"):
+                row["ct2_config"] = engines[name].config
+            if switches[name]:  # CTranslate2's worker: a throttled OpenMP runtime shows here (ct2_process.py)
+                row["context_switches_per_call"] = statistics.median(switches[name])
             rows.append(row)
-            print(f"{setting:10s} {name:24s} {row['sentences_per_s']:8.1f} sent/s {row['tokens_per_s']:9.0f} tok/s",
+            extra = (f"  {row['context_switches_per_call']:.0f} context switches/call, {row['ct2_config'] or 'its defaults'}"
+                     if "context_switches_per_call" in row else "")
+            print(f"{setting:10s} {name:24s} {row['sentences_per_s']:8.1f} sent/s {row['tokens_per_s']:9.0f} tok/s{extra}",
                   flush=True)
 
     meta = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": measure.cpu_model(),
@@ -192,13 +199,14 @@ def main():
         json.dump({"meta": meta, "results": rows}, f, indent=1)
     print(f"\nMulti30k test2016, {len(ids)} sentences, {THREADS} threads each, medians of {a.rounds} rounds, "
           f"{meta['cpu']}, load {meta['loadavg_1min']:.1f}\n")
-    print("| setting | engine | sentences/s | subwords/s | time / ctransformer's (int8: ctransformer int8's) |\n"
-          "|---|---|---:|---:|---:|")
+    print("| setting | engine | sentences/s | subwords/s | time / ctransformer's (int8: ctransformer int8's) "
+          "| CTranslate2's voluntary context switches a call |\n|---|---|---:|---:|---:|---:|")
     for r in rows:
         mine = "ctransformer int8" if r["engine"].endswith("int8") else "ctransformer"
         base = next(x for x in rows if x["setting"] == r["setting"] and x["engine"] == mine)
         print(f"| {r['setting']} | {r['engine']} | {r['sentences_per_s']:.1f} | {r['tokens_per_s']:.0f} | "
-              f"{r['seconds'] / base['seconds']:.2f}x |")
+              f"{r['seconds'] / base['seconds']:.2f}x |"
+              + (f" {r['context_switches_per_call']:.0f} |" if "context_switches_per_call" in r else " |"))
 
 
 if __name__ == "__main__":

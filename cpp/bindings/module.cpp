@@ -109,6 +109,9 @@ PYBIND11_MODULE(_core, m) {
     ctpy::bind_tensor(m);
     auto functional = m.def_submodule("functional", "Functional ops, each with its backward.");
     ctpy::bind_functional(functional);
+    // Before nn: Linear.set_int8_weight takes a quantization.Int8Weight, whose Python name its signature needs.
+    auto quantization = m.def_submodule("quantization", "int8: quantised weights, the int8 product and its kernels.");
+    ctpy::bind_quantization(quantization);
     auto nn = m.def_submodule("nn", "Modules: layers and models with named parameters.");
     ctpy::bind_nn_module(nn);
     ctpy::bind_nn_gpt(nn);
@@ -124,6 +127,4 @@ PYBIND11_MODULE(_core, m) {
     ctpy::bind_distributed(distributed);
     auto amp = m.def_submodule("amp", "Mixed precision: bf16 rounding, the bf16 GEMM and autocast regions.");
     ctpy::bind_precision(amp);
-    auto quantization = m.def_submodule("quantization", "int8: quantised weights, the int8 product and its kernels.");
-    ctpy::bind_quantization(quantization);
 }

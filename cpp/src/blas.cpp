@@ -1,4 +1,5 @@
 #include "blas.hpp"
+#include "blas_few_rows.hpp"
 #include "ctransformer/blas_info.hpp"
 #include "ctransformer/cpu_features.hpp"
 #include "ctransformer/error.hpp"
@@ -70,7 +71,9 @@ constexpr int kMinBlock = 32;                        // rows (or columns) per pi
 constexpr std::size_t kPiecesPerThread = 2;
 // Up to this many rows of C a product is that many sgemv calls: sgemm packs all of B first, which
 // for one row of a decoding step costs ~4.6x the product (8000x256 weight: 888 us vs 191 us; equal
-// at 4 rows), so incremental decoding at batch 1 would be bound by packing.
+// at 4 rows), so incremental decoding at batch 1 would be bound by packing. From 3 to kFewRows rows of x W^T,
+// gemm_few_rows.cpp reads W once for all of them (beam 5 at batch 1 on the Multi30k model: 44-50 -> 74-121
+// sentences/s); at 1 and 2 rows OpenBLAS's sgemv stays faster (greedy at batch 1: 192-229 against 170-184).
 constexpr int kGemvRows = 2;
 constexpr std::size_t kSplitGemvElements = std::size_t(1) << 16;
 
@@ -134,6 +137,10 @@ void gemm_serial(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
                 for (int j = 0; j < n; ++j) c[std::size_t(i) * std::size_t(ldc) + j] *= beta;
         return gemm_direct(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc);
     }
+    if (m > kGemvRows && m <= kFewRows && !trans_a && trans_b && k > 0 && few_rows_available()) {  // x W^T, W read once
+        few_rows_gemm({m, k, alpha, a, lda, b, ldb, beta, c, ldc}, 0, n);
+        return;
+    }
     if (m <= kGemvRows && k > 0) {
         // One row of C per sgemv: C[i] = alpha * op(B)^T-row-product + C[i]. Row i of op(A) is a row
         // of A, or (trans_a) a column of A with stride lda.
@@ -160,7 +167,9 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
     // sgemv rows are bound by reading B, not by arithmetic: two threads reading halves of a weight of
     // 256 KiB or more beat one (every Linear of the small model's decoding step at batch 1: 23.4 ->
     // 21.0 ms for 50 tokens when the 256 x 256 projections were split too).
-    const bool gemv_worth_splitting = m <= kGemvRows && std::size_t(n) * std::size_t(k) >= kSplitGemvElements;
+    const bool few_rows = m <= kFewRows && !trans_a && trans_b && few_rows_available();  // gemm_few_rows.cpp or sgemv
+    const bool gemv_worth_splitting =
+        (m <= kGemvRows || few_rows) && std::size_t(n) * std::size_t(k) >= kSplitGemvElements;
     if (threads <= 1 || (2.0 * m * n * k < kSplitFlops && !gemv_worth_splitting) ||
         (m < 2 * kMinBlock && n < 2 * kMinBlock))
         return gemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

@@ -109,7 +109,7 @@ def _model_tensors(model):
     its scales (see the module's docstring)."""
     state = model.state_dict()
     tensors = {f"model.{k}": np.ascontiguousarray(v) for k, v in state.items()}
-    if model.quantization is None:
+    if getattr(model, "quantization", None) is None:  # anything with a state_dict() can be saved
         return tensors
     for name, linear in _linears(model):
         int8, key = linear.int8_weight, f"{name}.weight"
@@ -173,7 +173,7 @@ def save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, config=
     tensors = _model_tensors(model)
     metadata = {"format": FORMAT, "step": json.dumps(int(step)), "config": json.dumps(config or {}),
                 "extra": json.dumps(_flatten(extra or {}, "extra", tensors))}
-    if model.quantization is not None:
+    if getattr(model, "quantization", None) is not None:
         metadata["quantization"] = model.quantization
     if optimizer is not None:
         metadata["optimizer"] = json.dumps(_flatten(optimizer.state_dict(), "optimizer", tensors))

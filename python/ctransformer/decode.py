@@ -25,8 +25,9 @@ __all__ = ["greedy_decode", "beam_search", "generate", "length_penalty", "StepDe
 @contextlib.contextmanager
 def using_compute_type(model, compute_type):
     """The model computing in compute_type for one call, as CTranslate2's compute_type: "default" (as the
-    model is), "float32", "int8" (ctransformer.quantization; a float32 model is quantised for the call) or
-    "bfloat16" (the products under ctransformer.autocast). The model is left as it was."""
+    model is, under whatever ct.autocast region encloses the call), "float32", "int8"
+    (ctransformer.quantization; a float32 model is quantised for the call) or "bfloat16" (the products under
+    ctransformer.autocast). The model is left as it was."""
     if compute_type not in COMPUTE_TYPES:
         raise ValueError(f"compute_type must be one of {COMPUTE_TYPES}, got {compute_type!r}")
     was = model.quantization
@@ -35,8 +36,11 @@ def using_compute_type(model, compute_type):
     elif compute_type in ("float32", "bfloat16") and was is not None:
         model.dequantize()
     try:
-        with autocast(enabled=compute_type == "bfloat16"):
+        if compute_type == "default":  # an enclosing ct.autocast region stays in force
             yield
+        else:
+            with autocast(enabled=compute_type == "bfloat16"):
+                yield
     finally:
         if was is None and model.quantization is not None:
             model.dequantize()

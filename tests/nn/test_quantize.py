@@ -155,3 +155,20 @@ def test_decode_compute_type():
     np.testing.assert_array_equal(ids, ids_cached)  # the int8 rule is per row: batching and caching do not matter
     with pytest.raises(ValueError, match="compute_type must be one of"):
         ct.decode.greedy_decode(model, src, mask, 12, 2, compute_type="int4")
+
+
+def test_decode_keeps_an_enclosing_autocast_region():
+    # compute_type="default" must leave an enclosing ct.autocast in force (it once opened a float32 region of
+    # its own inside it, so bf16 decoding silently ran in float32).
+    _, model = pair()
+    src, _ = batch()
+    mask = ct.nn.get_pad_mask(src, 1)
+
+    def logits(**kw):
+        return ct.decode.greedy_decode(model, src, mask, 8, 2, return_logits=True, **kw)[1]
+    f32 = logits()
+    with ct.autocast(dtype="bfloat16"):
+        region = logits()
+        np.testing.assert_array_equal(logits(compute_type="float32"), f32)
+    np.testing.assert_array_equal(region, logits(compute_type="bfloat16"))
+    assert not np.array_equal(region, f32)

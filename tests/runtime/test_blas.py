@@ -70,10 +70,12 @@ def test_show_config_prints_and_returns_the_same():
     config = ct.show_config(mode="dicts")
     assert config["BLAS"]["core"].startswith(BLAS["core"]) and config["BLAS"]["library"] == BLAS["library"]
     assert config["CPU"]["best SIMD level"] == CPU["simd_level"]
+    assert config["Kernels"] == {"bf16": ct.amp.bf16_kernel(), "int8": ct.quantization.int8_kernel()}
     run = run_python("import ctransformer as ct; ct.show_config()")
     assert run.returncode == 0, run.stderr
     for line in ["BLAS:", "  name: OpenBLAS", f"  version: {BLAS['version']}", f"  library: {BLAS['library']}",
-                 "CPU:", f"  best SIMD level: {CPU['simd_level']}", "  bf16 units:", "  int8 units:"]:
+                 "CPU:", f"  best SIMD level: {CPU['simd_level']}", "  bf16 units:", "  int8 units:",
+                 "Kernels:", f"  int8: {ct.quantization.int8_kernel()}"]:
         assert line in run.stdout, run.stdout
     with pytest.raises(ValueError, match="mode must be 'stdout' or 'dicts'"):
         ct.show_config(mode="yaml")
@@ -155,10 +157,11 @@ def test_installed_extension_loads_its_blas_through_the_runpath_alone():
 
 
 # --- the products we send it, at our shapes, strides and transposes --------------------------------------------
-# (m, k, n): the base model's Linear at 100 rows and at 1 and 2 rows (decoding: sgemv), small and tiny shapes,
-# odd sizes that leave vector tails, and products small enough for the straight loops (<= 8192 multiply-adds).
-GEMM_SHAPES = [(100, 512, 2048), (100, 2048, 512), (1, 512, 512), (2, 512, 8000), (37, 256, 256),
-               (50, 32, 39), (128, 64, 128), (7, 17, 4097), (3, 9, 70)]
+# (m, k, n): the base model's Linear at 100 rows and at 1 to 8 rows (decoding: sgemv at 1-2, gemm_few_rows.cpp for x W^T, W read
+# once), small and tiny shapes, odd sizes that leave vector tails, and products small enough for the straight
+# loops (<= 8192 multiply-adds).
+GEMM_SHAPES = [(100, 512, 2048), (100, 2048, 512), (1, 512, 512), (2, 512, 8000), (5, 256, 8000), (8, 2048, 512),
+               (37, 256, 256), (50, 32, 39), (128, 64, 128), (7, 17, 4097), (3, 9, 70), (6, 33, 300)]
 
 
 @pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
@@ -184,6 +187,17 @@ def test_linear_and_its_gradients_against_float64(m, k, n):
         bound = 2 * terms * u * magnitude + 1e-30
         ratio = np.abs(got - exact) / bound
         assert ratio.max() <= 1.0, f"{name}: error {ratio.max():.3g} x the float32 bound at {np.argmax(ratio)}"
+
+
+@pytest.mark.parametrize("path", ["avx2", "off"])
+def test_linear_of_a_few_rows_on_every_path(path):
+    """The few-rows products (gemm_few_rows.cpp) by the AVX2 kernel and by the BLAS, on this machine whatever it
+    has best (CTRANSFORMER_FEW_ROWS), held to the same bound as above."""
+    code = ("import sys; sys.path.insert(0, 'tests'); sys.path.insert(0, 'tests/runtime'); import test_blas as t\n"
+            "for shape in [(3, 512, 512), (5, 256, 8000), (8, 2048, 512), (6, 33, 300)]:\n"
+            "    t.test_linear_and_its_gradients_against_float64(*shape)\n")
+    run = run_python(code, args=("-W", "ignore"), extra_env={"CTRANSFORMER_FEW_ROWS": path})
+    assert run.returncode == 0, run.stderr
 
 
 # --- the parity tests under every kernel core -------------------------------------------------------------------

@@ -1,3 +1,6 @@
+// GCC 12's AVX-512 headers, inlined into xsimd's exp at -march levels with AVX-512, start some intrinsics from
+// an "undefined" vector and warn about it (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "ctransformer/decode/beam_search.hpp"
 
 #include <algorithm>
@@ -9,6 +12,7 @@
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/decode/step_decoder.hpp"
 #include "../parallel.hpp"
+#include "../simd.hpp"
 #include "decode_checks.hpp"
 
 namespace ct::decode {
@@ -38,24 +42,43 @@ bool better(const Candidate& a, const Candidate& b) {
 // smaller id: out_lp[i] = log P(out_word[i]); returns how many (min(k, n)).
 //   log P(w) = x[w] - lse,  lse = m + log sum_i exp(x[i] - m),  m = max x.
 // Only a hypothesis's own k best words can be among its source's k best candidates (its other words
-// have k better ones beside them), so nothing of size beam x vocabulary is kept.
+// have k better ones beside them), so nothing of size beam x vocabulary is kept. log P is x[w] - lse, the
+// same lse for the whole row, so the k best words are the k largest logits: they are chosen on the float32
+// logits, whole vectors of which are skipped once none beats the k-th so far, and only they get a log P.
+// The sum of exponentials runs on xsimd's vectorised float64 exp (within 1 ulp of libm's; the row's lse
+// moves by ~1e-16 relative): the exps were a fifth of a beam-5 step at batch 32 with int8 products.
 std::size_t best_words(const float* x, std::size_t n, std::size_t k, double* out_lp, std::int64_t* out_word) {
+    using D = xsimd::batch<double>;
+    constexpr std::size_t WD = D::size;
     const double m = double(*std::max_element(x, x + n));
-    double sum = 0.0;
-    for (std::size_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - m);
-    const double lse = m + std::log(sum);
-    std::size_t have = 0;   // out_* [0, have): sorted, best first
-    for (std::size_t w = 0; w < n; ++w) {
-        const double lp = double(x[w]) - lse;
-        if (have == k && !(lp > out_lp[k - 1])) continue;   // equal: the earlier (smaller) word stays
-        std::size_t i = have < k ? have++ : k - 1;
-        for (; i > 0 && lp > out_lp[i - 1]; --i) {
-            out_lp[i] = out_lp[i - 1];
-            out_word[i] = out_word[i - 1];
-        }
-        out_lp[i] = lp;
-        out_word[i] = std::int64_t(w);
+    D acc(0.0);
+    std::size_t i = 0;
+    alignas(64) double shifted[WD];
+    for (; i + WD <= n; i += WD) {
+        for (std::size_t j = 0; j < WD; ++j) shifted[j] = double(x[i + j]) - m;
+        acc += xsimd::exp(D::load_aligned(shifted));
     }
+    double sum = xsimd::hadd(acc);
+    for (; i < n; ++i) sum += std::exp(double(x[i]) - m);
+    const double lse = m + std::log(sum);
+
+    std::size_t have = 0;   // out_word [0, have): sorted by logit, best first
+    float kth = 0.0f;       // the k-th best logit once have == k
+    auto consider = [&](std::size_t w) {
+        const float v = x[w];
+        if (have == k && !(v > kth)) return;   // equal: the earlier (smaller) word stays
+        std::size_t at = have < k ? have++ : k - 1;
+        for (; at > 0 && v > x[out_word[at - 1]]; --at) out_word[at] = out_word[at - 1];
+        out_word[at] = std::int64_t(w);
+        if (have == k) kth = x[out_word[k - 1]];
+    };
+    std::size_t w = 0;
+    for (; w + simd::W <= n; w += simd::W) {
+        if (have == k && !xsimd::any(simd::B::load_unaligned(x + w) > simd::B(kth))) continue;
+        for (std::size_t j = w; j < w + simd::W; ++j) consider(j);
+    }
+    for (; w < n; ++w) consider(w);
+    for (std::size_t r = 0; r < have; ++r) out_lp[r] = double(x[out_word[r]]) - lse;
     return have;
 }
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as _numpy
 import typing
 from . import functional
+from . import quantization
 from . import nn
 from . import optim
 from . import loss
 from . import decode
 from . import distributed
 from . import amp
-from . import quantization
 __all__: list[str] = ['Tensor', 'amp', 'build_info', 'decode', 'distributed', 'empty_cache', 'functional', 'get_num_threads', 'get_rng_state', 'is_grad_enabled', 'loss', 'manual_seed', 'memory_stats', 'nn', 'ones', 'optim', 'quantization', 'reset_peak_memory_stats', 'set_cache_limit', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'tensor', 'zeros']
 class Tensor:
     """

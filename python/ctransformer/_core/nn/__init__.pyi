@@ -4,6 +4,7 @@ Modules: layers and models with named parameters.
 """
 from __future__ import annotations
 import ctransformer._core
+import ctransformer._core.quantization
 import numpy
 import typing
 from . import gpt
@@ -110,6 +111,10 @@ class Linear(Module):
         ...
     def forward(self, input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
         ...
+    def set_int8_weight(self, weight: ctransformer._core.quantization.Int8Weight) -> None:
+        """
+        Quantise this Linear with the given int8 weight (a quantised checkpoint's), leaving the float32 weight as it is.
+        """
     @property
     def bias(self) -> typing.Any:
         ...

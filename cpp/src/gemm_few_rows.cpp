@@ -1,0 +1,141 @@
+// x W^T for a few rows of x (a decoding step: one row per sentence, or per hypothesis of a beam), with W
+// (n, k) row-major read once for all the rows. sgemm packs all of W first, which for a decoding step costs
+// several times the product itself (8000 x 256 output projection: ~890 us against ~190 us for one sgemv
+// at one row), and m sgemv calls read W m times; beam 5 at batch 1 (5 rows) paid the first. blas.cpp sends
+// 3 to kFewRows rows here (at 1 and 2, OpenBLAS's sgemv is faster).
+//
+// Each output is a dot product over k in 16 (AVX-512) or 8 (AVX2) lanes of fused multiply-adds, the lanes
+// then added by halves: another legal summation order than the BLAS's, within the same float32 bound
+// (tests/runtime/test_blas.py). Compiled with function target attributes and taken only when the CPU has
+// the instructions; elsewhere few_rows_available() is false and the caller uses the BLAS.
+#include "blas_few_rows.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "ctransformer/cpu_features.hpp"
+
+#if defined(__x86_64__)
+// GCC 12's AVX-512 headers start some intrinsics from an "undefined" vector (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#define CT_FEW_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma")))
+#define CT_FEW_AVX2 __attribute__((target("avx2,fma")))
+
+namespace ct::blas {
+
+namespace {
+
+CT_FEW_AVX2 inline float sum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+CT_FEW_AVX512 inline float sum16(__m512 v) {
+    const __m256 lo = _mm512_castps512_ps256(v);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(_mm256_add_ps(lo, hi)), _mm256_extractf128_ps(_mm256_add_ps(lo, hi), 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+inline void store(float* c, float s, float alpha, float beta) { *c = beta == 0.0f ? alpha * s : alpha * s + beta * *c; }
+
+// Columns [n0, n1), two at a time so each load of a row of x serves both.
+template <int M>
+CT_FEW_AVX512 void rows_avx512(const FewRows& p, int n0, int n1) {
+    const int k = p.k;
+    for (int j = n0; j < n1; j += 2) {
+        const bool two = j + 1 < n1;
+        __m512 acc[M][2];
+        for (int i = 0; i < M; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        const float* w0 = p.b + std::size_t(j) * std::size_t(p.ldb);
+        const float* w1 = two ? w0 + p.ldb : w0;
+        for (int q = 0; q < k; q += 16) {
+            const __mmask16 mask = q + 16 <= k ? __mmask16(0xFFFF) : __mmask16((1u << (k - q)) - 1u);
+            const __m512 b0 = _mm512_maskz_loadu_ps(mask, w0 + q), b1 = _mm512_maskz_loadu_ps(mask, w1 + q);
+            for (int i = 0; i < M; ++i) {
+                const __m512 x = _mm512_maskz_loadu_ps(mask, p.a + std::size_t(i) * std::size_t(p.lda) + q);
+                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+            }
+        }
+        for (int i = 0; i < M; ++i) {
+            float* c = p.c + std::size_t(i) * std::size_t(p.ldc) + j;
+            store(c, sum16(acc[i][0]), p.alpha, p.beta);
+            if (two) store(c + 1, sum16(acc[i][1]), p.alpha, p.beta);
+        }
+    }
+}
+
+template <int M>
+CT_FEW_AVX2 void rows_avx2(const FewRows& p, int n0, int n1) {
+    const int k = p.k;
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int j = n0; j < n1; ++j) {
+        __m256 acc[M];
+        for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+        const float* w = p.b + std::size_t(j) * std::size_t(p.ldb);
+        for (int q = 0; q < k; q += 8) {
+            const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(std::min(8, k - q)), idx);
+            const __m256 b = _mm256_maskload_ps(w + q, mask);
+            for (int i = 0; i < M; ++i)
+                acc[i] = _mm256_fmadd_ps(_mm256_maskload_ps(p.a + std::size_t(i) * std::size_t(p.lda) + q, mask), b, acc[i]);
+        }
+        for (int i = 0; i < M; ++i) store(p.c + std::size_t(i) * std::size_t(p.ldc) + j, sum8(acc[i]), p.alpha, p.beta);
+    }
+}
+
+template <int M>
+void run_avx512(const FewRows& p, int n0, int n1) { rows_avx512<M>(p, n0, n1); }
+template <int M>
+void run_avx2(const FewRows& p, int n0, int n1) { rows_avx2<M>(p, n0, n1); }
+
+template <void (*...F)(const FewRows&, int, int)>
+void by_rows(const FewRows& p, int n0, int n1) {
+    static constexpr void (*table[])(const FewRows&, int, int) = {F...};
+    table[p.m - 1](p, n0, n1);
+}
+
+enum class Level { None, Avx2, Avx512 };
+
+// The CPU's best; CTRANSFORMER_FEW_ROWS=avx2 or =off asks for less (tests run every path on one machine).
+Level level() {
+    static const Level l = [] {
+        const CpuFeatures& f = cpu_features();
+        const char* asked = std::getenv("CTRANSFORMER_FEW_ROWS");
+        const std::string want = asked ? asked : "";
+        if (want == "off") return Level::None;
+        if (f.simd_level == "avx512" && want != "avx2") return Level::Avx512;
+        if (f.avx2 && f.fma) return Level::Avx2;
+        return Level::None;
+    }();
+    return l;
+}
+
+}  // namespace
+
+bool few_rows_available() { return level() != Level::None; }
+
+void few_rows_gemm(const FewRows& p, int n0, int n1) {
+    if (level() == Level::Avx512)
+        by_rows<run_avx512<1>, run_avx512<2>, run_avx512<3>, run_avx512<4>, run_avx512<5>, run_avx512<6>,
+                run_avx512<7>, run_avx512<8>>(p, n0, n1);
+    else
+        by_rows<run_avx2<1>, run_avx2<2>, run_avx2<3>, run_avx2<4>, run_avx2<5>, run_avx2<6>, run_avx2<7>,
+                run_avx2<8>>(p, n0, n1);
+}
+
+}  // namespace ct::blas
+
+#else
+
+namespace ct::blas {
+bool few_rows_available() { return false; }
+void few_rows_gemm(const FewRows&, int, int) {}
+}  // namespace ct::blas
+
+#endif
