@@ -57,6 +57,23 @@ struct LinearBackward : Node {
     }
 };
 
+// x (..., in_f) and bias (out_f,) checked; returns the rows x W^T has (the leading dimensions' product, not
+// numel / in_features: with in_features = 0 that was 0 rows, so the bias was never copied and the output was
+// uninitialised memory; found by tests/fuzz) and sets y's shape.
+std::size_t linear_rows(const Tensor& x, std::size_t in_f, std::size_t out_f, const Tensor* bias, Shape& out_shape) {
+    if (x.dim() < 1 || x.size(-1) != in_f)
+        throw ValueError("linear: input's last dimension must be in_features = " + std::to_string(in_f) +
+                         ", got input shape " + shape_str(x.shape()));
+    if (bias && (bias->dim() != 1 || bias->size(0) != out_f))
+        throw ValueError("linear: bias must have shape (" + std::to_string(out_f) + ",), got " +
+                         shape_str(bias->shape()));
+    out_shape = x.shape();
+    out_shape.back() = out_f;
+    std::size_t rows = 1;
+    for (std::size_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
+    return rows;
+}
+
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) { return linear(x, weight, bias, 1.0f); }
@@ -66,18 +83,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
         throw ValueError("linear: weight must have rank 2 (out_features, in_features), got shape " +
                          shape_str(weight.shape()));
     const std::size_t out_f = weight.size(0), in_f = weight.size(1);
-    if (x.dim() < 1 || x.size(-1) != in_f)
-        throw ValueError("linear: input's last dimension must be in_features = " + std::to_string(in_f) +
-                         ", got input shape " + shape_str(x.shape()));
-    if (bias && (bias->dim() != 1 || bias->size(0) != out_f))
-        throw ValueError("linear: bias must have shape (" + std::to_string(out_f) + ",), got " +
-                         shape_str(bias->shape()));
-    Shape out_shape = x.shape();
-    out_shape.back() = out_f;
-    // The leading dimensions' product, not numel / in_features: with in_features = 0 that was 0
-    // rows, so the bias was never copied and the output was uninitialised memory (found by tests/fuzz).
-    std::size_t rows = 1;
-    for (std::size_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
+    Shape out_shape;
+    const std::size_t rows = linear_rows(x, in_f, out_f, bias, out_shape);
     Tensor out(Array::from_shape(out_shape));
     float* y = out.data();
     if (bias) {  // start from the bias and let gemm add x W^T (beta = 1)
@@ -104,19 +111,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
 
 Tensor linear_int8(const Tensor& x, const Int8Weight& weight, const Tensor* bias, float alpha) {
     const std::size_t out_f = weight.out_features, in_f = weight.in_features;
-    if (x.dim() < 1 || x.size(-1) != in_f)
-        throw ValueError("linear: input's last dimension must be in_features = " + std::to_string(in_f) +
-                         ", got input shape " + shape_str(x.shape()));
-    if (bias && (bias->dim() != 1 || bias->size(0) != out_f))
-        throw ValueError("linear: bias must have shape (" + std::to_string(out_f) + ",), got " +
-                         shape_str(bias->shape()));
+    Shape out_shape;
+    const std::size_t rows = linear_rows(x, in_f, out_f, bias, out_shape);
     if (needs_grad({&x, bias}))
         throw ValueError("linear: this Linear is quantised to int8, for inference only: run it under "
                          "ctransformer.no_grad(), or call dequantize() on the model to train it");
-    Shape out_shape = x.shape();
-    out_shape.back() = out_f;
-    std::size_t rows = 1;
-    for (std::size_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
     Tensor out(Array::from_shape(out_shape));
     if (in_f == 0) {  // an empty product: the bias, or zeros
         for (std::size_t r = 0; r < rows; ++r)
