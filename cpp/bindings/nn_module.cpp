@@ -113,14 +113,8 @@ void bind_nn_module(py::module_& nn) {
             if (!l.int8_weight()) return py::none();
             return py::cast(std::const_pointer_cast<ct::Int8Weight>(l.int8_weight()));
         }, "The weight in int8 (quantization.Int8Weight) while the module is quantised, else None.")
-        .def("set_int8_weight", [](Linear& l, const ct::Int8Weight& w) {
-            if (w.out_features != l.out_features || w.in_features != l.in_features)
-                throw ct::ValueError("set_int8_weight: expected an Int8Weight of shape (" + std::to_string(l.out_features) +
-                                     ", " + std::to_string(l.in_features) + "), got (" + std::to_string(w.out_features) +
-                                     ", " + std::to_string(w.in_features) + ")");
-            const std::vector<std::int8_t> q = w.unpacked();
-            l.set_int8_weight(q.data(), w.scale.data());
-        }, py::arg("weight"),
+        .def("set_int8_weight", [](Linear& l, std::shared_ptr<ct::Int8Weight> w) { l.set_int8_weight(std::move(w)); },
+             py::arg("weight"),
            "Quantise this Linear with the given int8 weight (a quantised checkpoint's), leaving the float32 weight as it is.")
         .def_readwrite("weight", &Linear::weight)
         .def_property_readonly("bias", [](const Linear& l) -> py::object {

@@ -89,11 +89,6 @@ CT_FEW_AVX2 void rows_avx2(const FewRows& p, int n0, int n1) {
     }
 }
 
-template <int M>
-void run_avx512(const FewRows& p, int n0, int n1) { rows_avx512<M>(p, n0, n1); }
-template <int M>
-void run_avx2(const FewRows& p, int n0, int n1) { rows_avx2<M>(p, n0, n1); }
-
 template <void (*...F)(const FewRows&, int, int)>
 void by_rows(const FewRows& p, int n0, int n1) {
     static constexpr void (*table[])(const FewRows&, int, int) = {F...};
@@ -122,11 +117,11 @@ bool few_rows_available() { return level() != Level::None; }
 
 void few_rows_gemm(const FewRows& p, int n0, int n1) {
     if (level() == Level::Avx512)
-        by_rows<run_avx512<1>, run_avx512<2>, run_avx512<3>, run_avx512<4>, run_avx512<5>, run_avx512<6>,
-                run_avx512<7>, run_avx512<8>>(p, n0, n1);
+        by_rows<rows_avx512<1>, rows_avx512<2>, rows_avx512<3>, rows_avx512<4>, rows_avx512<5>, rows_avx512<6>,
+                rows_avx512<7>, rows_avx512<8>>(p, n0, n1);
     else
-        by_rows<run_avx2<1>, run_avx2<2>, run_avx2<3>, run_avx2<4>, run_avx2<5>, run_avx2<6>, run_avx2<7>,
-                run_avx2<8>>(p, n0, n1);
+        by_rows<rows_avx2<1>, rows_avx2<2>, rows_avx2<3>, rows_avx2<4>, rows_avx2<5>, rows_avx2<6>, rows_avx2<7>,
+                rows_avx2<8>>(p, n0, n1);
 }
 
 }  // namespace ct::blas

@@ -1,4 +1,5 @@
 // The int8 kernel for any CPU: plain C++ over the packed layout (int8.hpp), one output at a time.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels.hpp"

@@ -38,8 +38,9 @@ void quantize_row_avx512(const float* x, std::size_t cols, std::int8_t* q, float
 #endif
 
 // max |x[i]| as float bits compared as integers, so a NaN (whose bits exceed inf's) is never lost the way
-// a float max can lose it; then the scale and the multiplier of the rule in int8.hpp. finite is false for
-// a row holding NaN or inf (its q is 0 and its scale that amax, so its outputs are NaN).
+// a float max can lose it; then the scale and the multiplier of the rule in int8.hpp. nonzero_finite is false
+// for a row of zeros (q 0, scale 0) and for a row holding NaN or inf (q 0 and its scale that amax, so its
+// outputs are NaN).
 struct RowRange {
     float scale, inv;
     bool nonzero_finite;

@@ -33,15 +33,17 @@ std::vector<Entry> available() {
     return out;
 }
 
-std::atomic<int>& selected() {  // index into available()
+const std::vector<Entry>& entries() {
+    static const std::vector<Entry> e = available();
+    return e;
+}
+
+std::atomic<int>& selected() {  // index into entries()
     static std::atomic<int> i{0};
     return i;
 }
 
-const Entry& current() {
-    static const std::vector<Entry> entries = available();
-    return entries[std::size_t(selected().load())];
-}
+const Entry& current() { return entries()[std::size_t(selected().load())]; }
 
 // Below ~1M multiply-adds (a few microseconds in VNNI) a product stays on one thread: the hand-off costs
 // about as much. (A product of 32 x 256 x 256 alone is faster on one thread, but decoding at batch 32 was
@@ -148,23 +150,22 @@ std::string int8_kernel() { return current().name; }
 
 std::vector<std::string> int8_kernels_available() {
     std::vector<std::string> names;
-    for (const Entry& e : available()) names.emplace_back(e.name);
+    for (const Entry& e : entries()) names.emplace_back(e.name);
     return names;
 }
 
 void set_int8_kernel(const std::string& name) {
-    const std::vector<Entry> entries = available();
     if (name == "auto") {
         selected() = 0;
         return;
     }
-    for (std::size_t i = 0; i < entries.size(); ++i)
-        if (name == entries[i].name) {
+    for (std::size_t i = 0; i < entries().size(); ++i)
+        if (name == entries()[i].name) {
             selected() = int(i);
             return;
         }
     std::string have;
-    for (const Entry& e : entries) have += std::string(have.empty() ? "" : ", ") + e.name;
+    for (const Entry& e : entries()) have += std::string(have.empty() ? "" : ", ") + e.name;
     throw ValueError("set_int8_kernel: '" + name + "' is not an int8 kernel this CPU can run; it has " + have +
                      " (or 'auto')");
 }

@@ -35,8 +35,13 @@ void Linear::quantize_self(bool int8) {
                         : nullptr;
 }
 
-void Linear::set_int8_weight(const std::int8_t* q, const float* scale) {
-    int8_weight_ = std::make_shared<const Int8Weight>(pack_weight_int8(q, scale, out_features, in_features));
+void Linear::set_int8_weight(std::shared_ptr<const Int8Weight> w) {
+    if (!w || w->out_features != out_features || w->in_features != in_features)
+        throw ValueError("set_int8_weight: expected an Int8Weight of shape (" + std::to_string(out_features) + ", " +
+                         std::to_string(in_features) + ")" +
+                         (w ? ", got (" + std::to_string(w->out_features) + ", " + std::to_string(w->in_features) + ")"
+                            : ", got none"));
+    int8_weight_ = std::move(w);
 }
 
 }  // namespace ct::nn

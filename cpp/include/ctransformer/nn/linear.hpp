@@ -17,8 +17,9 @@ public:
     std::string type_name() const override { return "Linear"; }
     // The weight in int8 while quantised (Module::quantize), else null.
     const std::shared_ptr<const Int8Weight>& int8_weight() const { return int8_weight_; }
-    // A quantised weight from elsewhere (a quantised checkpoint): q (out, in) in [-127, 127] and its scales.
-    void set_int8_weight(const std::int8_t* q, const float* scale);
+    // A quantised weight from elsewhere (a quantised checkpoint), used as it is; ValueError unless it is
+    // (out_features, in_features).
+    void set_int8_weight(std::shared_ptr<const Int8Weight> w);
 
     Tensor weight, bias;  // bias is empty when has_bias is false
     const std::size_t in_features, out_features;
