@@ -21,6 +21,12 @@ SYSTEM_A = {
     "tiny": dict(d_model=32, n_head=4, d_inner=64, n_layers=3, vocab=39, batch=8, length=50),
     "small": dict(d_model=256, n_head=8, d_inner=1024, n_layers=3, vocab=8000, batch=32, length=30),
     "base": dict(d_model=512, n_head=8, d_inner=2048, n_layers=6, vocab=10000, batch=16, length=32),
+    # The multi30k task's model and step (tasks/multi30k.py defaults): 4 heads, dropout 0.2, the tied
+    # embedding scaled by sqrt(d_model) ('emb'), 8000 subwords, and a batch shaped like the recipe's
+    # batches of ~4096 tokens (119 an epoch for 29k pairs: ~244 sentences of ~17 subwords). The tokens
+    # are random: the step's time depends on the shapes, not on the words.
+    "multi30k": dict(d_model=256, n_head=4, d_inner=1024, n_layers=3, vocab=8000, batch=240, length=17,
+                     dropout=0.2, scale_emb_or_prj="emb"),
 }
 # nanoGPT's CPU Shakespeare-char run: n_layer 4, n_head 4, n_embd 128, block 64, batch 12, dropout 0,
 # AdamW(lr 1e-3, betas (0.9, 0.99), weight_decay 0.1), grad clip 1.0, vocab 65 characters.
@@ -122,7 +128,8 @@ def a_args(c, dropout=0.1):
     d, h = c["d_model"], c["n_head"]
     return dict(n_src_vocab=c["vocab"], n_trg_vocab=c["vocab"], src_pad_idx=PAD, trg_pad_idx=PAD, d_word_vec=d,
                 d_model=d, d_inner=c["d_inner"], n_layers=c["n_layers"], n_head=h, d_k=d // h, d_v=d // h,
-                dropout=dropout, n_position=200)
+                dropout=c.get("dropout", dropout), n_position=200,
+                scale_emb_or_prj=c.get("scale_emb_or_prj", "prj"))
 
 
 def a_batch(c, seed=0, rows=None):
@@ -283,13 +290,13 @@ def under_autocast(build):
 # against the same torch loop, and CTranslate2 float32 and int8 on the same weights ("ct2", "ct2_int8"),
 # each in a process of its own.
 CASES = {}
-for _size in ("tiny", "small", "base"):
+for _size in ("tiny", "small", "base", "multi30k"):
     CASES[f"{_size}/train"] = dict(build=build_a_train(_size), flops=(lambda s=_size: system_a_flops(SYSTEM_A[s])["train"]),
                                    config=SYSTEM_A[_size], kind="train")
 CASES["gpt/train"] = dict(build=build_gpt_train, flops=lambda: gpt_flops(GPT)["train"], config=GPT, kind="train")
 # bf16 training (issue 21): each side under its own autocast, with both sides' float32 steps timed in the same
 # turns ("fp32": the float32 case's build), so one run gives ct bf16 against ct fp32, torch bf16 and torch fp32.
-for _name in ("small/train", "base/train", "gpt/train"):
+for _name in ("small/train", "base/train", "multi30k/train", "gpt/train"):
     CASES[_name + "-bf16"] = dict(CASES[_name], build=under_autocast(CASES[_name]["build"]),
                                   fp32=CASES[_name]["build"], kind="train-bf16")
 for _size in ("tiny", "small", "base"):
