@@ -50,16 +50,20 @@ bool better(const Candidate& a, const Candidate& b) {
 // step at batch 32 with int8 products (libm's float64 exp), and then still a fifth with xsimd's float64 exp
 // on the portable build's two lanes.
 std::size_t best_words(const float* x, std::size_t n, std::size_t k, double* out_lp, std::int64_t* out_word) {
-    const float mf = *std::max_element(x, x + n);
+    // m by vectors (a maximum is the same in any order)
+    const float mf = n ? simd::max(x, n, x[0]) : 0.0f;
     const double m = double(mf);
-    // exp(x - m) in float32 (xsimd's, within 1-2 ulp), the terms added in float64
-    double sum = 0.0;
     std::size_t i = 0;
+    // exp(x - m) in float32 (xsimd's, within 1-2 ulp), the terms added in float64, one running sum per
+    // lane: one sum in order was a chain of dependent float64 additions, 8000 of them a row.
+    double lane_sum[simd::W] = {};
     alignas(64) float terms[simd::W];
-    for (; i + simd::W <= n; i += simd::W) {
+    for (i = 0; i + simd::W <= n; i += simd::W) {
         xsimd::exp(simd::B::load_unaligned(x + i) - simd::B(mf)).store_aligned(terms);
-        for (std::size_t j = 0; j < simd::W; ++j) sum += double(terms[j]);
+        for (std::size_t j = 0; j < simd::W; ++j) lane_sum[j] += double(terms[j]);
     }
+    double sum = 0.0;
+    for (std::size_t j = 0; j < simd::W; ++j) sum += lane_sum[j];
     for (; i < n; ++i) sum += std::exp(double(x[i]) - m);
     const double lse = m + std::log(sum);
 
