@@ -1,3 +1,6 @@
+// GCC 12's AVX-512 headers, inlined into simd::sums_of at -march levels with AVX-512, start some intrinsics
+// from an "undefined" vector and warn about it (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "blas.hpp"
 #include "blas_few_rows.hpp"
 #include "ctransformer/blas_info.hpp"
@@ -81,6 +84,8 @@ constexpr std::size_t kSplitGemvElements = std::size_t(1) << 16;
 // incremental decoding step's attention is hundreds of 1 x len x d_k products per layer (tiny model:
 // 4 heads x 32 rows, len <= 50, d_k 8), which spent most of the step in call overhead.
 constexpr std::size_t kDirectMacs = 8192;
+// gemm_direct keeps a row of C in registers when it has at most this many vectors (64 floats with AVX-512).
+constexpr std::size_t kRowVectors = 4;
 
 // C += alpha op(A) op(B), straight loops (C already scaled by beta).
 void gemm_direct(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
@@ -88,7 +93,26 @@ void gemm_direct(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
     const auto A = [&](int i, int p) { return trans_a ? a[std::size_t(p) * lda + i] : a[std::size_t(i) * lda + p]; };
     for (int i = 0; i < m; ++i) {
         float* ci = c + std::size_t(i) * std::size_t(ldc);
-        if (!trans_b) {  // C[i] += (alpha A[i, p]) B[p], over the contiguous rows of B
+        if (!trans_b && std::size_t(n) <= kRowVectors * simd::W) {
+            // The same sums with C's row held in registers across p (decoding's attention: one query's
+            // weights times the values of one head, n = d_v): no load and store of C per p.
+            const std::size_t nv = (std::size_t(n) + simd::W - 1) / simd::W;
+            simd::B cr[kRowVectors];
+#pragma GCC unroll 4
+            for (std::size_t v = 0; v < kRowVectors; ++v)
+                if (v < nv) cr[v] = simd::load(ci + v * simd::W, std::min(simd::W, std::size_t(n) - v * simd::W));
+            for (int p = 0; p < k; ++p) {
+                const simd::B aip(alpha * A(i, p));
+                const float* bp = b + std::size_t(p) * std::size_t(ldb);
+#pragma GCC unroll 4
+                for (std::size_t v = 0; v < kRowVectors; ++v)
+                    if (v < nv)
+                        cr[v] = cr[v] + aip * simd::load(bp + v * simd::W, std::min(simd::W, std::size_t(n) - v * simd::W));
+            }
+#pragma GCC unroll 4
+            for (std::size_t v = 0; v < kRowVectors; ++v)
+                if (v < nv) simd::store(ci + v * simd::W, cr[v], std::min(simd::W, std::size_t(n) - v * simd::W));
+        } else if (!trans_b) {  // C[i] += (alpha A[i, p]) B[p], over the contiguous rows of B
             for (int p = 0; p < k; ++p) {
                 const simd::B aip(alpha * A(i, p));
                 const float* bp = b + std::size_t(p) * std::size_t(ldb);
@@ -98,7 +122,25 @@ void gemm_direct(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
             }
         } else if (!trans_a) {  // C[i, j] += alpha <A[i], B[j]>, both rows contiguous
             const float* ai = a + std::size_t(i) * std::size_t(lda);
-            for (int j = 0; j < n; ++j) {
+            int j = 0;
+            // W columns at a time, their W sums reduced together (simd::sums_of, a transposing tree)
+            // instead of one horizontal sum per column (decoding's attention scores: one query against
+            // each key of a head).
+            for (; j + int(simd::W) <= n; j += int(simd::W)) {
+                simd::B acc[simd::W];
+#pragma GCC unroll 16
+                for (std::size_t l = 0; l < simd::W; ++l) acc[l] = simd::B(0.0f);
+                const float* bj = b + std::size_t(j) * std::size_t(ldb);
+                simd::blocks(std::size_t(k), [&](std::size_t p, std::size_t cnt) {
+                    const simd::B x = simd::load(ai + p, cnt);
+#pragma GCC unroll 16
+                    for (std::size_t l = 0; l < simd::W; ++l)
+                        acc[l] += x * simd::load(bj + l * std::size_t(ldb) + p, cnt);
+                });
+                const simd::B sums = simd::sums_of(acc);
+                (simd::B::load_unaligned(ci + j) + simd::B(alpha) * sums).store_unaligned(ci + j);
+            }
+            for (; j < n; ++j) {
                 const float* bj = b + std::size_t(j) * std::size_t(ldb);
                 simd::B acc(0.0f);
                 simd::blocks(std::size_t(k), [&](std::size_t p, std::size_t cnt) {

@@ -107,6 +107,27 @@ inline float hmax(const B& v) {
 
 inline float hsum(const B& v) { return xsimd::hadd(v); }
 
+// Lane i of the result = the sum of v[i]'s lanes, for W vectors: one transposing tree instead of W
+// horizontal sums. xsimd 8.1's AVX-512 haddp puts 8 of the 16 sums in the wrong lanes (checked here;
+// its AVX and SSE versions are right), so AVX-512 has its own.
+#if defined(__AVX512F__)
+inline B sums_of(const B* v) {
+    __m512 u[8], w[4], z[2];
+    for (int i = 0; i < 8; ++i)  // per 128-bit chunk: (a0+a2, b0+b2, a1+a3, b1+b3) of v[2i], v[2i+1]
+        u[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; ++i) {  // per chunk: the chunk's sums of v[4i], ..., v[4i+3]
+        const __m512d a = _mm512_castps_pd(u[2 * i]), b = _mm512_castps_pd(u[2 * i + 1]);
+        w[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    for (int i = 0; i < 2; ++i)  // chunks (0+1, 2+3) of w[2i], then of w[2i+1]
+        z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
+    return B(_mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], 0x88), _mm512_shuffle_f32x4(z[0], z[1], 0xDD)));
+}
+#else
+inline B sums_of(const B* v) { return xsimd::haddp(v); }
+#endif
+
 // Sum and max of n floats.
 inline float sum(const float* x, std::size_t n) {
     B acc(0.0f);
