@@ -84,8 +84,41 @@ constexpr std::size_t kSplitGemvElements = std::size_t(1) << 16;
 // incremental decoding step's attention is hundreds of 1 x len x d_k products per layer (tiny model:
 // 4 heads x 32 rows, len <= 50, d_k 8), which spent most of the step in call overhead.
 constexpr std::size_t kDirectMacs = 8192;
-// gemm_direct keeps a row of C in registers when it has at most this many vectors (64 floats with AVX-512).
-constexpr std::size_t kRowVectors = 4;
+// C's row (n <= NV W floats) += sum over p of (alpha a[p]) B[p], in registers across p (decoding's
+// attention: one query's weights times one head's values, n = d_v): no load and store of C per p. NV is a
+// constant, so no accumulator is indexed at run time (GCC then keeps them in memory).
+template <std::size_t NV, class ARow>
+void row_times_rows(int n, int k, float alpha, const ARow& a, const float* b, int ldb, float* ci) {
+    simd::B cr[NV];
+    const auto cnt = [&](std::size_t v) { return std::min(simd::W, std::size_t(n) - v * simd::W); };
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NV; ++v) cr[v] = simd::load(ci + v * simd::W, cnt(v));
+    for (int p = 0; p < k; ++p) {
+        const simd::B aip(alpha * a(p));
+        const float* bp = b + std::size_t(p) * std::size_t(ldb);
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < NV; ++v) cr[v] = cr[v] + aip * simd::load(bp + v * simd::W, cnt(v));
+    }
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NV; ++v) simd::store(ci + v * simd::W, cr[v], cnt(v));
+}
+
+// ci[j + l] += alpha <ai, B[j + l]> for the r <= W columns l < r from j: their W sums reduced together
+// (simd::sums_of, a transposing tree) instead of one horizontal sum each (decoding's attention scores:
+// one query against each key of a head). Columns past r repeat the last one, and are not stored.
+void dots_of_rows(int r, int k, float alpha, const float* ai, const float* bj, int ldb, float* ci) {
+    const float* row[simd::W];
+    for (std::size_t l = 0; l < simd::W; ++l) row[l] = bj + std::min<std::size_t>(l, std::size_t(r) - 1) * std::size_t(ldb);
+    simd::B acc[simd::W];
+#pragma GCC unroll 16
+    for (std::size_t l = 0; l < simd::W; ++l) acc[l] = simd::B(0.0f);
+    simd::blocks(std::size_t(k), [&](std::size_t p, std::size_t cnt) {
+        const simd::B x = simd::load(ai + p, cnt);
+#pragma GCC unroll 16
+        for (std::size_t l = 0; l < simd::W; ++l) acc[l] += x * simd::load(row[l] + p, cnt);
+    });
+    simd::store(ci, simd::load(ci, std::size_t(r)) + simd::B(alpha) * simd::sums_of(acc), std::size_t(r));
+}
 
 // C += alpha op(A) op(B), straight loops (C already scaled by beta).
 void gemm_direct(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
@@ -93,25 +126,14 @@ void gemm_direct(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
     const auto A = [&](int i, int p) { return trans_a ? a[std::size_t(p) * lda + i] : a[std::size_t(i) * lda + p]; };
     for (int i = 0; i < m; ++i) {
         float* ci = c + std::size_t(i) * std::size_t(ldc);
-        if (!trans_b && std::size_t(n) <= kRowVectors * simd::W) {
-            // The same sums with C's row held in registers across p (decoding's attention: one query's
-            // weights times the values of one head, n = d_v): no load and store of C per p.
-            const std::size_t nv = (std::size_t(n) + simd::W - 1) / simd::W;
-            simd::B cr[kRowVectors];
-#pragma GCC unroll 4
-            for (std::size_t v = 0; v < kRowVectors; ++v)
-                if (v < nv) cr[v] = simd::load(ci + v * simd::W, std::min(simd::W, std::size_t(n) - v * simd::W));
-            for (int p = 0; p < k; ++p) {
-                const simd::B aip(alpha * A(i, p));
-                const float* bp = b + std::size_t(p) * std::size_t(ldb);
-#pragma GCC unroll 4
-                for (std::size_t v = 0; v < kRowVectors; ++v)
-                    if (v < nv)
-                        cr[v] = cr[v] + aip * simd::load(bp + v * simd::W, std::min(simd::W, std::size_t(n) - v * simd::W));
+        const auto a_row = [&](int p) { return A(i, p); };
+        if (!trans_b && std::size_t(n) <= 4 * simd::W) {
+            switch ((std::size_t(n) + simd::W - 1) / simd::W) {
+                case 1: row_times_rows<1>(n, k, alpha, a_row, b, ldb, ci); break;
+                case 2: row_times_rows<2>(n, k, alpha, a_row, b, ldb, ci); break;
+                case 3: row_times_rows<3>(n, k, alpha, a_row, b, ldb, ci); break;
+                default: row_times_rows<4>(n, k, alpha, a_row, b, ldb, ci); break;
             }
-#pragma GCC unroll 4
-            for (std::size_t v = 0; v < kRowVectors; ++v)
-                if (v < nv) simd::store(ci + v * simd::W, cr[v], std::min(simd::W, std::size_t(n) - v * simd::W));
         } else if (!trans_b) {  // C[i] += (alpha A[i, p]) B[p], over the contiguous rows of B
             for (int p = 0; p < k; ++p) {
                 const simd::B aip(alpha * A(i, p));
@@ -123,23 +145,10 @@ void gemm_direct(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
         } else if (!trans_a) {  // C[i, j] += alpha <A[i], B[j]>, both rows contiguous
             const float* ai = a + std::size_t(i) * std::size_t(lda);
             int j = 0;
-            // W columns at a time, their W sums reduced together (simd::sums_of, a transposing tree)
-            // instead of one horizontal sum per column (decoding's attention scores: one query against
-            // each key of a head).
-            for (; j + int(simd::W) <= n; j += int(simd::W)) {
-                simd::B acc[simd::W];
-#pragma GCC unroll 16
-                for (std::size_t l = 0; l < simd::W; ++l) acc[l] = simd::B(0.0f);
-                const float* bj = b + std::size_t(j) * std::size_t(ldb);
-                simd::blocks(std::size_t(k), [&](std::size_t p, std::size_t cnt) {
-                    const simd::B x = simd::load(ai + p, cnt);
-#pragma GCC unroll 16
-                    for (std::size_t l = 0; l < simd::W; ++l)
-                        acc[l] += x * simd::load(bj + l * std::size_t(ldb) + p, cnt);
-                });
-                const simd::B sums = simd::sums_of(acc);
-                (simd::B::load_unaligned(ci + j) + simd::B(alpha) * sums).store_unaligned(ci + j);
-            }
+            // Columns W at a time, and a last group of at least W/4 (fewer go one by one: a group's
+            // reduction costs about W/4 single sums).
+            for (; n - j >= int(simd::W) / 4 && n - j >= 2; j += int(simd::W))
+                dots_of_rows(std::min(int(simd::W), n - j), k, alpha, ai, b + std::size_t(j) * std::size_t(ldb), ldb, ci + j);
             for (; j < n; ++j) {
                 const float* bj = b + std::size_t(j) * std::size_t(ldb);
                 simd::B acc(0.0f);
