@@ -84,23 +84,35 @@ constexpr std::size_t kSplitGemvElements = std::size_t(1) << 16;
 // incremental decoding step's attention is hundreds of 1 x len x d_k products per layer (tiny model:
 // 4 heads x 32 rows, len <= 50, d_k 8), which spent most of the step in call overhead.
 constexpr std::size_t kDirectMacs = 8192;
-// C's row (n <= NV W floats) += sum over p of (alpha a[p]) B[p], in registers across p (decoding's
-// attention: one query's weights times one head's values, n = d_v): no load and store of C per p. NV is a
-// constant, so no accumulator is indexed at run time (GCC then keeps them in memory).
-template <std::size_t NV, class ARow>
-void row_times_rows(int n, int k, float alpha, const ARow& a, const float* b, int ldb, float* ci) {
+// C's row (n <= NV W floats) += sum over p of (alpha a[p * a_step]) B[p], in registers across p (decoding's
+// attention: one query's weights times one head's values, n = d_v): no load and store of C per p. NV and
+// FULL (n = NV W) are constants, so no accumulator is indexed at run time (GCC then keeps them in memory)
+// and no mask is chosen inside the loop.
+template <std::size_t NV, bool FULL>
+void row_times_rows(int n, int k, float alpha, const float* a, std::size_t a_step, const float* b, int ldb, float* ci) {
     simd::B cr[NV];
-    const auto cnt = [&](std::size_t v) { return std::min(simd::W, std::size_t(n) - v * simd::W); };
+    const std::size_t last = std::size_t(n) - (NV - 1) * simd::W;  // lanes of the last vector
+    const auto load = [&](const float* p, std::size_t v) {
+        return FULL || v + 1 < NV ? simd::B::load_unaligned(p) : simd::load(p, last);
+    };
 #pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v) cr[v] = simd::load(ci + v * simd::W, cnt(v));
+    for (std::size_t v = 0; v < NV; ++v) cr[v] = load(ci + v * simd::W, v);
     for (int p = 0; p < k; ++p) {
-        const simd::B aip(alpha * a(p));
+        const simd::B aip(alpha * a[std::size_t(p) * a_step]);
         const float* bp = b + std::size_t(p) * std::size_t(ldb);
 #pragma GCC unroll 4
-        for (std::size_t v = 0; v < NV; ++v) cr[v] = cr[v] + aip * simd::load(bp + v * simd::W, cnt(v));
+        for (std::size_t v = 0; v < NV; ++v) cr[v] = cr[v] + aip * load(bp + v * simd::W, v);
     }
 #pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v) simd::store(ci + v * simd::W, cr[v], cnt(v));
+    for (std::size_t v = 0; v < NV; ++v) simd::store(ci + v * simd::W, cr[v], FULL || v + 1 < NV ? simd::W : last);
+}
+
+template <std::size_t NV>
+void row_times_rows(int n, int k, float alpha, const float* a, std::size_t a_step, const float* b, int ldb, float* ci) {
+    if (std::size_t(n) == NV * simd::W)
+        row_times_rows<NV, true>(n, k, alpha, a, a_step, b, ldb, ci);
+    else
+        row_times_rows<NV, false>(n, k, alpha, a, a_step, b, ldb, ci);
 }
 
 // ci[j + l] += alpha <ai, B[j + l]> for the r <= W columns l < r from j: their W sums reduced together
@@ -126,13 +138,15 @@ void gemm_direct(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
     const auto A = [&](int i, int p) { return trans_a ? a[std::size_t(p) * lda + i] : a[std::size_t(i) * lda + p]; };
     for (int i = 0; i < m; ++i) {
         float* ci = c + std::size_t(i) * std::size_t(ldc);
-        const auto a_row = [&](int p) { return A(i, p); };
         if (!trans_b && std::size_t(n) <= 4 * simd::W) {
+            // row i of op(A): a row of A, or (trans_a) a column, lda apart
+            const float* ar = trans_a ? a + i : a + std::size_t(i) * std::size_t(lda);
+            const std::size_t step = trans_a ? std::size_t(lda) : 1;
             switch ((std::size_t(n) + simd::W - 1) / simd::W) {
-                case 1: row_times_rows<1>(n, k, alpha, a_row, b, ldb, ci); break;
-                case 2: row_times_rows<2>(n, k, alpha, a_row, b, ldb, ci); break;
-                case 3: row_times_rows<3>(n, k, alpha, a_row, b, ldb, ci); break;
-                default: row_times_rows<4>(n, k, alpha, a_row, b, ldb, ci); break;
+                case 1: row_times_rows<1>(n, k, alpha, ar, step, b, ldb, ci); break;
+                case 2: row_times_rows<2>(n, k, alpha, ar, step, b, ldb, ci); break;
+                case 3: row_times_rows<3>(n, k, alpha, ar, step, b, ldb, ci); break;
+                default: row_times_rows<4>(n, k, alpha, ar, step, b, ldb, ci); break;
             }
         } else if (!trans_b) {  // C[i] += (alpha A[i, p]) B[p], over the contiguous rows of B
             for (int p = 0; p < k; ++p) {
