@@ -161,7 +161,11 @@ def test_installed_extension_loads_its_blas_through_the_runpath_alone():
 # once), small and tiny shapes, odd sizes that leave vector tails, and products small enough for the straight
 # loops (<= 8192 multiply-adds).
 GEMM_SHAPES = [(100, 512, 2048), (100, 2048, 512), (1, 512, 512), (2, 512, 8000), (5, 256, 8000), (8, 2048, 512),
-               (37, 256, 256), (50, 32, 39), (128, 64, 128), (7, 17, 4097), (3, 9, 70), (6, 33, 300)]
+               (37, 256, 256), (50, 32, 39), (128, 64, 128), (7, 17, 4097), (3, 9, 70), (6, 33, 300),
+               # blas.cpp's direct products at decoding's attention shapes (one query, d_k 64, a few keys): key
+               # groups of 16, a last group of 4-15 and single keys (y); a row of 64 = 4 full vectors, and of
+               # 40 (a partial last vector), kept in registers (dx; dW's transposed rows)
+               (1, 64, 13), (1, 64, 21), (1, 64, 3), (2, 40, 19), (4, 64, 35)]
 
 
 @pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
