@@ -4,10 +4,12 @@
 #include <pybind11/stl.h>
 
 #include <limits>
+#include <optional>
 
 #include "bindings.hpp"
 #include "convert.hpp"
 #include "interrupt.hpp"
+#include "ctransformer/decode/packed_weights.hpp"
 #include "ctransformer/decode/beam_search.hpp"
 #include "ctransformer/decode/gpt_generate.hpp"
 #include "ctransformer/decode/gpt_incremental.hpp"
@@ -141,6 +143,22 @@ void bind_decode(py::module_& m) {
        "(b, t + max_new_tokens) int64 ids. See ctransformer.decode.generate.");
 
     // --- the steppers, for custom decoding loops and for the tests ----------------------------------
+    // A Python `with` region around ct::decode::PackedWeights (entered and left on the same thread).
+    struct PackedRegion {
+        std::optional<ct::decode::PackedWeights> held;
+    };
+    py::class_<PackedRegion>(m, "PackedWeights", R"doc(with ctransformer.decode.PackedWeights(): ... -- from a parameter's
+second product of more than 8 rows (a batch of sentences or beams, outside autograd and autocast) on, the
+product reads the parameter packed once, instead of sgemm packing it on every call. greedy_decode and
+beam_search hold one; a loop of one's own over a StepDecoder can too. The weights must not change inside it,
+and the packed copies take as much memory as the weights. AVX-512 CPUs only (elsewhere, or with
+CTRANSFORMER_PACKED=off, it does nothing); another legal float32 summation order.)doc")
+        .def(py::init<>())
+        .def("__enter__", [](PackedRegion& r) -> PackedRegion& {
+            if (!r.held) r.held.emplace();
+            return r;
+        }, py::return_value_policy::reference)
+        .def("__exit__", [](PackedRegion& r, py::args) { r.held.reset(); });
     using ct::decode::StepDecoder;
     py::class_<StepDecoder>(m, "StepDecoder", R"doc(The encoder-decoder driven one target position at a time.
 

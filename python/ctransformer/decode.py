@@ -17,9 +17,10 @@ COMPUTE_TYPES = ("default", "float32", "int8", "bfloat16")
 
 StepDecoder = _decode.StepDecoder
 GPTCache = _decode.GPTCache
+PackedWeights = _decode.PackedWeights
 
-__all__ = ["greedy_decode", "beam_search", "generate", "length_penalty", "StepDecoder", "GPTCache", "DEFAULT_BEAM_SIZE",
-           "DEFAULT_ALPHA", "COMPUTE_TYPES", "using_compute_type"]
+__all__ = ["greedy_decode", "beam_search", "generate", "length_penalty", "StepDecoder", "GPTCache", "PackedWeights",
+           "DEFAULT_BEAM_SIZE", "DEFAULT_ALPHA", "COMPUTE_TYPES", "using_compute_type"]
 
 
 @contextlib.contextmanager

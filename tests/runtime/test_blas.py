@@ -204,6 +204,59 @@ def test_linear_of_a_few_rows_on_every_path(path):
     assert run.returncode == 0, run.stderr
 
 
+PACKED_SHAPES = [(9, 256, 256), (32, 256, 8000), (160, 256, 1024), (33, 1024, 256), (13, 17, 70), (100, 64, 39), (40, 9, 1)]
+
+
+@pytest.mark.parametrize("m,k,n", PACKED_SHAPES)
+def test_linear_with_packed_weights_against_float64(m, k, n):
+    """Inside ct.decode.PackedWeights a product of more than 8 rows against a parameter goes, from the
+    parameter's second product on, to the packed kernel (gemm_packed.cpp): held to the float32 bound of a k-term sum, |err| <= 2 (k + 1) u sum |x||w| + |b|,
+    with alpha (the output projection's d_model^-1/2) and a bias; it must differ from the BLAS's result
+    somewhere at the larger shapes (another summation order), else the kernel did not run; the first product
+    and any outside the region are the BLAS's. Shapes: decoding's batch 32 and beams, columns not a multiple of 16
+    or 64, odd k."""
+    rng = np.random.default_rng(m * 7919 + k * 31 + n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    W, B, X = ct.tensor(w, requires_grad=True), ct.tensor(b, requires_grad=True), ct.tensor(x)
+    alpha = float(np.float32(k ** -0.5))
+    with ct.no_grad():
+        plain = ct.functional.linear(X, W, B).numpy()
+        with ct.decode.PackedWeights():
+            first = ct.functional.linear(X, W, B).numpy()  # a weight is packed on its second use
+            packed = ct.functional.linear(X, W, B).numpy()
+            scaled = ct.functional.linear(ct.functional.scale(X, alpha), W, B).numpy()
+        after = ct.functional.linear(X, W, B).numpy()
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    u = 2.0 ** -24
+    for got, xs in ((packed, x64), (scaled, x64 * np.float64(np.float32(alpha)))):
+        exact = xs @ w64.T + b
+        bound = 2 * (k + 1) * u * (np.abs(xs) @ np.abs(w64).T + np.abs(b)) + 1e-30
+        ratio = np.abs(got - exact) / bound
+        assert ratio.max() <= 1.0, f"error {ratio.max():.3g} x the float32 bound at {np.argmax(ratio)}"
+    np.testing.assert_array_equal(first, plain)
+    np.testing.assert_array_equal(after, plain)
+    if ct.build_info()["cpu"].get("simd_level") == "avx512" and k >= 256:
+        assert (packed != plain).any(), "the packed kernel did not run (the result is the BLAS's to the bit)"
+
+
+def test_packed_weights_off_gives_the_blas_result():
+    """CTRANSFORMER_PACKED=off: the region changes nothing (what a CPU without AVX-512 does)."""
+    code = ("import numpy as np, ctransformer as ct\n"
+            "rng = np.random.default_rng(0)\n"
+            "x = ct.tensor(rng.standard_normal((32, 256)).astype(np.float32))\n"
+            "w = ct.tensor(rng.standard_normal((512, 256)).astype(np.float32), requires_grad=True)\n"
+            "with ct.no_grad():\n"
+            "    a = ct.functional.linear(x, w).numpy()\n"
+            "    with ct.decode.PackedWeights():\n"
+            "        ct.functional.linear(x, w)\n"
+            "        b = ct.functional.linear(x, w).numpy()\n"
+            "assert (a == b).all()\n")
+    run = run_python(code, args=("-W", "ignore"), extra_env={"CTRANSFORMER_PACKED": "off"})
+    assert run.returncode == 0, run.stderr
+
+
 # --- the parity tests under every kernel core -------------------------------------------------------------------
 PARITY = ["tests/nn/test_transformer_small_pre_norm.py", "tests/nn/test_transformer_post_norm.py", "tests/nn/test_nn_layers.py",
           "tests/nn/test_relu_knife_edges.py"]

@@ -13,6 +13,7 @@
 #include "ctransformer/decode/step_decoder.hpp"
 #include "../parallel.hpp"
 #include "../simd.hpp"
+#include "ctransformer/decode/packed_weights.hpp"
 #include "decode_checks.hpp"
 
 namespace ct::decode {
@@ -118,6 +119,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
                                                                                std::to_string(ids) + " ids");
     }
     NoGradGuard no_grad;
+    PackedWeights packing;   // the call's products of many rows read their weights packed once
     const double lp_max = length_penalty(max_len - 1, alpha);
 
     std::vector<std::vector<Live>> live(b);

@@ -5,6 +5,7 @@
 
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/decode/step_decoder.hpp"
+#include "ctransformer/decode/packed_weights.hpp"
 #include "decode_checks.hpp"
 
 namespace ct::decode {
@@ -14,6 +15,7 @@ GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, 
                            bool use_cache, bool return_logits, const ShouldStop& should_stop) {
     detail::check_decode_args(model, src, src_mask, max_len, start_symbol, end_symbol, "greedy_decode");
     NoGradGuard no_grad;
+    PackedWeights packing;   // the call's products of many rows read their weights packed once
     const std::size_t b = src.shape[0], V = model.config.n_trg_vocab;
     GreedyOutput result;
     result.ids = {std::vector<std::int64_t>(b * max_len, model.config.trg_pad_idx), {b, max_len}};

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "../blas.hpp"
+#include "../blas_few_rows.hpp"
+#include "../decode_packing.hpp"
 #include "../parallel.hpp"
 #include "ctransformer/autocast.hpp"
 #include "ctransformer/autograd.hpp"
@@ -74,6 +76,20 @@ std::size_t linear_rows(const Tensor& x, std::size_t in_f, std::size_t out_f, co
     return rows;
 }
 
+// y (rows, out) = alpha x W^T (+ y when accumulate) through W's copy packed for this decoding call
+// (decode_packing.hpp); threads take whole panels of 64 outputs, and products under 2^20 multiply-adds stay
+// on one thread (as linear_int8's).
+void packed_product(std::size_t rows, const float* x, std::size_t in_f, const blas::PackedWeight& w, float alpha,
+                    bool accumulate, float* y, std::size_t out_f) {
+    const auto run = [&](std::size_t c0, std::size_t c1) {
+        blas::packed_gemm(int(rows), x, int(in_f), w, alpha, accumulate, y, int(out_f), int(c0), int(c1));
+    };
+    if (rows * in_f * out_f < (std::size_t(1) << 20)) return run(0, out_f);
+    parallel::parallel_for((out_f + 63) / 64, 1, [&](std::size_t a, std::size_t b) {
+        run(a * 64, std::min(out_f, b * 64));
+    }, 1);
+}
+
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) { return linear(x, weight, bias, 1.0f); }
@@ -97,13 +113,20 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
         out.array().fill(0.0f);
     }
     const bool bf16 = autocast::enabled();
+    const bool grad = needs_grad({&x, &weight, bias});
+    // Decoding's products of many rows: the weight packed once per decoding call, not once per product.
+    const blas::PackedWeight* packed = !bf16 && !grad && in_f > 0 && rows > std::size_t(blas::kFewRows)
+                                           ? decode_packing::weight(weight)
+                                           : nullptr;
     if (in_f > 0 && bf16)  // an empty product adds nothing: y is already the bias (or zeros)
         gemm_bf16(int(rows), int(out_f), int(in_f), alpha, Bf16Operand::fp32(x.data(), int(in_f)),
                   autocast::operand(weight, int(in_f), true), bias ? 1.0f : 0.0f, y, int(out_f));
+    else if (packed)
+        packed_product(rows, x.data(), in_f, *packed, alpha, bias != nullptr, y, out_f);
     else if (in_f > 0)
         blas::gemm(false, true, int(rows), int(out_f), int(in_f), alpha, x.data(), int(in_f), weight.data(),
                    int(in_f), bias ? 1.0f : 0.0f, y, int(out_f));
-    if (needs_grad({&x, &weight, bias}))
+    if (grad)
         attach(out, std::make_shared<LinearBackward>(rows, in_f, out_f, bias != nullptr, alpha, bf16),
                {&x, &weight, bias});
     return out;

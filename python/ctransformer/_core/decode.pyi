@@ -9,7 +9,22 @@ import ctransformer._core.nn.gpt
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['DEFAULT_ALPHA', 'DEFAULT_BEAM_SIZE', 'GPTCache', 'StepDecoder', 'beam_search', 'generate', 'greedy_decode', 'length_penalty']
+__all__: list[str] = ['DEFAULT_ALPHA', 'DEFAULT_BEAM_SIZE', 'GPTCache', 'PackedWeights', 'StepDecoder', 'beam_search', 'generate', 'greedy_decode', 'length_penalty']
+class PackedWeights:
+    """
+    with ctransformer.decode.PackedWeights(): ... -- from a parameter's
+    second product of more than 8 rows (a batch of sentences or beams, outside autograd and autocast) on, the
+    product reads the parameter packed once, instead of sgemm packing it on every call. greedy_decode and
+    beam_search hold one; a loop of one's own over a StepDecoder can too. The weights must not change inside it,
+    and the packed copies take as much memory as the weights. AVX-512 CPUs only (elsewhere, or with
+    CTRANSFORMER_PACKED=off, it does nothing); another legal float32 summation order.
+    """
+    def __enter__(self) -> PackedWeights:
+        ...
+    def __exit__(self, *args) -> None:
+        ...
+    def __init__(self) -> None:
+        ...
 class StepDecoder:
     """
     The encoder-decoder driven one target position at a time.

@@ -1,0 +1,26 @@
+// x W^T for decoding's products of many rows (a batch of sentences, or of beams), with W packed once per
+// decoding call instead of once per product: sgemm packs its operands on every call, and at batch 32 that
+// was a fifth of a float32 beam-search step (the 8000 x 256 output projection is 8 MB). The packing
+// (gemm_packed.cpp) is blocks of 16 outputs, [ceil(n / 16)][k][16] floats, zero past n; the kernel keeps
+// 4 rows x 64 outputs in 16 AVX-512 accumulators, one fused multiply-add per row, 16 outputs and value
+// of k, in order over k: another legal summation order than the BLAS's, within the same float32 bound
+// (tests/runtime/test_blas.py). decode_packing.hpp holds the copies for the length of a decoding call.
+#pragma once
+#include <vector>
+
+namespace ct::blas {
+
+struct PackedWeight {
+    int n = 0, k = 0;
+    std::vector<float> data;
+};
+
+// Whether this CPU has the kernel (AVX-512F; CTRANSFORMER_PACKED=off says no, for tests).
+bool packed_available();
+// W (n, k) row-major, leading dimension ldw, into `out`.
+void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out);
+// Columns [n0, n1) of C (m, n) = alpha x W^T, plus C when `accumulate`; n0 a multiple of 16.
+void packed_gemm(int m, const float* x, int ldx, const PackedWeight& w, float alpha, bool accumulate, float* c,
+                 int ldc, int n0, int n1);
+
+}  // namespace ct::blas

@@ -1,0 +1,125 @@
+// The kernel of blas_packed.hpp. Compiled with function target attributes and taken only on a CPU with
+// AVX-512F; elsewhere packed_available() is false and the caller uses the BLAS.
+#include "blas_packed.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "ctransformer/cpu_features.hpp"
+
+#if defined(__x86_64__)
+// GCC 12's AVX-512 headers start some intrinsics from an "undefined" vector (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#define CT_PACKED_AVX512 __attribute__((target("avx512f,fma")))
+
+namespace ct::blas {
+
+namespace {
+
+// Rows [r0, r0 + MR) and NV blocks of 16 outputs from column n (the blocks at or past n1 are skipped).
+// Every loop over the accumulators is unrolled and skips rather than breaks: an accumulator indexed at
+// run time makes GCC keep them in memory (docs/DESIGN.md, section 7b).
+template <int MR, int NV>
+CT_PACKED_AVX512 void tile(const float* x, int ldx, const PackedWeight& w, float alpha, bool accumulate, float* c,
+                           int ldc, int r0, int n, int n1) {
+    const int k = w.k;
+    const float* b = w.data.data() + std::size_t(n / 16) * std::size_t(k) * 16;
+    __m512 acc[MR][NV];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+    const float* xr = x + std::size_t(r0) * std::size_t(ldx);
+    for (int p = 0; p < k; ++p) {
+        __m512 wv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) wv[v] = _mm512_loadu_ps(b + (std::size_t(v) * k + p) * 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+            const __m512 xv = _mm512_set1_ps(xr[std::size_t(r) * ldx + p]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(xv, wv[v], acc[r][v]);
+        }
+    }
+    const __m512 a = _mm512_set1_ps(alpha);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+        const int col = n + 16 * v;
+        if (col >= n1) continue;
+        const __mmask16 mask = n1 - col >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n1 - col)) - 1u);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+            float* cr = c + std::size_t(r0 + r) * std::size_t(ldc) + col;
+            __m512 y = alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(a, acc[r][v]);
+            if (accumulate) y = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, cr), y);
+            _mm512_mask_storeu_ps(cr, mask, y);
+        }
+    }
+}
+
+template <int MR>
+CT_PACKED_AVX512 void rows(const float* x, int ldx, const PackedWeight& w, float alpha, bool accumulate, float* c,
+                           int ldc, int r0, int n0, int n1) {
+    int n = n0;
+    for (; n + 64 <= n1; n += 64) tile<MR, 4>(x, ldx, w, alpha, accumulate, c, ldc, r0, n, n1);
+    const int left = n1 - n;
+    if (left > 48) tile<MR, 4>(x, ldx, w, alpha, accumulate, c, ldc, r0, n, n1);
+    else if (left > 32) tile<MR, 3>(x, ldx, w, alpha, accumulate, c, ldc, r0, n, n1);
+    else if (left > 16) tile<MR, 2>(x, ldx, w, alpha, accumulate, c, ldc, r0, n, n1);
+    else if (left > 0) tile<MR, 1>(x, ldx, w, alpha, accumulate, c, ldc, r0, n, n1);
+}
+
+}  // namespace
+
+bool packed_available() {
+    static const bool ok = [] {
+        const char* env = std::getenv("CTRANSFORMER_PACKED");
+        if (env && std::string(env) == "off") return false;
+        return cpu_features().simd_level == "avx512";
+    }();
+    return ok;
+}
+
+void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out) {
+    out.n = n;
+    out.k = k;
+    const int blocks = (n + 15) / 16;
+    out.data.assign(std::size_t(blocks) * std::size_t(k) * 16, 0.0f);
+    for (int j = 0; j < n; ++j) {
+        float* o = out.data.data() + std::size_t(j / 16) * std::size_t(k) * 16 + (j % 16);
+        const float* row = w + std::size_t(j) * std::size_t(ldw);
+        for (int p = 0; p < k; ++p) o[std::size_t(p) * 16] = row[p];
+    }
+}
+
+CT_PACKED_AVX512 void packed_gemm(int m, const float* x, int ldx, const PackedWeight& w, float alpha, bool accumulate,
+                                  float* c, int ldc, int n0, int n1) {
+    // Panels of 64 outputs outermost, so a panel of the weight (64 x k floats) stays in cache for every row.
+    for (int col = n0; col < n1; col += 64) {
+        const int col1 = std::min(n1, col + 64);
+        int i = 0;
+        for (; i + 4 <= m; i += 4) rows<4>(x, ldx, w, alpha, accumulate, c, ldc, i, col, col1);
+        switch (m - i) {
+            case 3: rows<3>(x, ldx, w, alpha, accumulate, c, ldc, i, col, col1); break;
+            case 2: rows<2>(x, ldx, w, alpha, accumulate, c, ldc, i, col, col1); break;
+            case 1: rows<1>(x, ldx, w, alpha, accumulate, c, ldc, i, col, col1); break;
+            default: break;
+        }
+    }
+}
+
+}  // namespace ct::blas
+
+#else
+
+namespace ct::blas {
+bool packed_available() { return false; }
+void pack_weight(const float*, int, int, int, PackedWeight&) {}
+void packed_gemm(int, const float*, int, const PackedWeight&, float, bool, float*, int, int, int) {}
+}  // namespace ct::blas
+
+#endif
