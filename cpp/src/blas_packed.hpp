@@ -6,13 +6,16 @@
 // of k, in order over k: another legal summation order than the BLAS's, within the same float32 bound
 // (tests/runtime/test_blas.py). decode_packing.hpp holds the copies for the length of a decoding call.
 #pragma once
-#include <vector>
+#include <memory>
 
 namespace ct::blas {
 
+// From this many rows a product reads the packed copy (below, OpenBLAS's sgemv: one or two passes over W).
+constexpr int kPackedMinRows = 3;
+
 struct PackedWeight {
     int n = 0, k = 0;
-    std::vector<float> data;
+    std::unique_ptr<float[]> data;  // not value-initialised: pack_weight writes every float
 };
 
 // Whether this CPU has the kernel (AVX-512F; CTRANSFORMER_PACKED=off says no, for tests).

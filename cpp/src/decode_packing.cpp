@@ -3,12 +3,15 @@
 #include <memory>
 #include <unordered_map>
 
+#include "blas_few_rows.hpp"
+
 namespace ct::decode_packing {
 
 namespace {
 
 struct Entry {
     std::shared_ptr<Array> storage;  // held, so its address cannot be reused by another tensor meanwhile
+    int uses = 0;
     bool packed_yet = false;
     blas::PackedWeight packed;
 };
@@ -16,24 +19,25 @@ struct Entry {
 thread_local int t_depth = 0;  // PackedWeights alive on this thread
 thread_local std::unordered_map<const Array*, Entry> t_packed;
 
+// Packing a weight costs about as much as 2 products of many rows (sgemm packs it on each of them anyway)
+// but 15-30 products of a few rows, mostly in page faults on the fresh copy (8000 x 256 projection:
+// ~3 ms to pack, 100-200 us a product of 5 rows). So a weight is packed on its second product of more
+// than kFewRows rows, and on its 32nd of fewer: a weight used once per call (the encoder's) is not packed,
+// and beam 5 at batch 1 packs the decoder's only when the region spans many sentences (the Translator's).
+constexpr int kUsesBeforePackingFewRows = 32;
+
 }  // namespace
 
-const blas::PackedWeight* weight(const Tensor& w) {
+const blas::PackedWeight* weight(const Tensor& w, std::size_t rows) {
     if (t_depth == 0 || w.dim() != 2 || !(w.is_leaf() && w.requires_grad()) || !blas::packed_available())
         return nullptr;
     const std::shared_ptr<Array>& storage = w.impl()->storage;
-    // Packed on its second product, not its first: a weight used once per call (the encoder's, the
-    // cross-attention's keys and values) would pay a packing for nothing (decoding at batch 1 lost a third).
-    auto it = t_packed.find(storage.get());
-    if (it == t_packed.end()) {
-        t_packed.emplace(storage.get(), Entry{storage, false, {}});
-        return nullptr;
-    }
-    Entry& e = it->second;
-    if (!e.packed_yet) {
-        blas::pack_weight(w.data(), int(w.size(0)), int(w.size(1)), int(w.size(1)), e.packed);
-        e.packed_yet = true;
-    }
+    Entry& e = t_packed.try_emplace(storage.get(), Entry{storage, 0, false, {}}).first->second;
+    if (e.packed_yet) return &e.packed;
+    ++e.uses;
+    if (e.uses < 2 || (rows <= std::size_t(blas::kFewRows) && e.uses < kUsesBeforePackingFewRows)) return nullptr;
+    blas::pack_weight(w.data(), int(w.size(0)), int(w.size(1)), int(w.size(1)), e.packed);
+    e.packed_yet = true;
     return &e.packed;
 }
 

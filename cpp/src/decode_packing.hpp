@@ -7,9 +7,10 @@
 
 namespace ct::decode_packing {
 
-// w's packed copy (made on its second use while this thread holds a PackedWeights), or null: on its first
-// use, outside a region, for a tensor that is not a parameter (leaf requiring grad) of rank 2, or on a CPU
-// without the kernel.
-const blas::PackedWeight* weight(const Tensor& w);
+// w's packed copy for a product of `rows` rows, or null: outside a region (this thread holds no
+// PackedWeights), for a tensor that is not a parameter (leaf requiring grad) of rank 2, on a CPU without
+// the kernel, and until the weight has been used often enough in the region to pay for its packing (see
+// decode_packing.cpp).
+const blas::PackedWeight* weight(const Tensor& w, std::size_t rows);
 
 }  // namespace ct::decode_packing

@@ -104,16 +104,19 @@ class Translator:
         """Output subword ids (end-of-sentence and padding removed) for each source id list, in order."""
         out = [None] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start:start + self.batch_size]
-            src, _ = make_arrays([ids[i] for i in rows], None)
-            mask = ct.nn.get_pad_mask(src, PAD_ID)
-            hyps, _ = ct.decode.beam_search(self.model, src, mask, self.max_len(src.shape[1]), BOS_ID, EOS_ID,
-                                            beam_size=self.beam_size, alpha=self.alpha)
-            for r, i in enumerate(rows):
-                h = hyps[r, 1:]
-                end = np.flatnonzero((h == EOS_ID) | (h == PAD_ID))
-                out[i] = h[:end[0]].tolist() if len(end) else h.tolist()
+        # The weights' packed copies (ct.decode.PackedWeights) kept across the batches, not made again for
+        # each: at batch 1 every sentence is a decoding call of its own.
+        with ct.decode.PackedWeights():
+            for start in range(0, len(order), self.batch_size):
+                rows = order[start:start + self.batch_size]
+                src, _ = make_arrays([ids[i] for i in rows], None)
+                mask = ct.nn.get_pad_mask(src, PAD_ID)
+                hyps, _ = ct.decode.beam_search(self.model, src, mask, self.max_len(src.shape[1]), BOS_ID, EOS_ID,
+                                                beam_size=self.beam_size, alpha=self.alpha)
+                for r, i in enumerate(rows):
+                    h = hyps[r, 1:]
+                    end = np.flatnonzero((h == EOS_ID) | (h == PAD_ID))
+                    out[i] = h[:end[0]].tolist() if len(end) else h.tolist()
         return out
 
     def translate(self, sentences):

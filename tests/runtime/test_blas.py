@@ -204,17 +204,22 @@ def test_linear_of_a_few_rows_on_every_path(path):
     assert run.returncode == 0, run.stderr
 
 
-PACKED_SHAPES = [(9, 256, 256), (32, 256, 8000), (160, 256, 1024), (33, 1024, 256), (13, 17, 70), (100, 64, 39), (40, 9, 1)]
+PACKED_SHAPES = [(9, 256, 256), (32, 256, 8000), (160, 256, 1024), (33, 1024, 256), (13, 17, 70), (100, 64, 39), (40, 9, 1),
+                 (3, 256, 256), (5, 256, 8000), (6, 512, 2048), (7, 17, 70), (8, 64, 39)]
+# The products a weight has in a region before its packed copy is read: its second of more than 8 rows, its 32nd
+# of fewer (decode_packing.cpp: packing costs 15-30 products of a few rows).
+PACKED_FROM_USE = {True: 2, False: 32}
 
 
 @pytest.mark.parametrize("m,k,n", PACKED_SHAPES)
 def test_linear_with_packed_weights_against_float64(m, k, n):
-    """Inside ct.decode.PackedWeights a product of more than 8 rows against a parameter goes, from the
-    parameter's second product on, to the packed kernel (gemm_packed.cpp): held to the float32 bound of a k-term sum, |err| <= 2 (k + 1) u sum |x||w| + |b|,
-    with alpha (the output projection's d_model^-1/2) and a bias; it must differ from the BLAS's result
-    somewhere at the larger shapes (another summation order), else the kernel did not run; the first product
-    and any outside the region are the BLAS's. Shapes: decoding's batch 32 and beams, columns not a multiple of 16
-    or 64, odd k."""
+    """Inside ct.decode.PackedWeights a product of 3 or more rows against a parameter goes to the packed kernel
+    (gemm_packed.cpp) from the parameter's second product on (its 32nd at 3-8 rows): held to the float32 bound
+    of a k-term sum, |err| <= 2 (k + 1) u sum |x||w| + |b|, with alpha (the output projection's d_model^-1/2)
+    and a bias; it must differ from the BLAS's result somewhere at the larger shapes (another summation
+    order), else the kernel did not run; the products before and any outside the region are the BLAS's (or
+    gemm_few_rows.cpp's). Shapes: decoding's batch 32 and beams, a beam at batch 1 (3-8 rows: one pass of
+    5 or 6 rows, or 4 and the rest), columns not a multiple of 16 or 64, odd k."""
     rng = np.random.default_rng(m * 7919 + k * 31 + n)
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
@@ -224,7 +229,7 @@ def test_linear_with_packed_weights_against_float64(m, k, n):
     with ct.no_grad():
         plain = ct.functional.linear(X, W, B).numpy()
         with ct.decode.PackedWeights():
-            first = ct.functional.linear(X, W, B).numpy()  # a weight is packed on its second use
+            before = [ct.functional.linear(X, W, B).numpy() for _ in range(PACKED_FROM_USE[m > 8] - 1)]
             packed = ct.functional.linear(X, W, B).numpy()
             scaled = ct.functional.linear(ct.functional.scale(X, alpha), W, B).numpy()
         after = ct.functional.linear(X, W, B).numpy()
@@ -235,7 +240,8 @@ def test_linear_with_packed_weights_against_float64(m, k, n):
         bound = 2 * (k + 1) * u * (np.abs(xs) @ np.abs(w64).T + np.abs(b)) + 1e-30
         ratio = np.abs(got - exact) / bound
         assert ratio.max() <= 1.0, f"error {ratio.max():.3g} x the float32 bound at {np.argmax(ratio)}"
-    np.testing.assert_array_equal(first, plain)
+    for got in before:
+        np.testing.assert_array_equal(got, plain)
     np.testing.assert_array_equal(after, plain)
     if ct.build_info()["cpu"].get("simd_level") == "avx512" and k >= 256:
         assert (packed != plain).any(), "the packed kernel did not run (the result is the BLAS's to the bit)"

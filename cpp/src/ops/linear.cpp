@@ -84,7 +84,8 @@ void packed_product(std::size_t rows, const float* x, std::size_t in_f, const bl
     const auto run = [&](std::size_t c0, std::size_t c1) {
         blas::packed_gemm(int(rows), x, int(in_f), w, alpha, accumulate, y, int(out_f), int(c0), int(c1));
     };
-    if (rows * in_f * out_f < (std::size_t(1) << 20)) return run(0, out_f);
+    // Few rows are bound by reading the weight, so two threads pay from 2^16 weights on (as sgemv's split).
+    if (rows * in_f * out_f < (std::size_t(1) << 20) && in_f * out_f < (std::size_t(1) << 16)) return run(0, out_f);
     parallel::parallel_for((out_f + 63) / 64, 1, [&](std::size_t a, std::size_t b) {
         run(a * 64, std::min(out_f, b * 64));
     }, 1);
@@ -115,8 +116,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
     const bool bf16 = autocast::enabled();
     const bool grad = needs_grad({&x, &weight, bias});
     // Decoding's products of many rows: the weight packed once per decoding call, not once per product.
-    const blas::PackedWeight* packed = !bf16 && !grad && in_f > 0 && rows > std::size_t(blas::kFewRows)
-                                           ? decode_packing::weight(weight)
+    const blas::PackedWeight* packed = !bf16 && !grad && in_f > 0 && rows >= std::size_t(blas::kPackedMinRows)
+                                           ? decode_packing::weight(weight, rows)
                                            : nullptr;
     if (in_f > 0 && bf16)  // an empty product adds nothing: y is already the bias (or zeros)
         gemm_bf16(int(rows), int(out_f), int(in_f), alpha, Bf16Operand::fp32(x.data(), int(in_f)),
