@@ -294,6 +294,27 @@ def test_step_decoder_select_follows_rows():
         assert_close(second, expected[[2, 0, 0]], **CACHE_TOL, what=f"use_cache={use_cache}")
 
 
+def test_step_decoder_select_in_place_cycles_swaps_and_repeats():
+    """select with the row count unchanged reorders the cached keys and values in place (decode/kv_cache.cpp:
+    only the rows that move are copied, a source that is itself overwritten is saved first). A cycle with a
+    repeat, a reversal and a pair of repeats, over four steps, against the decoder without a cache, which
+    recomputes every step from its reordered prefixes; fixed ids (not an arg-max a near-tie could flip)."""
+    model = seed000_model("untied", seed=9)
+    src, src_mask = seed000_batch(seed=9)
+    ids = np.random.default_rng(9).integers(4, model.config.n_trg_vocab, size=(4, 4))
+    orders = ([1, 2, 0, 1], [3, 2, 1, 0], [0, 0, 3, 3])
+    logits = {}
+    for use_cache in (True, False):
+        dec = ct.decode.StepDecoder(model, src, src_mask, use_cache=use_cache)
+        got = [dec.step(np.full(4, START)).numpy()]
+        for step, rows in enumerate(orders):
+            dec.select(rows)
+            got.append(dec.step(ids[step]).numpy())
+        logits[use_cache] = got
+    for step, (a, b) in enumerate(zip(logits[True], logits[False])):
+        assert_close(a, b, **CACHE_TOL, what=f"step {step}")
+
+
 def test_decoding_records_no_graph_and_keeps_grad_mode():
     model = seed000_model("prj-tied")
     src, src_mask = seed000_batch()

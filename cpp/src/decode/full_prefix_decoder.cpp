@@ -31,11 +31,11 @@ Tensor FullPrefixDecoder::step(const std::vector<std::int64_t>& ids) {
 
     const Mask trg_mask = nn::get_subsequent_mask(t + 1);
     const Tensor out = model_.decode(prefix_, &trg_mask, memory_, src_mask_ ? &*src_mask_ : nullptr).output;
-    // The last position of each row, (rows, 1, d_model), then the projection.
+    // The last position of each row, (rows, d_model), then the projection: (rows, n_trg_vocab).
     const std::size_t d = out.size(2);
-    Array last = Array::from_shape({rows, 1, d});
+    Array last = Array::from_shape({rows, d});
     for (std::size_t r = 0; r < rows; ++r) std::memcpy(last.data() + r * d, out.data() + (r * (t + 1) + t) * d, d * sizeof(float));
-    return reshape(model_.project(Tensor(std::move(last))), {std::int64_t(rows), std::int64_t(model_.config.n_trg_vocab)});
+    return model_.project(Tensor(std::move(last)));
 }
 
 void FullPrefixDecoder::select(const std::vector<std::size_t>& rows) {

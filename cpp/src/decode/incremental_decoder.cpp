@@ -22,7 +22,9 @@ Tensor IncrementalDecoder::step(const std::vector<std::int64_t>& ids) {
     // One position per row; no target mask: nothing later than it exists yet.
     const Mask* src_mask = src_mask_ ? &*src_mask_ : nullptr;
     const Tensor x = model_.decoder->forward(IndexArray{ids, {rows_, 1}}, nullptr, cache_, src_mask).output;
-    return reshape(model_.project(x), {std::int64_t(rows_), std::int64_t(model_.config.n_trg_vocab)});
+    // (rows, 1, d_model) to (rows, d_model) before the projection, not its (rows, 1, n_trg_vocab) output after:
+    // reshape copies, and the logits are 8000 floats a row.
+    return model_.project(reshape(x, {std::int64_t(rows_), std::int64_t(x.size(2))}));
 }
 
 void IncrementalDecoder::select(const std::vector<std::size_t>& rows) {
@@ -35,7 +37,7 @@ void IncrementalDecoder::select(const std::vector<std::size_t>& rows) {
     }
     const bool same_sources = source == source_;
     for (auto& layer : cache_.layers) {
-        layer.self = select_rows(layer.self, rows);
+        select_rows_in_place(layer.self, rows);
         if (!same_sources) layer.cross = select_rows(layer.cross, rows);
     }
     if (src_mask_ && !same_sources) src_mask_ = select_rows(*src_mask_, rows);

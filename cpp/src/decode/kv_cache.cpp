@@ -68,7 +68,47 @@ bool is_identity(const std::vector<std::size_t>& rows, std::size_t have) {
     return true;
 }
 
+// Whether no other tensor, nor anyone outside (a StepDecoder's caller), sees t's storage.
+bool sole_owner(const Tensor& t) { return t.impl().use_count() == 1 && t.impl()->storage.use_count() == 1; }
+
+// Row i of a cache tensor (rows, capacity, width) becomes its row rows[i], in place, for as many rows as
+// it has: only the rows that move are copied. A source row that is itself overwritten is saved first.
+void gather_in_place(const Tensor& t, std::size_t length, const std::vector<std::size_t>& rows) {
+    constexpr std::size_t kNone = std::size_t(-1);
+    const std::size_t n = rows.size(), row = t.size(1) * t.size(2), held = length * t.size(2);
+    thread_local std::vector<float> saved;
+    thread_local std::vector<std::size_t> slot;
+    slot.assign(n, kNone);
+    std::size_t count = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t s = rows[i];
+        if (s != i && rows[s] != s && slot[s] == kNone) slot[s] = count++;
+    }
+    saved.resize(count * held);
+    float* data = t.data();
+    for (std::size_t s = 0; s < n; ++s)
+        if (slot[s] != kNone) std::memcpy(saved.data() + slot[s] * held, data + s * row, held * sizeof(float));
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t s = rows[i];
+        if (s == i) continue;
+        const float* from = slot[s] != kNone ? saved.data() + slot[s] * held : data + s * row;
+        std::memcpy(data + i * row, from, held * sizeof(float));
+    }
+}
+
 }  // namespace
+
+void select_rows_in_place(KeyValue& kv, const std::vector<std::size_t>& rows) {
+    if (kv.empty()) return;
+    check_rows(kv.rows(), rows, "key/value cache");
+    if (is_identity(rows, kv.rows())) return;
+    if (rows.size() != kv.rows() || !sole_owner(kv.k) || !sole_owner(kv.v)) {
+        kv = select_rows(kv, rows);
+        return;
+    }
+    gather_in_place(kv.k, kv.length, rows);
+    gather_in_place(kv.v, kv.length, rows);
+}
 
 KeyValue select_rows(const KeyValue& kv, const std::vector<std::size_t>& rows) {
     if (kv.empty()) return kv;

@@ -17,6 +17,10 @@ using nn::append_positions;
 // Slices rows[0], rows[1], ... of dimension 0, in that order (repeats allowed).
 Tensor select_rows(const Tensor& t, const std::vector<std::size_t>& rows);
 KeyValue select_rows(const KeyValue& kv, const std::vector<std::size_t>& rows);
+// kv = select_rows(kv, rows), reusing kv's storage when the row count stays and nothing else holds it: only
+// the rows that move are copied, with no fresh allocation (beam search's step, where most rows keep their
+// count and a fresh cache a step was page faults and copies of every row).
+void select_rows_in_place(KeyValue& kv, const std::vector<std::size_t>& rows);
 // A mask with one row (broadcast over the batch) is returned as it is.
 Mask select_rows(const Mask& m, const std::vector<std::size_t>& rows);
 IndexArray select_rows(const IndexArray& ids, const std::vector<std::size_t>& rows);
