@@ -14,6 +14,10 @@ it is translated, never a crash.
 
 ``--bleu REF`` scores the output against the reference file with sacrebleu (corpus BLEU on
 detokenised text, its default 13a tokenisation, cased) and prints the score with its signature.
+
+``--save-quantized OUT`` translates nothing: it writes the checkpoint with its model quantised to int8
+(``ctransformer.translation.quantize_checkpoint``: every Linear's weight int8 with per-row scales) to
+OUT, which ctransformer-translate then runs in int8, as CTranslate2's converter's ``--quantization int8``.
 """
 import argparse
 import sys
@@ -22,7 +26,7 @@ import ctransformer as ct
 from ctransformer.data.parallel_corpus import read_lines
 # The library side lives in ctransformer.translation; these names stay importable from here (aliases).
 from ctransformer.translation import (  # noqa: F401
-    TASK, Translator, build_model, corpus_bleu, load_translation_checkpoint,
+    TASK, Translator, build_model, corpus_bleu, load_translation_checkpoint, quantize_checkpoint,
 )
 
 
@@ -49,7 +53,16 @@ def main(argv=None):
                         help="as CTranslate2's: int8 quantises every Linear (weights per output row, activations "
                              "per row; ctransformer.quantization), bfloat16 is --precision bf16; default: as the "
                              "checkpoint holds the model (float32, or int8 for a quantised checkpoint)")
+    parser.add_argument("--save-quantized", metavar="OUT",
+                        help="write the checkpoint with its model quantised to int8 to OUT, and translate nothing")
     args = parser.parse_args(argv)
+    if args.save_quantized:
+        try:
+            quantize_checkpoint(args.checkpoint, args.save_quantized)
+        except (OSError, ValueError) as error:
+            parser.exit(2, f"ctransformer-translate: error: {error}\n")
+        print(f"wrote {args.save_quantized}: the model quantised to int8", file=sys.stderr)
+        return 0
     if args.threads:
         ct.set_num_threads(args.threads)
     if args.precision == "bf16" and args.compute_type not in ("default", "bfloat16"):

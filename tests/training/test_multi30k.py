@@ -444,6 +444,19 @@ def test_quantised_checkpoint_translates_as_the_quantised_model(trained, tmp_pat
     clash = subprocess.run([sys.executable, "-m", "ctransformer.translate", "--checkpoint", path, "--precision", "bf16",
                             "--compute-type", "int8"], input="x\n", capture_output=True, text=True, timeout=120)
     assert clash.returncode == 2 and "disagree" in clash.stderr
+    # The same file from the command line (--save-quantized), and a clear error for a checkpoint that is not one.
+    from_cli = str(tmp_path / "int8_cli.safetensors")
+    run = subprocess.run([sys.executable, "-m", "ctransformer.translate", "--checkpoint", path, "--save-quantized",
+                          from_cli], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "quantised to int8" in run.stderr, run.stderr
+    again, again_metadata = read_checkpoint(from_cli)
+    assert again_metadata["quantization"] == "int8" and again.keys() == tensors.keys()
+    for name in tensors:
+        np.testing.assert_array_equal(again[name], tensors[name], err_msg=name)
+    bad = subprocess.run([sys.executable, "-m", "ctransformer.translate", "--checkpoint", str(tmp_path / "missing"),
+                          "--save-quantized", str(tmp_path / "never.safetensors")], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "error" in bad.stderr and not (tmp_path / "never.safetensors").exists()
 
 
 def test_train_cli_runs_multi30k_on_a_named_corpus(tmp_path, corpus_files):
