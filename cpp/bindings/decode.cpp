@@ -152,14 +152,16 @@ second product of more than 8 rows (a batch of sentences or beams, outside autog
 32nd of 3-8 rows, on, the product reads the parameter packed once, instead of sgemm packing it on every call.
 greedy_decode and beam_search hold one; a loop of one's own over a StepDecoder, or over many calls (the
 Translator's batches), can too. The weights must not change inside it, and the packed copies take as much
-memory as the weights. AVX-512 CPUs only (elsewhere, or with CTRANSFORMER_PACKED=off, it does nothing);
-another legal float32 summation order.)doc")
+memory as the weights. CPUs with AVX-512 or AVX2 only (elsewhere, or with CTRANSFORMER_PACKED=off, it does
+nothing); another legal float32 summation order.)doc")
         .def(py::init<>())
         .def("__enter__", [](PackedRegion& r) -> PackedRegion& {
             if (!r.held) r.held.emplace();
             return r;
         }, py::return_value_policy::reference)
-        .def("__exit__", [](PackedRegion& r, py::args) { r.held.reset(); });
+        .def("__exit__", [](PackedRegion& r, py::args) { r.held.reset(); })
+        .def_property_readonly_static("count", [](py::object) { return ct::decode::PackedWeights::count(); },
+                                      "How many weights this thread's region holds packed (0 outside one).");
     using ct::decode::StepDecoder;
     py::class_<StepDecoder>(m, "StepDecoder", R"doc(The encoder-decoder driven one target position at a time.
 

@@ -1,10 +1,10 @@
 // x W^T for decoding's products of many rows (a batch of sentences, or of beams), with W packed once per
 // decoding call instead of once per product: sgemm packs its operands on every call, and at batch 32 that
 // was a fifth of a float32 beam-search step (the 8000 x 256 output projection is 8 MB). The packing
-// (gemm_packed.cpp) is blocks of 16 outputs, [ceil(n / 16)][k][16] floats, zero past n; the kernel keeps
-// 4 rows x 64 outputs in 16 AVX-512 accumulators, one fused multiply-add per row, 16 outputs and value
-// of k, in order over k: another legal summation order than the BLAS's, within the same float32 bound
-// (tests/runtime/test_blas.py). decode_packing.hpp holds the copies for the length of a decoding call.
+// (gemm_packed.cpp) is blocks of 16 outputs, [ceil(n / 16)][k][16] floats, zero past n; the AVX-512 kernel
+// keeps 4 rows x 64 outputs in 16 accumulators (the AVX2 one 6 rows x 16 outputs in 12), one fused
+// multiply-add per row, output and value of k, in order over k: another legal summation order than the
+// BLAS's, within the same float32 bound (tests/runtime/test_blas.py), and the same in both kernels. decode_packing.hpp holds the copies for the length of a decoding call.
 #pragma once
 #include <memory>
 
@@ -18,7 +18,8 @@ struct PackedWeight {
     std::unique_ptr<float[]> data;  // not value-initialised: pack_weight writes every float
 };
 
-// Whether this CPU has the kernel (AVX-512F; CTRANSFORMER_PACKED=off says no, for tests).
+// Whether this CPU has a kernel (AVX-512F, or AVX2 and FMA; CTRANSFORMER_PACKED=avx2 asks for the AVX2 one and
+// =off for none, for tests).
 bool packed_available();
 // W (n, k) row-major, leading dimension ldw, into `out`.
 void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out);

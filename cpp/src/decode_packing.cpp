@@ -47,6 +47,12 @@ namespace ct::decode {
 
 PackedWeights::PackedWeights() { ++decode_packing::t_depth; }
 
+std::size_t PackedWeights::count() {
+    std::size_t n = 0;
+    for (const auto& entry : decode_packing::t_packed) n += entry.second.packed_yet ? 1 : 0;
+    return n;
+}
+
 PackedWeights::~PackedWeights() {
     if (--decode_packing::t_depth == 0) decode_packing::t_packed.clear();
 }

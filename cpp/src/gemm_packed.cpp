@@ -1,5 +1,7 @@
-// The kernel of blas_packed.hpp. Compiled with function target attributes and taken only on a CPU with
-// AVX-512F; elsewhere packed_available() is false and the caller uses the BLAS.
+// The kernels of blas_packed.hpp. Compiled with function target attributes and taken only on a CPU with
+// AVX-512F, or AVX2 and FMA; elsewhere packed_available() is false and the caller uses the BLAS. Both
+// kernels sum each output in order over k with one fused multiply-add per value, so they give the same
+// bits.
 #include "blas_packed.hpp"
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <immintrin.h>
 
 #define CT_PACKED_AVX512 __attribute__((target("avx512f,fma")))
+#define CT_PACKED_AVX2 __attribute__((target("avx2,fma")))
 
 namespace ct::blas {
 
@@ -73,16 +76,78 @@ CT_PACKED_AVX512 void rows(const float* x, int ldx, const PackedWeight& w, float
     else if (left > 0) tile<MR, 1>(x, ldx, w, alpha, accumulate, c, ldc, r0, n, n1);
 }
 
+// AVX2: 16 ymm registers. MR rows x one block of 16 outputs (two ymm each): 12 accumulators at 6 rows, two
+// weight vectors and a broadcast. The block (16 x k floats, 16 KiB at k = 256) stays in L1 for every row.
+template <int MR>
+CT_PACKED_AVX2 void tile_avx2(const float* x, int ldx, const PackedWeight& w, float alpha, bool accumulate, float* c,
+                              int ldc, int r0, int n, int n1) {
+    const int k = w.k;
+    const float* b = w.data.get() + std::size_t(n / 16) * std::size_t(k) * 16;
+    __m256 acc[MR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    const float* xr = x + std::size_t(r0) * std::size_t(ldx);
+    for (int p = 0; p < k; ++p) {
+        const __m256 w0 = _mm256_loadu_ps(b + std::size_t(p) * 16), w1 = _mm256_loadu_ps(b + std::size_t(p) * 16 + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; ++r) {
+            const __m256 xv = _mm256_broadcast_ss(xr + std::size_t(r) * ldx + p);
+            acc[r][0] = _mm256_fmadd_ps(xv, w0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(xv, w1, acc[r][1]);
+        }
+    }
+    const __m256 a = _mm256_set1_ps(alpha);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        const int col = n + 8 * h;
+        if (col >= n1) continue;
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(std::min(8, n1 - col)), lane);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; ++r) {
+            float* cr = c + std::size_t(r0 + r) * std::size_t(ldc) + col;
+            __m256 y = alpha == 1.0f ? acc[r][h] : _mm256_mul_ps(a, acc[r][h]);
+            if (accumulate) y = _mm256_add_ps(_mm256_maskload_ps(cr, mask), y);
+            _mm256_maskstore_ps(cr, mask, y);
+        }
+    }
+}
+
+CT_PACKED_AVX2 void packed_gemm_avx2(int m, const float* x, int ldx, const PackedWeight& w, float alpha,
+                                     bool accumulate, float* c, int ldc, int n0, int n1) {
+    for (int col = n0; col < n1; col += 16) {
+        int i = 0;
+        for (; i + 6 <= m; i += 6) tile_avx2<6>(x, ldx, w, alpha, accumulate, c, ldc, i, col, n1);
+        switch (m - i) {
+            case 5: tile_avx2<5>(x, ldx, w, alpha, accumulate, c, ldc, i, col, n1); break;
+            case 4: tile_avx2<4>(x, ldx, w, alpha, accumulate, c, ldc, i, col, n1); break;
+            case 3: tile_avx2<3>(x, ldx, w, alpha, accumulate, c, ldc, i, col, n1); break;
+            case 2: tile_avx2<2>(x, ldx, w, alpha, accumulate, c, ldc, i, col, n1); break;
+            case 1: tile_avx2<1>(x, ldx, w, alpha, accumulate, c, ldc, i, col, n1); break;
+            default: break;
+        }
+    }
+}
+
+enum class Level { None, Avx2, Avx512 };
+
+// The CPU's best; CTRANSFORMER_PACKED=avx2 or =off asks for less (tests run every path on one machine).
+Level level() {
+    static const Level l = [] {
+        const CpuFeatures& f = cpu_features();
+        const char* env = std::getenv("CTRANSFORMER_PACKED");
+        const std::string want = env ? env : "";
+        if (want == "off") return Level::None;
+        if (f.simd_level == "avx512" && want != "avx2") return Level::Avx512;
+        if (f.avx2 && f.fma) return Level::Avx2;
+        return Level::None;
+    }();
+    return l;
+}
+
 }  // namespace
 
-bool packed_available() {
-    static const bool ok = [] {
-        const char* env = std::getenv("CTRANSFORMER_PACKED");
-        if (env && std::string(env) == "off") return false;
-        return cpu_features().simd_level == "avx512";
-    }();
-    return ok;
-}
+bool packed_available() { return level() != Level::None; }
 
 // Blocks of 16 rows of W, 16 values of k at a time through a 16 x 16 tile on the stack: every read is a
 // run of 16 floats of a row and every write a run of 256. Writing one row of W at a time (stride 16 floats
@@ -110,8 +175,8 @@ void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out) {
     }
 }
 
-CT_PACKED_AVX512 void packed_gemm(int m, const float* x, int ldx, const PackedWeight& w, float alpha, bool accumulate,
-                                  float* c, int ldc, int n0, int n1) {
+static CT_PACKED_AVX512 void packed_gemm_avx512(int m, const float* x, int ldx, const PackedWeight& w, float alpha,
+                                                bool accumulate, float* c, int ldc, int n0, int n1) {
     // Panels of 64 outputs outermost, so a panel of the weight (64 x k floats) stays in cache for every row.
     for (int col = n0; col < n1; col += 64) {
         const int col1 = std::min(n1, col + 64);
@@ -131,6 +196,12 @@ CT_PACKED_AVX512 void packed_gemm(int m, const float* x, int ldx, const PackedWe
             default: break;
         }
     }
+}
+
+void packed_gemm(int m, const float* x, int ldx, const PackedWeight& w, float alpha, bool accumulate, float* c, int ldc,
+                 int n0, int n1) {
+    if (level() == Level::Avx512) return packed_gemm_avx512(m, x, ldx, w, alpha, accumulate, c, ldc, n0, n1);
+    packed_gemm_avx2(m, x, ldx, w, alpha, accumulate, c, ldc, n0, n1);
 }
 
 }  // namespace ct::blas

@@ -211,14 +211,19 @@ PACKED_SHAPES = [(9, 256, 256), (32, 256, 8000), (160, 256, 1024), (33, 1024, 25
 PACKED_FROM_USE = {True: 2, False: 32}
 
 
+def packed_kernel_expected():
+    cpu = ct.build_info()["cpu"]
+    has = cpu.get("simd_level") == "avx512" or (cpu.get("avx2") and cpu.get("fma"))
+    return bool(has) and os.environ.get("CTRANSFORMER_PACKED") != "off"
+
+
 @pytest.mark.parametrize("m,k,n", PACKED_SHAPES)
 def test_linear_with_packed_weights_against_float64(m, k, n):
     """Inside ct.decode.PackedWeights a product of 3 or more rows against a parameter goes to the packed kernel
     (gemm_packed.cpp) from the parameter's second product on (its 32nd at 3-8 rows): held to the float32 bound
     of a k-term sum, |err| <= 2 (k + 1) u sum |x||w| + |b|, with alpha (the output projection's d_model^-1/2)
-    and a bias; it must differ from the BLAS's result somewhere at the larger shapes (another summation
-    order), else the kernel did not run; the products before and any outside the region are the BLAS's (or
-    gemm_few_rows.cpp's). Shapes: decoding's batch 32 and beams, a beam at batch 1 (3-8 rows: one pass of
+    and a bias; the region must hold the weight packed from that product on (PackedWeights.count: the kernel
+    ran), and the products before and any outside the region are the BLAS's (or gemm_few_rows.cpp's). Shapes: decoding's batch 32 and beams, a beam at batch 1 (3-8 rows: one pass of
     5 or 6 rows, or 4 and the rest), columns not a multiple of 16 or 64, odd k."""
     rng = np.random.default_rng(m * 7919 + k * 31 + n)
     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -230,7 +235,11 @@ def test_linear_with_packed_weights_against_float64(m, k, n):
         plain = ct.functional.linear(X, W, B).numpy()
         with ct.decode.PackedWeights():
             before = [ct.functional.linear(X, W, B).numpy() for _ in range(PACKED_FROM_USE[m > 8] - 1)]
+            assert ct.decode.PackedWeights.count == 0
             packed = ct.functional.linear(X, W, B).numpy()
+            # Whether the packed kernel ran, whatever the BLAS's kernel gives: OpenBLAS's SkylakeX sgemm also
+            # sums each output in order over k with one FMA a value, so at k <= 256 its bits equal the kernel's.
+            assert ct.decode.PackedWeights.count == (1 if packed_kernel_expected() else 0)
             scaled = ct.functional.linear(ct.functional.scale(X, alpha), W, B).numpy()
         after = ct.functional.linear(X, W, B).numpy()
     x64, w64 = x.astype(np.float64), w.astype(np.float64)
@@ -243,8 +252,33 @@ def test_linear_with_packed_weights_against_float64(m, k, n):
     for got in before:
         np.testing.assert_array_equal(got, plain)
     np.testing.assert_array_equal(after, plain)
-    if ct.build_info()["cpu"].get("simd_level") == "avx512" and k >= 256:
-        assert (packed != plain).any(), "the packed kernel did not run (the result is the BLAS's to the bit)"
+
+
+def packed_product(m, k, n):
+    """A parameter's product of m rows once it reads the packed copy (its last product in the region)."""
+    rng = np.random.default_rng(m + k + n)
+    X = ct.tensor(rng.standard_normal((m, k)).astype(np.float32))
+    W = ct.tensor((rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32), requires_grad=True)
+    with ct.no_grad(), ct.decode.PackedWeights():
+        return [ct.functional.linear(X, W).numpy() for _ in range(PACKED_FROM_USE[m > 8])][-1]
+
+
+def test_packed_avx2_kernel_against_float64_and_the_avx512_kernel(tmp_path):
+    """The AVX2 packed kernel (CTRANSFORMER_PACKED=avx2; what a CPU without AVX-512 runs) at every packed shape,
+    held to the bound above; on a CPU with AVX-512 as well, to the AVX-512 kernel's bits (both sum each output
+    in order over k, one fused multiply-add per value)."""
+    out = tmp_path / "avx2.npz"
+    code = ("import sys; sys.path.insert(0, 'tests'); sys.path.insert(0, 'tests/runtime'); import numpy as np\n"
+            "import test_blas as t\n"
+            "for shape in t.PACKED_SHAPES:\n"
+            "    t.test_linear_with_packed_weights_against_float64(*shape)\n"
+            f"np.savez({str(out)!r}, **{{str(i): t.packed_product(*shape) for i, shape in enumerate(t.PACKED_SHAPES)}})\n")
+    run = run_python(code, args=("-W", "ignore"), extra_env={"CTRANSFORMER_PACKED": "avx2"})
+    assert run.returncode == 0, run.stderr
+    if ct.build_info()["cpu"].get("simd_level") == "avx512":
+        avx2 = np.load(out)
+        for i, shape in enumerate(PACKED_SHAPES):
+            np.testing.assert_array_equal(avx2[str(i)], packed_product(*shape), err_msg=f"shape {shape}")
 
 
 def test_packed_weights_off_gives_the_blas_result():
@@ -258,6 +292,7 @@ def test_packed_weights_off_gives_the_blas_result():
             "    with ct.decode.PackedWeights():\n"
             "        ct.functional.linear(x, w)\n"
             "        b = ct.functional.linear(x, w).numpy()\n"
+            "        assert ct.decode.PackedWeights.count == 0\n"
             "assert (a == b).all()\n")
     run = run_python(code, args=("-W", "ignore"), extra_env={"CTRANSFORMER_PACKED": "off"})
     assert run.returncode == 0, run.stderr

@@ -7,9 +7,10 @@
 // beam-search step at batch 32 (the 8000 x 256 output projection is 8 MB). greedy_decode and beam_search
 // hold one; a loop of one's own over a StepDecoder, or over many calls (the Translator's batches), can
 // too. The weights must not change while it lives (the copies would be stale), and the copies take as
-// much memory as the weights they copy. Another legal float32 summation order than the BLAS's; AVX-512
-// CPUs only (elsewhere, and with CTRANSFORMER_PACKED=off, it does nothing).
+// much memory as the weights they copy. Another legal float32 summation order than the BLAS's; CPUs
+// with AVX-512 or AVX2 only (elsewhere, and with CTRANSFORMER_PACKED=off, it does nothing).
 #pragma once
+#include <cstddef>
 
 namespace ct::decode {
 
@@ -19,6 +20,9 @@ public:
     ~PackedWeights();
     PackedWeights(const PackedWeights&) = delete;
     PackedWeights& operator=(const PackedWeights&) = delete;
+    // How many weights this thread's region holds packed (0 outside one): which products read a packed
+    // copy, whatever the BLAS's kernel would have given.
+    static std::size_t count();
 };
 
 }  // namespace ct::decode
