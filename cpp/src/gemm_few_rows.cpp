@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "ctransformer/cpu_features.hpp"
+#include "fma_level.hpp"
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers start some intrinsics from an "undefined" vector (GCC bug 105593).
@@ -95,19 +95,11 @@ void by_rows(const FewRows& p, int n0, int n1) {
     table[p.m - 1](p, n0, n1);
 }
 
-enum class Level { None, Avx2, Avx512 };
+using Level = FmaLevel;
 
 // The CPU's best; CTRANSFORMER_FEW_ROWS=avx2 or =off asks for less (tests run every path on one machine).
 Level level() {
-    static const Level l = [] {
-        const CpuFeatures& f = cpu_features();
-        const char* asked = std::getenv("CTRANSFORMER_FEW_ROWS");
-        const std::string want = asked ? asked : "";
-        if (want == "off") return Level::None;
-        if (f.simd_level == "avx512" && want != "avx2") return Level::Avx512;
-        if (f.avx2 && f.fma) return Level::Avx2;
-        return Level::None;
-    }();
+    static const Level l = fma_level("CTRANSFORMER_FEW_ROWS");
     return l;
 }
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "ctransformer/cpu_features.hpp"
+#include "fma_level.hpp"
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers start some intrinsics from an "undefined" vector (GCC bug 105593).
@@ -129,19 +129,11 @@ CT_PACKED_AVX2 void packed_gemm_avx2(int m, const float* x, int ldx, const Packe
     }
 }
 
-enum class Level { None, Avx2, Avx512 };
+using Level = FmaLevel;
 
 // The CPU's best; CTRANSFORMER_PACKED=avx2 or =off asks for less (tests run every path on one machine).
 Level level() {
-    static const Level l = [] {
-        const CpuFeatures& f = cpu_features();
-        const char* env = std::getenv("CTRANSFORMER_PACKED");
-        const std::string want = env ? env : "";
-        if (want == "off") return Level::None;
-        if (f.simd_level == "avx512" && want != "avx2") return Level::Avx512;
-        if (f.avx2 && f.fma) return Level::Avx2;
-        return Level::None;
-    }();
+    static const Level l = fma_level("CTRANSFORMER_PACKED");
     return l;
 }
 
