@@ -72,12 +72,12 @@ constexpr int kMinBlock = 32;                        // rows (or columns) per pi
 // Pieces per thread: 2 lets the caller take over half of a descheduled worker's share; more
 // would pack B (or A) once more per piece.
 constexpr std::size_t kPiecesPerThread = 2;
-// Up to this many rows of C a product is that many sgemv calls: sgemm packs all of B first, which
-// for one row of a decoding step costs ~4.6x the product (8000x256 weight: 888 us vs 191 us; equal
+// Up to kGemvRows (blas_few_rows.hpp) rows of C a product is that many sgemv calls: sgemm packs all of B
+// first, which for one row of a decoding step costs ~4.6x the product (8000x256 weight: 888 us vs 191 us; equal
 // at 4 rows), so incremental decoding at batch 1 would be bound by packing. From 3 to kFewRows rows of x W^T,
 // gemm_few_rows.cpp reads W once for all of them (beam 5 at batch 1 on the Multi30k model: 44-50 -> 74-121
 // sentences/s); at 1 and 2 rows OpenBLAS's sgemv stays faster (greedy at batch 1: 192-229 against 170-184).
-constexpr int kGemvRows = 2;
+// sgemv rows split across threads from this many weights on.
 constexpr std::size_t kSplitGemvElements = std::size_t(1) << 16;
 
 // Products up to this many multiply-adds skip BLAS: a call costs 0.2-1 us before any work, and an

@@ -6,6 +6,8 @@
 
 namespace ct::blas {
 
+// Up to kGemvRows rows a product is that many sgemv calls (blas.cpp); from there to kFewRows, this kernel.
+constexpr int kGemvRows = 2;
 constexpr int kFewRows = 8;
 
 struct FewRows {

@@ -4,14 +4,17 @@
 // (gemm_packed.cpp) is blocks of 16 outputs, [ceil(n / 16)][k][16] floats, zero past n; the AVX-512 kernel
 // keeps 4 rows x 64 outputs in 16 accumulators (the AVX2 one 6 rows x 16 outputs in 12), one fused
 // multiply-add per row, output and value of k, in order over k: another legal summation order than the
-// BLAS's, within the same float32 bound (tests/runtime/test_blas.py), and the same in both kernels. decode_packing.hpp holds the copies for the length of a decoding call.
+// BLAS's, within the same float32 bound (tests/runtime/test_blas.py), and the same in both kernels.
+// decode_packing.hpp holds the copies while a ct::decode::PackedWeights region lasts.
 #pragma once
 #include <memory>
 
+#include "blas_few_rows.hpp"
+
 namespace ct::blas {
 
-// From this many rows a product reads the packed copy (below, OpenBLAS's sgemv: one or two passes over W).
-constexpr int kPackedMinRows = 3;
+// From this many rows a product reads the packed copy (up to kGemvRows, OpenBLAS's sgemv is faster).
+constexpr int kPackedMinRows = kGemvRows + 1;
 
 struct PackedWeight {
     int n = 0, k = 0;

@@ -32,7 +32,9 @@ const blas::PackedWeight* weight(const Tensor& w, std::size_t rows) {
     if (t_depth == 0 || w.dim() != 2 || !(w.is_leaf() && w.requires_grad()) || !blas::packed_available())
         return nullptr;
     const std::shared_ptr<Array>& storage = w.impl()->storage;
-    Entry& e = t_packed.try_emplace(storage.get(), Entry{storage, 0, false, {}}).first->second;
+    auto it = t_packed.find(storage.get());  // (an Entry built for every product would copy the shared_ptr)
+    if (it == t_packed.end()) it = t_packed.emplace(storage.get(), Entry{storage, 0, false, {}}).first;
+    Entry& e = it->second;
     if (e.packed_yet) return &e.packed;
     ++e.uses;
     if (e.uses < 2 || (rows <= std::size_t(blas::kFewRows) && e.uses < kUsesBeforePackingFewRows)) return nullptr;

@@ -162,8 +162,10 @@ void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out) {
                 std::memcpy(o + std::size_t(p0) * 16, t, sizeof t);
             }
         for (; p0 < k; ++p0)  // the last block's rows past n are zeros
-            for (int j = 0; j < 16; ++j)
-                o[std::size_t(p0) * 16 + std::size_t(j)] = j < rows ? wb[std::size_t(j) * std::size_t(ldw) + std::size_t(p0)] : 0.0f;
+            for (int j = 0; j < 16; ++j) {
+                const float v = j < rows ? wb[std::size_t(j) * std::size_t(ldw) + std::size_t(p0)] : 0.0f;
+                o[std::size_t(p0) * 16 + std::size_t(j)] = v;
+            }
     }
 }
 
@@ -174,9 +176,12 @@ static CT_PACKED_AVX512 void packed_gemm_avx512(int m, const float* x, int ldx, 
         const int col1 = std::min(n1, col + 64);
         // 5 or 6 rows (beam 5 or 6 at batch 1) in one pass: 24 accumulators, 4 weight vectors and a
         // broadcast still fit the 32 registers, and the panel is read once instead of twice.
-        if (m == 5 || m == 6) {
-            if (m == 5) rows<5>(x, ldx, w, alpha, accumulate, c, ldc, 0, col, col1);
-            else rows<6>(x, ldx, w, alpha, accumulate, c, ldc, 0, col, col1);
+        if (m == 5) {
+            rows<5>(x, ldx, w, alpha, accumulate, c, ldc, 0, col, col1);
+            continue;
+        }
+        if (m == 6) {
+            rows<6>(x, ldx, w, alpha, accumulate, c, ldc, 0, col, col1);
             continue;
         }
         int i = 0;

@@ -53,7 +53,9 @@ namespace {
 
 // Rows a thread copies at least: the copies of a step (every layer's keys and values, at batch 32 x beam 5
 // a few MB) are a serial tenth of a beam step on one thread, and two threads copy faster than one.
-std::size_t copy_grain(std::size_t floats_per_row) { return std::max<std::size_t>(1, 16384 / std::max<std::size_t>(floats_per_row, 1)); }
+std::size_t copy_grain(std::size_t floats_per_row) {
+    return std::max<std::size_t>(1, 16384 / std::max<std::size_t>(floats_per_row, 1));
+}
 
 // Rows `rows` of a cache tensor (rows, capacity, width): only the positions held, [0, length), are
 // copied (the room past them is room, whatever it holds); the result keeps the capacity.

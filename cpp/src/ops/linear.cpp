@@ -76,7 +76,7 @@ std::size_t linear_rows(const Tensor& x, std::size_t in_f, std::size_t out_f, co
     return rows;
 }
 
-// y (rows, out) = alpha x W^T (+ y when accumulate) through W's copy packed for this decoding call
+// y (rows, out) = alpha x W^T (+ y when accumulate) through W's copy packed for this PackedWeights region
 // (decode_packing.hpp); threads take whole panels of 64 outputs, and products under 2^20 multiply-adds stay
 // on one thread (as linear_int8's).
 void packed_product(std::size_t rows, const float* x, std::size_t in_f, const blas::PackedWeight& w, float alpha,
@@ -115,7 +115,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
     }
     const bool bf16 = autocast::enabled();
     const bool grad = needs_grad({&x, &weight, bias});
-    // Decoding's products of many rows: the weight packed once per decoding call, not once per product.
+    // Decoding's products of 3 or more rows: the weight packed once per PackedWeights region, not per product.
     const blas::PackedWeight* packed = !bf16 && !grad && in_f > 0 && rows >= std::size_t(blas::kPackedMinRows)
                                            ? decode_packing::weight(weight, rows)
                                            : nullptr;
