@@ -132,6 +132,28 @@ def test_native_kernel_is_exact(m, n, k, kernel):
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512_BF16: the native kernel cannot run here")
+@pytest.mark.parametrize("m,n,k", [(3, 40, 70), (13, 45, 37), (30, 70, 300)])
+def test_native_kernel_rounds_fp32_operands_as_round_to_bf16(m, n, k, kernel):
+    """fp32 operands are rounded while packed (vcvtne2ps2bf16); the products must be those of the operands
+    rounded by round_to_bf16 first: ties to even, values that round to infinity, and subnormals, which the
+    instruction flushes to zero as vdpbf16ps flushes subnormal bf16 inputs. (NaN operands are refused.)"""
+    kernel("avx512_bf16")
+    rng = np.random.default_rng(m + n + k)
+    special = np.array([1e-40, -1e-40, 1e-45, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, -(1.0 + 2.0**-8)], np.float32)
+    for ta, tb in itertools.product([False, True], repeat=2):
+        a, b = operands(m, n, k, ta, tb, seed=k)
+        for x in (a, b):
+            flat = x.reshape(-1)
+            at = rng.choice(flat.size, size=flat.size // 3, replace=False)
+            flat[at] = rng.choice(special, size=at.size) * rng.choice(np.float32([1, 2**-10]), size=at.size)
+        a.reshape(-1)[rng.integers(0, a.size)] = 3.3961776e38  # rounds to infinity
+        want = amp.gemm_bf16(amp.round_to_bf16(a), amp.round_to_bf16(b), ta, tb)
+        assert np.isinf(want).any()  # the values that round to infinity reached the products
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb), want, err_msg=f"{ta=} {tb=}")
+        np.testing.assert_array_equal(amp.gemm_bf16(a, amp.round_to_bf16(b), ta, tb), want, err_msg=f"{ta=} {tb=}")
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512_BF16: the native kernel cannot run here")
 def test_native_kernel_is_the_same_on_any_number_of_threads(kernel):
     kernel("avx512_bf16")
     previous = ct.get_num_threads()

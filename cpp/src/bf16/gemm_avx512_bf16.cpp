@@ -33,13 +33,11 @@ constexpr int MC = 192;                // rows of A per packed block (16 micro-p
 constexpr int NC = 4096;                // columns of B per packed block
 
 // 16 values of a row as 16 32-bit lanes holding the bf16 bits in their low half (cnt < 16: the rest 0).
+// vcvtneps2bf16 rounds to nearest even as to_bf16 does; it flushes subnormal inputs to zero, which
+// vdpbf16ps does to them anyway, and gives NaN another payload, still a NaN: the same products.
 CT_BF16_TARGET inline __m512i load16(const float* p, int cnt) {
     const __mmask16 m = cnt >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cnt) - 1u);
-    const __m512 x = _mm512_maskz_loadu_ps(m, p);
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb)), 16);
-    return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+    return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, p)));
 }
 CT_BF16_TARGET inline __m512i load16(const bf16_t* p, int cnt) {
     const __mmask16 m = cnt >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cnt) - 1u);
@@ -47,9 +45,9 @@ CT_BF16_TARGET inline __m512i load16(const bf16_t* p, int cnt) {
 }
 // 32 consecutive values of a row (16 k pairs) as bf16, 16 bits each in order (cnt < 32: the rest 0).
 CT_BF16_TARGET inline __m512i load32(const float* p, int cnt) {
-    const __m256i lo = _mm512_cvtepi32_epi16(load16(p, std::min(cnt, 16)));
-    const __m256i hi = cnt > 16 ? _mm512_cvtepi32_epi16(load16(p + 16, cnt - 16)) : _mm256_setzero_si256();
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    const __mmask16 m0 = cnt >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cnt) - 1u);
+    const __mmask16 m1 = cnt >= 32 ? __mmask16(0xFFFF) : cnt > 16 ? __mmask16((1u << (cnt - 16)) - 1u) : __mmask16(0);
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, p + 16), _mm512_maskz_loadu_ps(m0, p));
 }
 CT_BF16_TARGET inline __m512i load32(const bf16_t* p, int cnt) {
     const __mmask32 m = cnt >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << cnt) - 1u);
