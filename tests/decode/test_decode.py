@@ -315,6 +315,27 @@ def test_step_decoder_select_in_place_cycles_swaps_and_repeats():
         assert_close(a, b, **CACHE_TOL, what=f"step {step}")
 
 
+def test_step_decoder_select_drops_and_repeats_sources():
+    """The cross-attention's keys/values are not copied per row: rows read their source's through a row
+    map (decode/kv_cache.cpp: share_rows), composed at each select. Rows dropped, then repeated, then
+    spread over more rows than there are sources, against the decoder without a cache."""
+    model = seed000_model("untied", seed=10)
+    src, src_mask = seed000_batch(seed=10)
+    orders = ([2, 0], [1, 1, 0], [2, 0, 1, 2, 2], [4, 0])
+    rng = np.random.default_rng(10)
+    ids = [rng.integers(4, model.config.n_trg_vocab, size=len(rows)) for rows in orders]
+    logits = {}
+    for use_cache in (True, False):
+        dec = ct.decode.StepDecoder(model, src, src_mask, use_cache=use_cache)
+        got = [dec.step(np.full(len(src), START)).numpy()]
+        for step, rows in enumerate(orders):
+            dec.select(rows)
+            got.append(dec.step(ids[step]).numpy())
+        logits[use_cache] = got
+    for step, (a, b) in enumerate(zip(logits[True], logits[False])):
+        assert_close(a, b, **CACHE_TOL, what=f"step {step}")
+
+
 def test_decoding_records_no_graph_and_keeps_grad_mode():
     model = seed000_model("prj-tied")
     src, src_mask = seed000_batch()

@@ -38,7 +38,8 @@ void IncrementalDecoder::select(const std::vector<std::size_t>& rows) {
     const bool same_sources = source == source_;
     for (auto& layer : cache_.layers) {
         select_rows_in_place(layer.self, rows);
-        if (!same_sources) layer.cross = select_rows(layer.cross, rows);
+        // The cross-attention's keys/values are the source's: its hypotheses share them through a row map.
+        if (!same_sources) layer.cross = share_rows(layer.cross, rows);
     }
     if (src_mask_ && !same_sources) src_mask_ = select_rows(*src_mask_, rows);
     source_ = std::move(source);

@@ -113,13 +113,21 @@ void gather_in_place(const Tensor& t, std::size_t length, const std::vector<std:
     });
 }
 
+// The rows of kv's k and v that rows name through kv's row map (rows itself without one).
+std::vector<std::size_t> through_map(const KeyValue& kv, const std::vector<std::size_t>& rows) {
+    if (kv.row_map.empty()) return rows;
+    std::vector<std::size_t> out(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) out[i] = kv.row_map[rows[i]];
+    return out;
+}
+
 }  // namespace
 
 void select_rows_in_place(KeyValue& kv, const std::vector<std::size_t>& rows) {
     if (kv.empty()) return;
     check_rows(kv.rows(), rows, "key/value cache");
     if (is_identity(rows, kv.rows())) return;
-    if (rows.size() != kv.rows() || !sole_owner(kv.k) || !sole_owner(kv.v)) {
+    if (!kv.row_map.empty() || rows.size() != kv.rows() || !sole_owner(kv.k) || !sole_owner(kv.v)) {
         kv = select_rows(kv, rows);
         return;
     }
@@ -131,7 +139,17 @@ KeyValue select_rows(const KeyValue& kv, const std::vector<std::size_t>& rows) {
     if (kv.empty()) return kv;
     check_rows(kv.rows(), rows, "key/value cache");
     if (is_identity(rows, kv.rows())) return kv;   // every row where it is: nothing to copy
-    return {select_held(kv.k, kv.length, rows), select_held(kv.v, kv.length, rows), kv.length};
+    const std::vector<std::size_t> from = through_map(kv, rows);
+    return {select_held(kv.k, kv.length, from), select_held(kv.v, kv.length, from), kv.length, {}};
+}
+
+KeyValue share_rows(const KeyValue& kv, const std::vector<std::size_t>& rows) {
+    if (kv.empty()) return kv;
+    check_rows(kv.rows(), rows, "key/value cache");
+    if (is_identity(rows, kv.rows())) return kv;
+    KeyValue out{kv.k, kv.v, kv.length, through_map(kv, rows)};
+    if (is_identity(out.row_map, kv.k.size(0))) out.row_map.clear();   // back to one row each, in order
+    return out;
 }
 
 Mask select_rows(const Mask& m, const std::vector<std::size_t>& rows) {

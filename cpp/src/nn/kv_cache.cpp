@@ -23,6 +23,9 @@ void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v) {
     if (k.dim() != 3 || v.dim() != 3 || k.size(0) != v.size(0) || k.size(1) != v.size(1))
         throw ValueError("append_positions: k and v must be (rows, s, n_head * d) with the same rows and s, got " +
                          shape_str(k.shape()) + " and " + shape_str(v.shape()));
+    if (!cache.row_map.empty())
+        throw ValueError("append_positions: this cache's rows share keys/values through a row map (a read-only cache, "
+                         "such as cross-attention's); positions cannot be appended to it");
     const std::size_t rows = k.size(0), s = k.size(1);
     if (cache.empty()) cache = KeyValue{};   // nothing held: any room is re-made to k's and v's shapes
     if (!cache.empty() && (rows != cache.k.size(0) || k.size(2) != cache.k.size(2) || v.size(2) != cache.v.size(2)))
@@ -33,7 +36,7 @@ void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v) {
     if (needed > cache.capacity()) {   // grow: double (at least 16 positions), keeping what is held
         const std::size_t capacity = std::max({needed, 2 * cache.capacity(), std::size_t(16)});
         KeyValue grown{Tensor(Array::from_shape({rows, capacity, k.size(2)})),
-                       Tensor(Array::from_shape({rows, capacity, v.size(2)})), cache.length};
+                       Tensor(Array::from_shape({rows, capacity, v.size(2)})), cache.length, {}};
         if (!cache.empty()) {
             copy_positions(cache.k.data(), cache.capacity(), grown.k.data(), capacity, 0, rows, cache.length, k.size(2));
             copy_positions(cache.v.data(), cache.capacity(), grown.v.data(), capacity, 0, rows, cache.length, v.size(2));

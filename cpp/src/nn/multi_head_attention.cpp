@@ -77,25 +77,31 @@ std::pair<Tensor, Tensor> MultiHeadAttention::forward(const Tensor& q, const Ten
 KeyValue MultiHeadAttention::project_kv(const Tensor& kv_input) const {
     check_input(kv_input, "MultiHeadAttention.project_kv", "kv_input");
     const Tensor x = options.norm_first ? layer_norm->forward(kv_input) : kv_input;
-    return {w_ks->forward(x), w_vs->forward(x), kv_input.size(1)};
+    return {w_ks->forward(x), w_vs->forward(x), kv_input.size(1), {}};
 }
 
 std::pair<Tensor, Tensor> MultiHeadAttention::attend(const Tensor& q, const KeyValue& kv, const Mask* mask) const {
     const char* fn = "MultiHeadAttention.attend";
     check_input(q, fn, "q");
     const std::size_t b = q.size(0);
-    if (kv.empty() || kv.k.dim() != 3 || kv.v.dim() != 3 || kv.k.size(0) != b || kv.v.size(0) != b ||
+    if (kv.empty() || kv.k.dim() != 3 || kv.v.dim() != 3 || kv.rows() != b || kv.v.size(0) != kv.k.size(0) ||
         kv.k.size(2) != n_head * d_k || kv.v.size(2) != n_head * d_v || kv.k.size(1) != kv.v.size(1) ||
         kv.length > kv.k.size(1))
-        throw ValueError(std::string(fn) + ": keys/values must be (batch = " + std::to_string(b) +
+        throw ValueError(std::string(fn) + ": keys/values must be (batch = " + std::to_string(b) + " or a row map of it" +
                          ", capacity >= length, n_head * d_k / d_v = " + std::to_string(n_head * d_k) + " / " +
                          std::to_string(n_head * d_v) + ") with length >= 1, got " + shape_str(kv.k.shape()) + " and " +
                          shape_str(kv.v.shape()) + ", length " + std::to_string(kv.length));
-    return attend(q, options.norm_first ? layer_norm->forward(q) : q, kv.k, kv.v, mask, kv.length);
+    for (std::size_t r : kv.row_map)
+        if (r >= kv.k.size(0))
+            throw IndexError(std::string(fn) + ": the row map names row " + std::to_string(r) + " of keys/values with " +
+                             std::to_string(kv.k.size(0)) + " rows");
+    return attend(q, options.norm_first ? layer_norm->forward(q) : q, kv.k, kv.v, mask, kv.length,
+                  kv.row_map.empty() ? nullptr : &kv.row_map);
 }
 
 std::pair<Tensor, Tensor> MultiHeadAttention::attend(const Tensor& q, const Tensor& q_in, const Tensor& keys,
-                                                     const Tensor& values, const Mask* mask, std::size_t kv_length) const {
+                                                     const Tensor& values, const Mask* mask, std::size_t kv_length,
+                                                     const std::vector<std::size_t>* kv_rows) const {
     const std::size_t sz_b = q.size(0), len_q = q.size(1), len_k = kv_length ? kv_length : keys.size(1);
     Mask head_mask;
     if (mask) {
@@ -119,6 +125,7 @@ std::pair<Tensor, Tensor> MultiHeadAttention::attend(const Tensor& q, const Tens
     c.dropout_p = attention->dropout->p;
     c.training = attention->dropout->is_training();
     c.kv_length = kv_length;
+    c.kv_rows = kv_rows;
     auto [heads, attn] = multi_head_attention(w_qs->forward(q_in), keys, values, c);
     Tensor out = add(dropout->forward(fc->forward(heads)), q);   // the residual is the un-normalised query
     if (!options.norm_first) out = layer_norm->forward(out);

@@ -28,15 +28,20 @@ namespace {
 
 // Where the matrix of group g = (b, h) of a tensor starts, and its row stride: b * batch + h * head,
 // rows `ld` apart. Heads interleaved (b, L, H d): batch = L H d, head = d, ld = H d. Heads split
-// (..., L, d) with every leading dimension flattened into b: batch = L d, head = 0, ld = d.
+// (..., L, d) with every leading dimension flattened into b: batch = L d, head = 0, ld = d. With a row
+// map (keys and values shared between batch entries), entry b reads entry rows[b].
 struct HeadView {
     std::size_t batch = 0, head = 0, ld = 0;
-    std::size_t at(std::size_t g, std::size_t H) const { return (g / H) * batch + (g % H) * head; }
+    const std::size_t* rows = nullptr;
+    std::size_t at(std::size_t g, std::size_t H) const {
+        return (rows ? rows[g / H] : g / H) * batch + (g % H) * head;
+    }
 };
 
 struct Geometry {
     std::size_t G = 0, H = 1, Lq = 0, Lk = 0, dk = 0, dv = 0;
     HeadView q, k, v, out;
+    std::vector<std::size_t> kv_rows;  // k's and v's row map (HeadView::rows), when they have one
     float scale = 1.0f, fill = -1e9f;
     bool causal = false;
     bool bf16 = false;  // made in an autocast region: the two products (and their backward) round to bf16
@@ -351,9 +356,22 @@ std::pair<Tensor, Tensor> multi_head_attention(const Tensor& q, const Tensor& k,
         throw ValueError(std::string(fn) + ": q, k and v must be (batch, length, n_head * d), got q " + shape_str(q.shape()) +
                          ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape()));
     const std::size_t b = q.size(0), H = c.n_head;
-    if (k.size(0) != b || v.size(0) != b || k.size(1) != v.size(1))
+    if (c.kv_rows) {
+        if (k.size(0) != v.size(0) || k.size(1) != v.size(1) || c.kv_rows->size() != b)
+            throw ValueError(std::string(fn) + ": with kv_rows, k and v must share the batch size and the length, and "
+                             "kv_rows must have q's batch size " + std::to_string(b) + " entries, got k " +
+                             shape_str(k.shape()) + ", v " + shape_str(v.shape()) + ", " +
+                             std::to_string(c.kv_rows->size()) + " entries");
+        for (std::size_t r : *c.kv_rows)
+            if (r >= k.size(0))
+                throw IndexError(std::string(fn) + ": kv_rows names entry " + std::to_string(r) + " of k and v, which hold " +
+                                 std::to_string(k.size(0)));
+        if (needs_grad({&k, &v}))
+            throw ValueError(std::string(fn) + ": keys/values read through kv_rows take no gradient (a decoding cache)");
+    } else if (k.size(0) != b || v.size(0) != b || k.size(1) != v.size(1)) {
         throw ValueError(std::string(fn) + ": q, k and v must share the batch size and k, v the length, got q " +
                          shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape()));
+    }
     if (q.size(2) != k.size(2) || q.size(2) % H != 0 || v.size(2) % H != 0 || q.size(2) == 0 || v.size(2) == 0)
         throw ValueError(std::string(fn) + ": q and k must share their last dimension, and it and v's must be positive "
                          "multiples of n_head = " + std::to_string(H) + ", got q " + shape_str(q.shape()) + ", k " +
@@ -380,6 +398,10 @@ std::pair<Tensor, Tensor> multi_head_attention(const Tensor& q, const Tensor& k,
     geo->q = {geo->Lq * H * geo->dk, geo->dk, H * geo->dk};
     geo->k = {k.size(1) * H * geo->dk, geo->dk, H * geo->dk};   // a batch entry spans all k.size(1) positions
     geo->v = {v.size(1) * H * geo->dv, geo->dv, H * geo->dv};
+    if (c.kv_rows) {  // the geometry outlives this call (the backward's for q): it keeps its own copy
+        geo->kv_rows = *c.kv_rows;
+        geo->k.rows = geo->v.rows = geo->kv_rows.data();
+    }
     geo->out = {geo->Lq * H * geo->dv, geo->dv, H * geo->dv};
     geo->scale = c.scale;
     geo->fill = c.fill_value;

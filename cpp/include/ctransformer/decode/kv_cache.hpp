@@ -16,7 +16,11 @@ using nn::append_positions;
 
 // Slices rows[0], rows[1], ... of dimension 0, in that order (repeats allowed).
 Tensor select_rows(const Tensor& t, const std::vector<std::size_t>& rows);
+// (A cache with a row map gives a copy without one.)
 KeyValue select_rows(const KeyValue& kv, const std::vector<std::size_t>& rows);
+// The same rows as select_rows, by a row map over kv's keys/values: nothing is copied, and the result is
+// read-only (KeyValue::row_map). For the cross-attention's caches, which decoding never appends to.
+KeyValue share_rows(const KeyValue& kv, const std::vector<std::size_t>& rows);
 // kv = select_rows(kv, rows), reusing kv's storage when the row count stays and nothing else holds it: only
 // the rows that move are copied, with no fresh allocation (beam search's step, where most rows keep their
 // count and a fresh cache a step was page faults and copies of every row).

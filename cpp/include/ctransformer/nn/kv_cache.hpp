@@ -6,6 +6,8 @@
 // own and appends them: one position's work per token instead of the prefix's. The layers' forwards
 // take such a cache (DecoderLayer, gpt::TransformerLayer); decode/ owns them between steps.
 #pragma once
+#include <vector>
+
 #include "ctransformer/tensor.hpp"
 
 namespace ct::nn {
@@ -15,17 +17,22 @@ namespace ct::nn {
 // place (AttentionConfig::kv_length). Positions [0, length) are held; the rest is room, so appending a
 // position writes only that position instead of copying the cache. Copies share storage, as torch
 // tensors do: append to one of them only.
+//
+// row_map, when not empty, makes a read-only cache shared between rows: row i reads row row_map[i] of k and
+// v (a source's cross-attention keys/values, read by each hypothesis of its beam: reordering the beam, or
+// dropping a sentence that has ended, then changes the map, not the keys and values).
 struct KeyValue {
     Tensor k, v;
     std::size_t length = 0;   // positions held
+    std::vector<std::size_t> row_map;
     bool empty() const { return length == 0; }
-    std::size_t rows() const { return k.dim() == 3 ? k.size(0) : 0; }
+    std::size_t rows() const { return !row_map.empty() ? row_map.size() : k.dim() == 3 ? k.size(0) : 0; }
     std::size_t capacity() const { return k.dim() == 3 ? k.size(1) : 0; }   // room allocated, held or not
 };
 
 // Appends the positions of k (rows, s, n_head * d_k) and v (rows, s, n_head * d_v) to the cache, in
 // place; when the room runs out the capacity doubles (one copy of what is held). A constant (no graph):
-// decoding runs under no-grad.
+// decoding runs under no-grad. A cache with a row map is read-only: refused.
 void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v);
 
 }  // namespace ct::nn

@@ -32,9 +32,10 @@ public:
     // The keys and values of kv_input (b, L, d_model), (b, L, n_head * d_k / d_v), length L: w_ks / w_vs
     // of LN(kv_input) pre-norm (seed 003's one LayerNorm on Q, K and V), of kv_input post-norm.
     KeyValue project_kv(const Tensor& kv_input) const;
-    // forward() over keys/values projected before (project_kv, then maybe rows selected): the
-    // queries q (b, Lq, d_model) attend over kv's kv.length positions, read in place; the mask's Lk
-    // is kv.length. forward(q, k, k, mask) == attend(q, project_kv(k), mask).
+    // forward() over keys/values projected before (project_kv, then maybe rows selected or mapped): the
+    // queries q (b, Lq, d_model) attend over kv's kv.length positions, read in place (query row i reads
+    // row kv.row_map[i] when kv has a row map); the mask's Lk is kv.length.
+    // forward(q, k, k, mask) == attend(q, project_kv(k), mask).
     std::pair<Tensor, Tensor> attend(const Tensor& q, const KeyValue& kv, const Mask* mask = nullptr) const;
     std::string type_name() const override { return "MultiHeadAttention"; }
 
@@ -50,9 +51,11 @@ public:
 private:
     void check_input(const Tensor& t, const char* fn, const char* name) const;
     // The rest after the key/value projections: q_in is what w_qs reads (LN(q) pre-norm, else q);
-    // positions [0, kv_length) of keys and values are attended (0: all of them).
+    // positions [0, kv_length) of keys and values are attended (0: all of them); kv_rows: a row map
+    // (KeyValue::row_map), or null.
     std::pair<Tensor, Tensor> attend(const Tensor& q, const Tensor& q_in, const Tensor& keys, const Tensor& values,
-                                     const Mask* mask, std::size_t kv_length) const;
+                                     const Mask* mask, std::size_t kv_length,
+                                     const std::vector<std::size_t>* kv_rows = nullptr) const;
 };
 
 }  // namespace ct::nn

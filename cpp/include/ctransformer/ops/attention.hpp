@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "ctransformer/tensor.hpp"
 
@@ -34,6 +35,10 @@ struct AttentionConfig {
     // Keys/values held in a cache with room to grow (nn/kv_cache.hpp): only positions
     // [0, kv_length) of k and v are read (Lk = kv_length); 0 reads all k.size(1) of them.
     std::size_t kv_length = 0;
+    // Batch entry i of q reads entry (*kv_rows)[i] of k and v, which may then hold any number of entries
+    // (hypotheses reading their source's cross-attention keys/values, shared); null: entry i. Keys and
+    // values read through it take no gradient.
+    const std::vector<std::size_t>* kv_rows = nullptr;
 };
 std::pair<Tensor, Tensor> multi_head_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                const AttentionConfig& config);
