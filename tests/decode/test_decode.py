@@ -295,8 +295,8 @@ def test_step_decoder_select_follows_rows():
 
 
 def test_step_decoder_select_in_place_cycles_swaps_and_repeats():
-    """select with the row count unchanged reorders the cached keys and values in place (decode/kv_cache.cpp:
-    only the rows that move are copied, a source that is itself overwritten is saved first). A cycle with a
+    """select reorders the cached keys and values through a row map (decode/kv_cache.cpp: a row kept or
+    moved changes the map only, a repeated row is copied into a dropped row's storage). A cycle with a
     repeat, a reversal and a pair of repeats, over four steps, against the decoder without a cache, which
     recomputes every step from its reordered prefixes; fixed ids (not an arg-max a near-tie could flip)."""
     model = seed000_model("untied", seed=9)

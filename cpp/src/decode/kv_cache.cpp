@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "../parallel.hpp"
 #include "ctransformer/error.hpp"
@@ -81,35 +82,15 @@ bool is_identity(const std::vector<std::size_t>& rows, std::size_t have) {
 // Whether no other tensor, nor anyone outside (a StepDecoder's caller), sees t's storage.
 bool sole_owner(const Tensor& t) { return t.impl().use_count() == 1 && t.impl()->storage.use_count() == 1; }
 
-// Row i of a cache tensor (rows, capacity, width) becomes its row rows[i], in place, for as many rows as
-// it has: only the rows that move are copied. A source row that is itself overwritten is saved first.
-void gather_in_place(const Tensor& t, std::size_t length, const std::vector<std::size_t>& rows) {
-    constexpr std::size_t kNone = std::size_t(-1);
-    const std::size_t n = rows.size(), row = t.size(1) * t.size(2), held = length * t.size(2);
-    thread_local std::vector<float> saved;
-    thread_local std::vector<std::size_t> slot;
-    slot.assign(n, kNone);
-    std::size_t count = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-        const std::size_t s = rows[i];
-        if (s != i && rows[s] != s && slot[s] == kNone) slot[s] = count++;
-    }
-    saved.resize(count * held);
+// Row `to` of a cache tensor (rows, capacity, width) becomes a copy of its row `from`, positions [0, length),
+// for each pair; the pairs split over the threads.
+void copy_rows_in_place(const Tensor& t, std::size_t length,
+                        const std::vector<std::pair<std::size_t, std::size_t>>& pairs) {
+    const std::size_t row = t.size(1) * t.size(2), held = length * t.size(2);
     float* data = t.data();
-    float* keep = saved.data();
-    const std::size_t* where = slot.data();
-    const std::size_t grain = copy_grain(held);
-    parallel::parallel_for(n, grain, [&](std::size_t s0, std::size_t s1) {
-        for (std::size_t s = s0; s < s1; ++s)
-            if (where[s] != kNone) std::memcpy(keep + where[s] * held, data + s * row, held * sizeof(float));
-    });
-    parallel::parallel_for(n, grain, [&](std::size_t i0, std::size_t i1) {
-        for (std::size_t i = i0; i < i1; ++i) {
-            const std::size_t s = rows[i];
-            if (s == i) continue;
-            const float* from = where[s] != kNone ? keep + where[s] * held : data + s * row;
-            std::memcpy(data + i * row, from, held * sizeof(float));
-        }
+    parallel::parallel_for(pairs.size(), copy_grain(held), [&](std::size_t i0, std::size_t i1) {
+        for (std::size_t i = i0; i < i1; ++i)
+            std::memcpy(data + pairs[i].second * row, data + pairs[i].first * row, held * sizeof(float));
     });
 }
 
@@ -127,12 +108,39 @@ void select_rows_in_place(KeyValue& kv, const std::vector<std::size_t>& rows) {
     if (kv.empty()) return;
     check_rows(kv.rows(), rows, "key/value cache");
     if (is_identity(rows, kv.rows())) return;
-    if (!kv.row_map.empty() || rows.size() != kv.rows() || !sole_owner(kv.k) || !sole_owner(kv.v)) {
+    const std::size_t storage_rows = kv.k.size(0);
+    if (!sole_owner(kv.k) || !sole_owner(kv.v) || (!kv.row_map.empty() && has_repeats(kv.row_map, storage_rows))) {
         kv = select_rows(kv, rows);
         return;
     }
-    gather_in_place(kv.k, kv.length, rows);
-    gather_in_place(kv.v, kv.length, rows);
+    // New row i is old row rows[i]: the first to name a storage row takes it over as it is; a repeat gets a
+    // storage row no new row names (a dropped row's) and a copy of the positions held.
+    std::vector<std::size_t> map(rows.size());
+    std::vector<bool> taken(storage_rows);
+    std::vector<std::size_t> repeats;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        map[i] = kv.row(rows[i]);
+        if (taken[map[i]])
+            repeats.push_back(i);
+        else
+            taken[map[i]] = true;
+    }
+    std::vector<std::pair<std::size_t, std::size_t>> copies;   // (from, to) storage rows
+    std::size_t free_row = 0;
+    for (std::size_t i : repeats) {
+        while (free_row < storage_rows && taken[free_row]) ++free_row;
+        if (free_row == storage_rows) {   // more rows than the storage holds: a fresh copy
+            kv = select_rows(kv, rows);
+            return;
+        }
+        copies.emplace_back(map[i], free_row);
+        map[i] = free_row;
+        taken[free_row] = true;
+    }
+    copy_rows_in_place(kv.k, kv.length, copies);
+    copy_rows_in_place(kv.v, kv.length, copies);
+    kv.row_map = std::move(map);
+    if (is_identity(kv.row_map, storage_rows)) kv.row_map.clear();
 }
 
 KeyValue select_rows(const KeyValue& kv, const std::vector<std::size_t>& rows) {

@@ -71,7 +71,7 @@ std::pair<Tensor, Tensor> MultiHeadAttention::forward(const Tensor& q, const Ten
     if (!cache) return attend(q, qn, keys, values, mask, 0);
     // Cached: these positions join the earlier ones, and the queries read all of them in place.
     append_positions(*cache, keys, values);
-    return attend(q, qn, cache->k, cache->v, mask, cache->length);
+    return attend(q, qn, cache->k, cache->v, mask, cache->length, cache->row_map.empty() ? nullptr : &cache->row_map);
 }
 
 KeyValue MultiHeadAttention::project_kv(const Tensor& kv_input) const {

@@ -13,6 +13,7 @@ namespace ct::decode {
 // The cache itself lives with the layers that fill it (nn/kv_cache.hpp).
 using nn::KeyValue;
 using nn::append_positions;
+using nn::has_repeats;
 
 // Slices rows[0], rows[1], ... of dimension 0, in that order (repeats allowed).
 Tensor select_rows(const Tensor& t, const std::vector<std::size_t>& rows);
@@ -21,9 +22,10 @@ KeyValue select_rows(const KeyValue& kv, const std::vector<std::size_t>& rows);
 // The same rows as select_rows, by a row map over kv's keys/values: nothing is copied, and the result is
 // read-only (KeyValue::row_map). For the cross-attention's caches, which decoding never appends to.
 KeyValue share_rows(const KeyValue& kv, const std::vector<std::size_t>& rows);
-// kv = select_rows(kv, rows), reusing kv's storage when the row count stays and nothing else holds it: only
-// the rows that move are copied, with no fresh allocation (beam search's step, where most rows keep their
-// count and a fresh cache a step was page faults and copies of every row).
+// kv = select_rows(kv, rows) through kv's row map, in kv's storage when nothing else holds it: a row kept,
+// moved or dropped changes the map only; a row repeated (a hypothesis with two surviving children) is
+// copied into a storage row that was dropped. A fresh copy was page faults and copies of every row at every
+// beam step; moving rows in place still copied most of them whenever a sentence ended.
 void select_rows_in_place(KeyValue& kv, const std::vector<std::size_t>& rows);
 // A mask with one row (broadcast over the batch) is returned as it is.
 Mask select_rows(const Mask& m, const std::vector<std::size_t>& rows);

@@ -18,21 +18,26 @@ namespace ct::nn {
 // position writes only that position instead of copying the cache. Copies share storage, as torch
 // tensors do: append to one of them only.
 //
-// row_map, when not empty, makes a read-only cache shared between rows: row i reads row row_map[i] of k and
-// v (a source's cross-attention keys/values, read by each hypothesis of its beam: reordering the beam, or
-// dropping a sentence that has ended, then changes the map, not the keys and values).
+// row_map, when not empty: row i of the cache is row row_map[i] of k and v, so rows can be dropped or
+// reordered without copying them (decode/kv_cache.hpp). A map with repeats shares rows and is read-only (a
+// source's cross-attention keys/values, read by each hypothesis of its beam); rows of k and v outside the
+// map are free room.
 struct KeyValue {
     Tensor k, v;
     std::size_t length = 0;   // positions held
     std::vector<std::size_t> row_map;
     bool empty() const { return length == 0; }
     std::size_t rows() const { return !row_map.empty() ? row_map.size() : k.dim() == 3 ? k.size(0) : 0; }
+    std::size_t row(std::size_t i) const { return row_map.empty() ? i : row_map[i]; }   // row i's in k and v
     std::size_t capacity() const { return k.dim() == 3 ? k.size(1) : 0; }   // room allocated, held or not
 };
 
 // Appends the positions of k (rows, s, n_head * d_k) and v (rows, s, n_head * d_v) to the cache, in
 // place; when the room runs out the capacity doubles (one copy of what is held). A constant (no graph):
-// decoding runs under no-grad. A cache with a row map is read-only: refused.
+// decoding runs under no-grad. Row i's positions go to row row(i) of the storage; a map with repeats is
+// refused (read-only). Growing copies the rows in the map's order and drops the map.
 void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v);
+// Whether a row map names some row twice (n: rows of the storage it maps into).
+bool has_repeats(const std::vector<std::size_t>& row_map, std::size_t n);
 
 }  // namespace ct::nn

@@ -35,6 +35,8 @@ std::pair<Tensor, Tensor> SelfAttention::forward(const Tensor& x, KeyValue* cach
     const Tensor keys = k_layer->forward(x), values = v_layer->forward(x);
     if (!cache) return attend(x, keys, values, 0);
     // Cached: these positions join the earlier ones, and the queries read all of them in place.
+    if (!cache->row_map.empty())   // (GPT's decoding never selects rows)
+        throw ValueError("SelfAttention.forward: a cache with a row map is not supported here");
     append_positions(*cache, keys, values);
     return attend(x, cache->k, cache->v, cache->length);
 }
