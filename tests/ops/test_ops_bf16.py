@@ -4,7 +4,7 @@
   quiet, subnormals kept): same bits, including ties, overflow to infinity and the largest finite values.
 - The AVX512_BF16 kernel is exact, bit for bit, against a NumPy model of what it promises (bf16.hpp): per
   C element one float32 chain over k in pairs, acc += a[2p+1] b[2p+1] then acc += a[2p] b[2p], from 0
-  (or from C); for at most 4 rows against a transposed B (decoding's products), 16 lanes of such chains
+  (or from C); for at most 8 rows against a transposed B (decoding's products), 16 lanes of such chains
   added by halves. The product of two bf16 values is exact in float32, so NumPy's float32 a*b then + is the
   fused multiply-add the instruction does. Awkward shapes: 1, 7, 17, 193 and 4097 rows, k odd and not a
   multiple of the vector width, k across the kernel's 256-value blocks, every transpose, fp32 and bf16
@@ -45,7 +45,7 @@ def chain_reference(a, b, ta, tb, start=None):
 
 
 def few_rows_reference(a, b, start=None, alpha=1.0):
-    """The kernel's path for at most 4 rows against a transposed B (decoding), in NumPy float32: lane j of
+    """The kernel's path for at most 8 rows against a transposed B (decoding), in NumPy float32: lane j of
     16 chains over the k pairs p = j mod 16, the lanes are added by halves, the sum is scaled, then added
     to `start` (beta = 1)."""
     A, B = rounded(a), rounded(b).T           # B as op(B): (k, n)
@@ -67,7 +67,7 @@ def few_rows_reference(a, b, start=None, alpha=1.0):
 def reference(a, b, ta, tb, start=None, alpha=1.0):
     """What the AVX512_BF16 kernel computes for these operands, by the path it takes."""
     m = a.shape[1] if ta else a.shape[0]
-    if m <= 4 and not ta and tb and a.shape[-1] > 0:
+    if m <= 8 and not ta and tb and a.shape[-1] > 0:
         return few_rows_reference(a, b, start, alpha)
     product = chain_reference(a, b, ta, tb, start=None if alpha != 1.0 else start)
     if alpha != 1.0:

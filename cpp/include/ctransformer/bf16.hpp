@@ -10,7 +10,7 @@
 //     C element is one fp32 chain over k in pairs: acc += a[2p+1] b[2p+1], then acc += a[2p] b[2p]
 //     (each product is exact in fp32, each addition rounds to nearest even; subnormal inputs and
 //     results are flushed to zero, as the instruction does), starting from 0, or from C when beta is 1.
-//     Products of at most 4 rows with B transposed (decoding: x W^T, one row per sentence) skip packing and
+//     Products of at most 8 rows with B transposed (decoding: x W^T, one row per sentence) skip packing and
 //     sum in another order: lane j of a 16-lane accumulator chains over the k pairs p = j mod 16 in
 //     order (the same two additions per pair), then the lanes are added by halves (lane i + lane i+8,
 //     then + i+4, + i+2, + i+1); the sum is scaled by alpha, then added to C when beta is 1.

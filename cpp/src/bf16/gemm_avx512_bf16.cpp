@@ -308,7 +308,11 @@ CT_BF16_TARGET void few_rows(const Block& g, const TA* A, const TB* B) {
         case 1: return few_rows_columns<1>(g, a, kp, B);
         case 2: return few_rows_columns<2>(g, a, kp, B);
         case 3: return few_rows_columns<3>(g, a, kp, B);
-        default: return few_rows_columns<4>(g, a, kp, B);
+        case 4: return few_rows_columns<4>(g, a, kp, B);
+        case 5: return few_rows_columns<5>(g, a, kp, B);
+        case 6: return few_rows_columns<6>(g, a, kp, B);
+        case 7: return few_rows_columns<7>(g, a, kp, B);
+        default: return few_rows_columns<8>(g, a, kp, B);
     }
 }
 
