@@ -164,6 +164,15 @@ def linear_gemms(rows, d_in, d_out, count=1):
 
 
 # --- peak memory ----------------------------------------------------------------------------------
+def result_path(folder, stem):
+    """folder/stem.json, or stem_2.json, stem_3.json, ... when taken: two runs finishing in the same minute
+    (a date stamp to the minute) must not overwrite each other."""
+    path, n = os.path.join(folder, stem + ".json"), 2
+    while os.path.exists(path):
+        path, n = os.path.join(folder, f"{stem}_{n}.json"), n + 1
+    return path
+
+
 def cpu_model():
     """The CPU's model name (Linux), for figures that depend on it."""
     try:

@@ -251,8 +251,8 @@ def main():
             "quick": a.quick, "wall_s": time.time() - started, "build": ct.build_info(), "simd_levels": simd,
             "blas": ct.build_info()["blas"], "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
             "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}
-    out = a.out or os.path.join(HERE, "results", datetime.datetime.now().strftime("%Y-%m-%d_%H%M") +
-                                ("_quick" if a.quick else "") + ".json")
+    stem = datetime.datetime.now().strftime("%Y-%m-%d_%H%M") + ("_quick" if a.quick else "")
+    out = a.out or measure.result_path(os.path.join(HERE, "results"), stem)
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=1)

@@ -193,7 +193,8 @@ def main():
     meta = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": measure.cpu_model(),
             "threads": THREADS, "sentences": len(ids), "checkpoint": a.checkpoint, "rounds": a.rounds,
             "torch": torch.__version__, "build": ct.build_info(), "loadavg_1min": os.getloadavg()[0]}
-    out = a.out or os.path.join(HERE, "results", "translate_" + datetime.datetime.now().strftime("%Y-%m-%d_%H%M") + ".json")
+    out = a.out or measure.result_path(os.path.join(HERE, "results"),
+                                       "translate_" + datetime.datetime.now().strftime("%Y-%m-%d_%H%M"))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump({"meta": meta, "results": rows}, f, indent=1)
