@@ -294,35 +294,13 @@ def test_step_decoder_select_follows_rows():
         assert_close(second, expected[[2, 0, 0]], **CACHE_TOL, what=f"use_cache={use_cache}")
 
 
-def test_step_decoder_select_in_place_cycles_swaps_and_repeats():
-    """select reorders the cached keys and values through a row map (decode/kv_cache.cpp: a row kept or
-    moved changes the map only, a repeated row is copied into a dropped row's storage). A cycle with a
-    repeat, a reversal and a pair of repeats, over four steps, against the decoder without a cache, which
-    recomputes every step from its reordered prefixes; fixed ids (not an arg-max a near-tie could flip)."""
-    model = seed000_model("untied", seed=9)
-    src, src_mask = seed000_batch(seed=9)
-    ids = np.random.default_rng(9).integers(4, model.config.n_trg_vocab, size=(4, 4))
-    orders = ([1, 2, 0, 1], [3, 2, 1, 0], [0, 0, 3, 3])
-    logits = {}
-    for use_cache in (True, False):
-        dec = ct.decode.StepDecoder(model, src, src_mask, use_cache=use_cache)
-        got = [dec.step(np.full(4, START)).numpy()]
-        for step, rows in enumerate(orders):
-            dec.select(rows)
-            got.append(dec.step(ids[step]).numpy())
-        logits[use_cache] = got
-    for step, (a, b) in enumerate(zip(logits[True], logits[False])):
-        assert_close(a, b, **CACHE_TOL, what=f"step {step}")
-
-
-def test_step_decoder_select_drops_and_repeats_sources():
-    """The cross-attention's keys/values are not copied per row: rows read their source's through a row
-    map (decode/kv_cache.cpp: share_rows), composed at each select. Rows dropped, then repeated, then
-    spread over more rows than there are sources, against the decoder without a cache."""
-    model = seed000_model("untied", seed=10)
-    src, src_mask = seed000_batch(seed=10)
-    orders = ([2, 0], [1, 1, 0], [2, 0, 1, 2, 2], [4, 0])
-    rng = np.random.default_rng(10)
+def check_selects_against_the_uncached_decoder(seed, orders):
+    """A first step for every source, then for each `rows` of `orders` a select and a step with fixed ids (not
+    an arg-max a near-tie could flip): the cached decoder's logits against the uncached one's, which
+    recomputes every step from its reordered prefixes."""
+    model = seed000_model("untied", seed=seed)
+    src, src_mask = seed000_batch(seed=seed)
+    rng = np.random.default_rng(seed)
     ids = [rng.integers(4, model.config.n_trg_vocab, size=len(rows)) for rows in orders]
     logits = {}
     for use_cache in (True, False):
@@ -334,6 +312,21 @@ def test_step_decoder_select_drops_and_repeats_sources():
         logits[use_cache] = got
     for step, (a, b) in enumerate(zip(logits[True], logits[False])):
         assert_close(a, b, **CACHE_TOL, what=f"step {step}")
+
+
+def test_step_decoder_select_in_place_cycles_swaps_and_repeats():
+    """select reorders the cached keys and values through a row map (decode/kv_cache.cpp: a row kept or
+    moved changes the map only, a repeated row is copied into a dropped row's storage). A cycle with a
+    repeat, a reversal and a pair of repeats, over four steps, against the decoder without a cache, which
+    recomputes every step from its reordered prefixes."""
+    check_selects_against_the_uncached_decoder(seed=9, orders=([1, 2, 0, 1], [3, 2, 1, 0], [0, 0, 3, 3]))
+
+
+def test_step_decoder_select_drops_and_repeats_sources():
+    """The cross-attention's keys/values are not copied per row: rows read their source's through a row
+    map (decode/kv_cache.cpp: share_rows), composed at each select. Rows dropped, then repeated, then
+    spread over more rows than there are sources, against the decoder without a cache."""
+    check_selects_against_the_uncached_decoder(seed=10, orders=([2, 0], [1, 1, 0], [2, 0, 1, 2, 2], [4, 0]))
 
 
 def test_decoding_records_no_graph_and_keeps_grad_mode():
