@@ -99,9 +99,13 @@ def policy_check(case, rounds, repeats):
 def time_case(spec, budget, max_repeats, min_repeats=3):
     """Medians of interleaved runs of each side (and ct's cached decoder for decoding cases).
 
-    One warm-up round first; when a round takes more than a quarter of the budget, the warm-up round
-    is kept as a sample instead (the allocator and caches warm within the first steps of a long decode)
-    and at least 2 rounds run, else at least 3."""
+    One warm-up round first; when a round of a decoding case takes more than a quarter of the budget,
+    the warm-up round is kept as a sample instead (the allocator and caches warm within the first steps
+    of a long decode) and at least 2 rounds run, else at least 3. A training case's warm-up is never a
+    sample: its first step also creates the optimizer's state (Adam's moments, twice the parameters'
+    memory, faulted in) and, under autocast, the parameters' bf16 copies, which no later step repeats
+    (kept, it was one of the base bf16 case's 3 samples; 2026-11-25 on a Zen 4, ct's first bf16 step took
+    755 ms against 668-704 for the next three)."""
     set_threads("torch")
     set_threads("ct")
     t_step, t_model = spec["build"]("torch", share=True)
@@ -123,7 +127,7 @@ def time_case(spec, budget, max_repeats, min_repeats=3):
              for name, fn in fns.items() if name in CT2_PEERS}
     first = {name: measure.timed(fn, measure.GAP_S) for name, fn in fns.items()}
     round_s = sum(measure.GAP_S + t * (1 + measure.BURST if t < measure.SHORT_S else 1) for t in first.values())
-    long_rounds = round_s > budget / 4
+    long_rounds = round_s > budget / 4 and not spec["kind"].startswith("train")
     repeats = int(max(min(2, min_repeats) if long_rounds else min_repeats, min(max_repeats, budget / max(round_s, 1e-9))))
     med, raw = measure.interleaved(fns, repeats - (1 if long_rounds else 0), warmup=0, first=first)
     if long_rounds:
