@@ -12,7 +12,8 @@ thread_local int t_depth = 0;  // nested regions that turned autocast on
 
 struct Cached {
     std::shared_ptr<Array> storage;  // held, so its address cannot be reused by another tensor while cached
-    std::vector<bf16_t> bits;
+    std::vector<bf16_t> bits;        // empty until first written
+    bool current = false;            // false: a training product read the weight; an optimizer may write bits
 };
 
 // Per thread, as the flag (and as torch's cast cache): a region ending on one thread cannot free copies
@@ -36,8 +37,25 @@ std::vector<bf16_t> take_buffer(std::size_t n) {
 // A region ends: its copies may go stale, their memory is kept for the next region (and freed then).
 void retire_cache() {
     t_spare.clear();
-    for (auto& entry : t_cache) t_spare.push_back(std::move(entry.second.bits));
+    for (auto& entry : t_cache)
+        if (!entry.second.bits.empty()) t_spare.push_back(std::move(entry.second.bits));
     t_cache.clear();
+}
+
+// w's entry, a new one (no copy yet) when it has none and `create`, else null.
+Cached* entry_of(const Tensor& w, bool create) {
+    const std::shared_ptr<Array>& storage = w.impl()->storage;
+    auto it = t_cache.find(storage.get());
+    if (it != t_cache.end()) return &it->second;
+    if (!create) return nullptr;
+    return &t_cache.emplace(storage.get(), Cached{storage, {}, false}).first->second;
+}
+
+// The entry's copy, to be written whole by the caller.
+bf16_t* claim(Cached& entry, std::size_t n) {
+    if (entry.bits.size() != n) entry.bits = take_buffer(n);
+    entry.current = true;
+    return entry.bits.data();
 }
 
 }  // namespace
@@ -54,23 +72,20 @@ Guard::~Guard() {
     t_enabled = previous_;
 }
 
-Bf16Operand operand(const Tensor& w, int ld, bool trans) {
+Bf16Operand operand(const Tensor& w, int ld, bool trans, bool round_now) {
     const bool parameter = w.is_leaf() && w.requires_grad();
-    if (!parameter) return Bf16Operand::fp32(w.data(), ld, trans);
-    const std::shared_ptr<Array>& storage = w.impl()->storage;
-    auto it = t_cache.find(storage.get());
-    if (it == t_cache.end()) {
-        if (!t_enabled) return Bf16Operand::fp32(w.data(), ld, trans);
-        Cached entry{storage, take_buffer(w.numel())};
-        round_to_bf16(w.data(), entry.bits.data(), w.numel());
-        it = t_cache.emplace(storage.get(), std::move(entry)).first;
+    Cached* entry = parameter ? entry_of(w, t_enabled) : nullptr;
+    if (!entry) return Bf16Operand::fp32(w.data(), ld, trans);
+    if (!entry->current) {
+        if (!round_now) return Bf16Operand::fp32(w.data(), ld, trans);  // the entry asks the optimizer for a copy
+        round_to_bf16(w.data(), claim(*entry, w.numel()), w.numel());
     }
-    return Bf16Operand::bf16(it->second.bits.data(), ld, trans);
+    return Bf16Operand::bf16(entry->bits.data(), ld, trans);
 }
 
-bf16_t* cached_copy(const Tensor& w) {
-    auto it = t_cache.find(w.impl()->storage.get());
-    return it == t_cache.end() ? nullptr : it->second.bits.data();
+bf16_t* copy_to_write(const Tensor& w) {
+    Cached* entry = entry_of(w, false);
+    return entry ? claim(*entry, w.numel()) : nullptr;
 }
 
 void clear_cache() {
@@ -79,7 +94,9 @@ void clear_cache() {
 }
 
 std::size_t cached_count() {
-    return t_cache.size();
+    std::size_t n = 0;
+    for (const auto& entry : t_cache) n += entry.second.current;
+    return n;
 }
 
 }  // namespace ct::autocast

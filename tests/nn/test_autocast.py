@@ -230,22 +230,45 @@ def test_regions_nest_and_restore():
 
 
 def test_parameters_are_rounded_once_and_kept_current_by_adam():
+    """A training product packs the fp32 weight (no copy); Adam in a region writes the weight's bf16 copy
+    as it updates it, and the next product reads that copy: the same numbers as rounding the new weight."""
     model = ct.nn.Linear(8, 4)
     x = ct.tensor(np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32))
     opt = ct.optim.Adam(model.parameters(), lr=0.1)
     assert amp._amp.autocast_cache_size() == 0
     with ct.autocast():
         y1 = model(x)
-        assert amp._amp.autocast_cache_size() == 1          # the weight (the bias is added in fp32)
+        assert amp._amp.autocast_cache_size() == 0          # recorded for backward: the kernel rounds as it goes
         y1.sum().backward()
-        opt.step()                                           # rewrites the weight's copy as it updates it
-        assert amp._amp.autocast_cache_size() == 1
+        opt.step()                                           # writes the copy as it updates the weight
+        assert amp._amp.autocast_cache_size() == 1          # the weight only: no product reads the bias
         y2 = model(x)
+        with ct.no_grad():
+            y2_inference = model(x)                          # reads the same copy
     assert amp._amp.autocast_cache_size() == 0              # freed at the end of the region
     with ct.autocast():
-        fresh = model(x)                                     # the updated weight rounded anew
+        fresh = model(x)                                     # the updated weight rounded by the kernel
     assert not np.array_equal(y1.numpy(), y2.numpy())
     np.testing.assert_array_equal(y2.numpy(), fresh.numpy())
+    np.testing.assert_array_equal(y2_inference.numpy(), fresh.numpy())
+
+
+def test_an_inference_product_rounds_the_weight_once_for_the_region():
+    """Decoding reads every weight once per token: a product that records no gradient rounds the weight
+    into its copy on first use, and later products read it, with the same numbers as the fp32 weight
+    rounded by the kernel."""
+    model = ct.nn.Linear(8, 4)
+    x = ct.tensor(np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32))
+    with ct.autocast():
+        trained = model(x)                                   # no copy: the kernel rounds the fp32 weight
+        assert amp._amp.autocast_cache_size() == 0
+        with ct.no_grad():
+            first = model(x)
+            assert amp._amp.autocast_cache_size() == 1      # the weight (the bias is added in fp32)
+            second = model(x)
+    assert amp._amp.autocast_cache_size() == 0
+    np.testing.assert_array_equal(first.numpy(), trained.numpy())
+    np.testing.assert_array_equal(second.numpy(), trained.numpy())
 
 
 def test_bad_arguments():

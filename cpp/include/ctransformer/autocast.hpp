@@ -7,10 +7,15 @@
 // Unlike torch, an autocast product returns fp32, not bf16: the fp32 sum is not rounded again (it costs
 // nothing to keep, and the next op would widen it anyway).
 //
-// Parameters (leaf tensors that require grad) are rounded to bf16 once and kept, per thread, until the
-// thread's outermost region ends: a weight is read as bf16 by every product. Adam::step rounds each parameter it updates
-// into its copy as it writes it. As in torch, writing a parameter in place inside a region by other
-// means leaves its cached copy stale until the region ends.
+// Parameters (leaf tensors that require grad) read by a product may get a bf16 copy, kept per thread
+// until the thread's outermost region ends. An inference product (no gradient recorded: decoding reads
+// every weight once per token) rounds the weight into its copy on first use. A training product does
+// not: the packed kernel rounds the fp32 weight as it packs it, and a pass of its own to round it first
+// would cost more than it saves when the region holds one step (a torch-style loop). It notes the weight
+// instead, and Adam::step inside the region writes that weight's copy as it writes the new values, so
+// the next step in the same region (ctransformer-train holds one around its loop) packs from bf16, half
+// the bytes. As in torch, writing a parameter in place inside a region by other means leaves its cached
+// copy stale until the region ends.
 #pragma once
 #include <memory>
 
@@ -33,13 +38,14 @@ private:
     bool previous_;
 };
 
-// op(w) as a gemm_bf16 operand: the cached bf16 copy when w is a parameter (rounded now if this is its
-// first use since the cache was cleared and a region is active), else w's fp32 data, rounded by the kernel.
-Bf16Operand operand(const Tensor& w, int ld, bool trans);
+// op(w) as a gemm_bf16 operand: the cached bf16 copy when w is a parameter that has one, else w's fp32
+// data, rounded by the kernel. round_now: make the copy first if there is none and a region is active
+// (an inference product; a training product passes false).
+Bf16Operand operand(const Tensor& w, int ld, bool trans, bool round_now);
 
-// w's cached bf16 copy, or null: an optimizer that changes w rewrites it in the same pass (Adam::step),
-// so the next step's products find it current without another pass over the weights.
-bf16_t* cached_copy(const Tensor& w);
+// The bf16 copy an optimizer writes whole as it changes w (Adam::step): null unless a product of this
+// region read w. The next step's products then find it current without another pass over the weights.
+bf16_t* copy_to_write(const Tensor& w);
 
 // Forget every cached copy and free its memory. (The end of a region forgets the copies but keeps their
 // memory for the next region's.)

@@ -32,7 +32,7 @@ struct LinearBackward : Node {
         if (GradBuffer gx = grad_buffer(x)) {  // dx (N, in) = g (N, out) @ W (out, in)
             if (O == 0 && !gx.accumulate) std::fill_n(gx.data, x.numel(), 0.0f);
             if (bf16)
-                gemm_bf16(N, I, O, alpha, Bf16Operand::fp32(g.data(), O), autocast::operand(w, I, false), gx.beta(),
+                gemm_bf16(N, I, O, alpha, Bf16Operand::fp32(g.data(), O), autocast::operand(w, I, false, false), gx.beta(),
                           gx.data, I);
             else
                 blas::gemm(false, false, N, I, O, alpha, g.data(), O, w.data(), I, gx.beta(), gx.data, I);
@@ -121,7 +121,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
                                            : nullptr;
     if (in_f > 0 && bf16)  // an empty product adds nothing: y is already the bias (or zeros)
         gemm_bf16(int(rows), int(out_f), int(in_f), alpha, Bf16Operand::fp32(x.data(), int(in_f)),
-                  autocast::operand(weight, int(in_f), true), bias ? 1.0f : 0.0f, y, int(out_f));
+                  autocast::operand(weight, int(in_f), true, !grad), bias ? 1.0f : 0.0f, y, int(out_f));
     else if (packed)
         packed_product(rows, x.data(), in_f, *packed, alpha, bias != nullptr, y, out_f);
     else if (in_f > 0)

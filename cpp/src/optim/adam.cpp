@@ -122,8 +122,8 @@ void Adam::step() {
             float* pv = st.exp_avg_sq.data();
             const std::int64_t step = st.step;
             const bool decoupled = decoupled_;
-            // In an autocast region the parameter's bf16 copy is rewritten while the new values are hot.
-            bf16_t* copy = autocast::cached_copy(p);
+            // In an autocast region the parameter's bf16 copy is (re)written while the new values are hot.
+            bf16_t* copy = autocast::copy_to_write(p);
             parallel::parallel_for(p.numel(), 32768, [&](std::size_t b, std::size_t e) {
                 adam_update(pp + b, pg + b, pm + b, pv + b, e - b, g, step, decoupled);
                 if (copy)
