@@ -91,10 +91,7 @@ std::pair<Tensor, Tensor> MultiHeadAttention::attend(const Tensor& q, const KeyV
                          ", capacity >= length, n_head * d_k / d_v = " + std::to_string(n_head * d_k) + " / " +
                          std::to_string(n_head * d_v) + ") with length >= 1, got " + shape_str(kv.k.shape()) + " and " +
                          shape_str(kv.v.shape()) + ", length " + std::to_string(kv.length));
-    for (std::size_t r : kv.row_map)
-        if (r >= kv.k.size(0))
-            throw IndexError(std::string(fn) + ": the row map names row " + std::to_string(r) + " of keys/values with " +
-                             std::to_string(kv.k.size(0)) + " rows");
+    // Each row map entry is checked against k's rows by multi_head_attention (ops/attention.hpp).
     return attend(q, options.norm_first ? layer_norm->forward(q) : q, kv.k, kv.v, mask, kv.length,
                   kv.row_map.empty() ? nullptr : &kv.row_map);
 }
