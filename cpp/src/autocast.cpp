@@ -12,8 +12,8 @@ thread_local int t_depth = 0;  // nested regions that turned autocast on
 
 struct Cached {
     std::shared_ptr<Array> storage;  // held, so its address cannot be reused by another tensor while cached
-    std::vector<bf16_t> bits;        // empty until first written
-    bool current = false;            // false: a training product read the weight; an optimizer may write bits
+    // Empty while only noted (a training product read the weight; an optimizer may write it), else current.
+    std::vector<bf16_t> bits;
 };
 
 // Per thread, as the flag (and as torch's cast cache): a region ending on one thread cannot free copies
@@ -48,13 +48,12 @@ Cached* entry_of(const Tensor& w, bool create) {
     auto it = t_cache.find(storage.get());
     if (it != t_cache.end()) return &it->second;
     if (!create) return nullptr;
-    return &t_cache.emplace(storage.get(), Cached{storage, {}, false}).first->second;
+    return &t_cache.emplace(storage.get(), Cached{storage, {}}).first->second;
 }
 
 // The entry's copy, to be written whole by the caller.
 bf16_t* claim(Cached& entry, std::size_t n) {
     if (entry.bits.size() != n) entry.bits = take_buffer(n);
-    entry.current = true;
     return entry.bits.data();
 }
 
@@ -76,7 +75,7 @@ Bf16Operand operand(const Tensor& w, int ld, bool trans, bool round_now) {
     const bool parameter = w.is_leaf() && w.requires_grad();
     Cached* entry = parameter ? entry_of(w, t_enabled) : nullptr;
     if (!entry) return Bf16Operand::fp32(w.data(), ld, trans);
-    if (!entry->current) {
+    if (entry->bits.empty()) {
         if (!round_now) return Bf16Operand::fp32(w.data(), ld, trans);  // the entry asks the optimizer for a copy
         round_to_bf16(w.data(), claim(*entry, w.numel()), w.numel());
     }
@@ -95,7 +94,7 @@ void clear_cache() {
 
 std::size_t cached_count() {
     std::size_t n = 0;
-    for (const auto& entry : t_cache) n += entry.second.current;
+    for (const auto& entry : t_cache) n += !entry.second.bits.empty();
     return n;
 }
 
