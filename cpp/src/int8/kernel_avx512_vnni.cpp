@@ -1,9 +1,9 @@
 // The AVX512_VNNI int8 kernel (int8.hpp): tiles of up to 6 rows x 64 columns, 24 zmm accumulators, one
 // vpdpbusd per row, 16 columns and 4 values of k. (Tiles of 4 rows were 10-30% slower from 5 rows on: each
-// group of 4 weight vectors served fewer products, and 5 rows, a beam, took two passes over the weight.) vpdpbusd multiplies unsigned by signed bytes, so each
-// broadcast group of 4 activations is offset by 128 (xor 0x80) and 128 sum_k q_w[n, k] is taken off the
-// sum at the end. Compiled with function target attributes; linear_int8 calls it only on CPUs with
-// AVX-512 (F, BW, VL, DQ) and VNNI.
+// group of 4 weight vectors served fewer products, and 5 rows, a beam, took two passes over the weight.)
+// vpdpbusd multiplies unsigned by signed bytes, so each broadcast group of 4 activations is offset by 128
+// (xor 0x80) and 128 sum_k q_w[n, k] is taken off the sum at the end. Compiled with function target
+// attributes; linear_int8 calls it only on CPUs with AVX-512 (F, BW, VL, DQ) and VNNI.
 #include "kernels.hpp"
 
 #if defined(__x86_64__)
