@@ -3,7 +3,6 @@
 #include <memory>
 #include <unordered_map>
 
-#include "blas_few_rows.hpp"
 
 namespace ct::decode_packing {
 
@@ -19,16 +18,17 @@ struct Entry {
 thread_local int t_depth = 0;  // PackedWeights alive on this thread
 thread_local std::unordered_map<const Array*, Entry> t_packed;
 
-// Packing a weight costs about as much as 2 products of many rows (sgemm packs it on each of them anyway)
-// but 15-30 products of a few rows, mostly in page faults on the fresh copy (8000 x 256 projection:
-// ~3 ms to pack, 100-200 us a product of 5 rows). So a weight is packed on its second product of more
-// than kFewRows rows, and on its 32nd of fewer: a weight used once per call (the encoder's) is not packed,
-// and beam 5 at batch 1 packs the decoder's only when the region spans many sentences (the Translator's).
-constexpr int kUsesBeforePackingFewRows = 32;
+// Packing a weight costs about as much as 2 products: of many rows (sgemm packs it on each of them anyway)
+// or of a few (8000 x 256 projection: ~280 us to pack, ~150 us a product of 5 rows, ~100 us from the packed
+// copy). So a weight is packed on its second product of 3 or more rows: a weight used once per call (the
+// encoder's) is not packed, and a decoder's, used every step, is from the second step on. (It used to wait
+// for the 32nd product of a few rows, when a fresh copy from the system cost ~3 ms in page faults: a lone
+// beam 5 call at batch 1 read its weights unpacked for 31 steps, 1.5-2.2x slower a product.)
+constexpr int kUsesBeforePacking = 2;
 
 }  // namespace
 
-const blas::PackedWeight* weight(const Tensor& w, std::size_t rows) {
+const blas::PackedWeight* weight(const Tensor& w) {
     if (t_depth == 0 || w.dim() != 2 || !(w.is_leaf() && w.requires_grad()) || !blas::packed_available())
         return nullptr;
     const std::shared_ptr<Array>& storage = w.impl()->storage;
@@ -37,7 +37,7 @@ const blas::PackedWeight* weight(const Tensor& w, std::size_t rows) {
     Entry& e = it->second;
     if (e.packed_yet) return &e.packed;
     ++e.uses;
-    if (e.uses < 2 || (rows <= std::size_t(blas::kFewRows) && e.uses < kUsesBeforePackingFewRows)) return nullptr;
+    if (e.uses < kUsesBeforePacking) return nullptr;
     blas::pack_weight(w.data(), int(w.size(0)), int(w.size(1)), int(w.size(1)), e.packed);
     e.packed_yet = true;
     return &e.packed;

@@ -7,10 +7,9 @@
 
 namespace ct::decode_packing {
 
-// w's packed copy for a product of `rows` rows, or null: outside a region (this thread holds no
-// PackedWeights), for a tensor that is not a parameter (leaf requiring grad) of rank 2, on a CPU without
-// the kernel, and until the weight has been used often enough in the region to pay for its packing (see
-// decode_packing.cpp).
-const blas::PackedWeight* weight(const Tensor& w, std::size_t rows);
+// w's packed copy for a product (of 3 or more rows: the caller's test), or null: outside a region (this thread
+// holds no PackedWeights), for a tensor that is not a parameter (leaf requiring grad) of rank 2, on a CPU without
+// the kernel, and on the weight's first product in the region (see decode_packing.cpp).
+const blas::PackedWeight* weight(const Tensor& w);
 
 }  // namespace ct::decode_packing

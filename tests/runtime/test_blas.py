@@ -206,9 +206,9 @@ def test_linear_of_a_few_rows_on_every_path(path):
 
 PACKED_SHAPES = [(9, 256, 256), (32, 256, 8000), (160, 256, 1024), (33, 1024, 256), (13, 17, 70), (100, 64, 39), (40, 9, 1),
                  (3, 256, 256), (5, 256, 8000), (6, 512, 2048), (7, 17, 70), (8, 64, 39)]
-# The products a weight has in a region before its packed copy is read: its second of more than 8 rows, its 32nd
-# of fewer (decode_packing.cpp: packing costs 15-30 products of a few rows).
-PACKED_FROM_USE = {True: 2, False: 32}
+# The product from which a weight's packed copy is read in a region: its second of 3 or more rows
+# (decode_packing.cpp: packing costs about 2 products).
+PACKED_FROM_USE = 2
 
 
 def packed_kernel_expected():
@@ -220,7 +220,7 @@ def packed_kernel_expected():
 @pytest.mark.parametrize("m,k,n", PACKED_SHAPES)
 def test_linear_with_packed_weights_against_float64(m, k, n):
     """Inside ct.decode.PackedWeights a product of 3 or more rows against a parameter goes to the packed kernel
-    (gemm_packed.cpp) from the parameter's second product on (its 32nd at 3-8 rows): held to the float32 bound
+    (gemm_packed.cpp) from the parameter's second product on: held to the float32 bound
     of a k-term sum, |err| <= 2 (k + 1) u sum |x||w| + |b|, with alpha (the output projection's d_model^-1/2)
     and a bias; the region must hold the weight packed from that product on (PackedWeights.count: the kernel
     ran), and the products before and any outside the region are the BLAS's (or gemm_few_rows.cpp's). Shapes: decoding's batch 32 and beams, a beam at batch 1 (3-8 rows: one pass of
@@ -234,7 +234,7 @@ def test_linear_with_packed_weights_against_float64(m, k, n):
     with ct.no_grad():
         plain = ct.functional.linear(X, W, B).numpy()
         with ct.decode.PackedWeights():
-            before = [ct.functional.linear(X, W, B).numpy() for _ in range(PACKED_FROM_USE[m > 8] - 1)]
+            before = [ct.functional.linear(X, W, B).numpy() for _ in range(PACKED_FROM_USE - 1)]
             assert ct.decode.PackedWeights.count == 0
             packed = ct.functional.linear(X, W, B).numpy()
             # Whether the packed kernel ran, whatever the BLAS's kernel gives: OpenBLAS's SkylakeX sgemm also
@@ -260,7 +260,7 @@ def packed_product(m, k, n):
     X = ct.tensor(rng.standard_normal((m, k)).astype(np.float32))
     W = ct.tensor((rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32), requires_grad=True)
     with ct.no_grad(), ct.decode.PackedWeights():
-        return [ct.functional.linear(X, W).numpy() for _ in range(PACKED_FROM_USE[m > 8])][-1]
+        return [ct.functional.linear(X, W).numpy() for _ in range(PACKED_FROM_USE)][-1]
 
 
 def test_packed_avx2_kernel_against_float64_and_the_avx512_kernel(tmp_path):

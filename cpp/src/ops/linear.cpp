@@ -117,7 +117,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
     const bool grad = needs_grad({&x, &weight, bias});
     // Decoding's products of 3 or more rows: the weight packed once per PackedWeights region, not per product.
     const blas::PackedWeight* packed = !bf16 && !grad && in_f > 0 && rows >= std::size_t(blas::kPackedMinRows)
-                                           ? decode_packing::weight(weight, rows)
+                                           ? decode_packing::weight(weight)
                                            : nullptr;
     if (in_f > 0 && bf16)  // an empty product adds nothing: y is already the bias (or zeros)
         gemm_bf16(int(rows), int(out_f), int(in_f), alpha, Bf16Operand::fp32(x.data(), int(in_f)),
