@@ -33,7 +33,8 @@ SYSTEM_A = {
 GPT = dict(vocab=65, block=64, n_layer=4, n_head=4, n_embd=128, batch=12, lr=1e-3, betas=(0.9, 0.99),
            weight_decay=0.1, grad_clip=1.0)
 DECODE_STEPS = 50
-PAD, BOS = 0, 1  # system A: padding id and the start symbol of greedy decoding
+PAD, BOS, EOS = 0, 1, 2  # system A: padding id, start symbol, end symbol ("</s>" in the CTranslate2 export's vocabulary)
+BEAM, ALPHA = 5, 0.6     # the beam cases: beam width and GNMT length penalty
 
 
 # --- FLOPs (matmuls only, counted analytically; a multiply-add is 2 FLOPs) ------------------------
@@ -239,10 +240,39 @@ def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS, int8=False):
     return build
 
 
-def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2, compute_type="float32"):
+def build_a_beam(size, rows, steps=DECODE_STEPS, int8=False):
+    """ct's batched beam search (beam BEAM, length penalty ALPHA) for `steps` tokens, float32 or int8; the
+    same sources as the greedy cases. No torch side: the seeds have no beam search. CTranslate2 holds EOS off
+    for `steps` tokens (min_decoding_length); ct cannot, so each call checks that every sentence's search ran
+    the full `steps` (its best hypothesis is as long as max_len: a search stopped earlier would do less work
+    than CTranslate2's). With random weights no token stands out, and a finished hypothesis never beats the
+    live ones' bound (log P falls ~log V a token), so none stops early."""
+    c = SYSTEM_A[size]
+
+    def build(side, share, torch_model=None):
+        import ctransformer as ct
+        src, _ = a_batch(c, seed=1, rows=rows)
+        model = ct_system_a(c, torch_model if share else None).eval()
+        if int8:
+            model.quantize("int8")
+        mask = ct.nn.get_pad_mask(src, PAD)
+
+        def step():
+            with ct.no_grad():
+                ids, _ = ct.decode.beam_search(model, src, mask, steps + 1, BOS, EOS, beam_size=BEAM, alpha=ALPHA)
+            if (ids[:, -1] == PAD).any():
+                raise RuntimeError(f"{size} beam case: a search stopped before {steps} tokens; the timing would "
+                                   "not be CTranslate2's work")
+            return ids
+        return step, model
+    return build
+
+
+def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2, compute_type="float32", beam=1):
     """CTranslate2 decoding the same sources with the same weights, in a process of its own
     (ct2_process.py): `ct_model` exported by ct.export.to_ctranslate2. EOS is held off for `steps`
-    tokens (min_decoding_length), so it runs exactly the steps ct's greedy_decode does; None when
+    tokens (min_decoding_length), so it runs exactly the steps ct's greedy_decode (or beam search, with
+    beam > 1: CTranslate2's length_penalty ALPHA, its exponent on the length) does; None when
     ctranslate2 is not installed."""
     c = SYSTEM_A[size]
 
@@ -256,7 +286,9 @@ def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2, compute_type="
         src, _ = a_batch(c, seed=1, rows=rows)
         vocab = ["<pad>", "<s>", "</s>", "<unk>"] + [f"t{i}" for i in range(4, c["vocab"])]
         path = ct.export.to_ctranslate2(ct_model, os.path.join(folder, f"{size}-ct2"), vocab, force=True)
-        options = dict(beam_size=1, min_decoding_length=steps, max_decoding_length=steps, max_batch_size=rows)
+        options = dict(beam_size=beam, min_decoding_length=steps, max_decoding_length=steps, max_batch_size=rows)
+        if beam > 1:
+            options["length_penalty"] = ALPHA
         source = [[vocab[i] for i in row if i != PAD] for row in src]
         return Call(fastest(path, compute_type, threads, source, options, calls=1 if size == "base" else 3), **options)
     return build
@@ -307,3 +339,12 @@ for _size in ("tiny", "small", "base"):
             ct2=build_a_decode_ct2(_size, _rows), ct2_int8=build_a_decode_ct2(_size, _rows, compute_type="int8"),
             flops=None, config=SYSTEM_A[_size], kind="decode", rows=_rows,
             slow=(_size == "base" and _rows == 32))  # ~30 s per torch run: skipped by --quick
+# Beam search (issue 22): ct float32 and int8 against CTranslate2 float32 and int8, no torch side.
+for _size in ("small", "base"):
+    for _rows in (1, 32):
+        CASES[f"{_size}/beam{BEAM}-b{_rows}"] = dict(
+            build=build_a_beam(_size, _rows), int8=build_a_beam(_size, _rows, int8=True),
+            ct2=build_a_decode_ct2(_size, _rows, beam=BEAM),
+            ct2_int8=build_a_decode_ct2(_size, _rows, compute_type="int8", beam=BEAM),
+            flops=None, config=SYSTEM_A[_size], kind="beam", rows=_rows,
+            slow=(_size == "base" and _rows == 32))  # seconds a call for every engine: skipped by --quick

@@ -1,7 +1,9 @@
-"""ctransformer vs PyTorch on this machine, in one run: training steps and greedy decoding.
+"""ctransformer vs PyTorch on this machine, in one run: training steps and greedy decoding; decoding also
+against CTranslate2 float32 and int8, greedy and beam 5 (cases "*/decode-b*" and "*/beam5-b*").
 
     python benchmarks/run.py            # the whole suite (under 10 minutes on 2 vCPUs)
     python benchmarks/run.py --quick    # fewer repeats, no decoding of the base model at batch 32
+    python benchmarks/run.py --cases small/beam5-b1,base/beam5-b32 --levels none --no-policy-check
     python benchmarks/run.py --cases gpt/train,tiny/train --no-memory
     python benchmarks/run.py --levels x86-64-v3,x86-64   # also time ct built for other CPU levels
 
@@ -97,7 +99,8 @@ def policy_check(case, rounds, repeats):
 
 # --- the suite ------------------------------------------------------------------------------------
 def time_case(spec, budget, max_repeats, min_repeats=3):
-    """Medians of interleaved runs of each side (and ct's cached decoder for decoding cases).
+    """Medians of interleaved runs of each side (and ct's cached decoder for decoding cases; a beam case
+    has ct float32 and int8 and CTranslate2's, no torch).
 
     One warm-up round first; when a round of a decoding case takes more than a quarter of the budget,
     the warm-up round is kept as a sample instead (the allocator and caches warm within the first steps
@@ -108,6 +111,12 @@ def time_case(spec, budget, max_repeats, min_repeats=3):
     755 ms against 668-704 for the next three)."""
     set_threads("torch")
     set_threads("ct")
+    if spec["kind"] == "beam":  # ct float32 and int8 against CTranslate2's; the seeds have no torch beam search
+        fns = {}
+        fns["ct"], ct_model = spec["build"]("ct", share=False)
+        fns["ct_int8"] = spec["int8"]("ct", share=False)[0]
+        add_ct2_peers(fns, spec, ct_model)
+        return time_fns(fns, spec, budget, max_repeats, min_repeats)
     t_step, t_model = spec["build"]("torch", share=True)
     fns = {"ct": spec["build"]("ct", share=True, torch_model=t_model)[0], "torch": t_step}
     if "fp32" in spec:  # a bf16 case: both sides' float32 steps on the same weights, in the same turns
@@ -118,11 +127,22 @@ def time_case(spec, budget, max_repeats, min_repeats=3):
         fns["ct_cached"], ct_model = spec["cached"]("ct", share=True, torch_model=t_model)
         if "cached_int8" in spec:
             fns["ct_int8"] = spec["cached_int8"]("ct", share=True, torch_model=t_model)[0]
-        with tempfile.TemporaryDirectory() as folder:  # a translator has read its files once loaded
-            for peer in CT2_PEERS:
-                step = spec[peer](ct_model, folder) if peer in spec else None
-                if step is not None:
-                    fns[peer] = step
+        add_ct2_peers(fns, spec, ct_model)
+    return time_fns(fns, spec, budget, max_repeats, min_repeats)
+
+
+def add_ct2_peers(fns, spec, ct_model):
+    """CTranslate2 float32 and int8 on ct_model's weights, each in a process of its own (the case's "ct2" and
+    "ct2_int8": cases.build_a_decode_ct2), when ctranslate2 is installed."""
+    with tempfile.TemporaryDirectory() as folder:  # a translator has read its files once loaded
+        for peer in CT2_PEERS:
+            step = spec[peer](ct_model, folder) if peer in spec else None
+            if step is not None:
+                fns[peer] = step
+
+
+def time_fns(fns, spec, budget, max_repeats, min_repeats):
+    """time_case's timing of its engines `fns` (name -> callable; CTranslate2's among CT2_PEERS)."""
     peers = {name: {"config": fn.config, "calibration": fn.worker.timings, "worker": fn.worker}
              for name, fn in fns.items() if name in CT2_PEERS}
     first = {name: measure.timed(fn, measure.GAP_S) for name, fn in fns.items()}
@@ -192,8 +212,9 @@ def main():
         left = 540 - (time.time() - started)  # keep the whole suite under 10 minutes
         case_budget = budget if left > 240 else max(1.0, budget * left / 480)
         med, raw, repeats, peers = time_case(spec, case_budget, max_repeats=30 if not a.quick else 10)
-        row = {"case": name, "kind": spec["kind"], "ct_s": med["ct"], "torch_s": med["torch"],
-               "ratio": med["torch"] / med["ct"], "repeats": repeats, "raw": raw}
+        row = {"case": name, "kind": spec["kind"], "ct_s": med["ct"], "repeats": repeats, "raw": raw}
+        if "torch" in med:
+            row.update(torch_s=med["torch"], ratio=med["torch"] / med["ct"])
         for extra_side in ("ct_fp32", "torch_fp32"):
             if extra_side in med:
                 row[f"{extra_side}_s"] = med[extra_side]
@@ -219,15 +240,16 @@ def main():
             extra += f"  ct int8 {fmt_s(row['ct_int8_s'])}"
         for peer, label in CT2_PEERS.items():
             if f"{peer}_s" in row:
-                ours = "ct_int8" if peer == "ct2_int8" and "ct_int8_s" in row else "ct_cached"
+                ours = "ct_int8" if peer == "ct2_int8" and "ct_int8_s" in row else \
+                    "ct_cached" if "ct_cached_s" in row else "ct"
                 extra += (f"  {label} {fmt_s(row[f'{peer}_s'])} ({row[f'{peer}_s'] / row[ours + '_s']:.2f}x of "
                           f"{ours.replace('_', ' ')}; {_config(row[f'{peer}_config'])}; "
                           f"{row[f'{peer}_switches']} context switches in its last call)")
         if "ct_fp32_s" in row:
             extra += (f"  ct fp32 {fmt_s(row['ct_fp32_s'])} ({row['ct_fp32_s'] / row['ct_s']:.2f}x of ct bf16)  "
                       f"torch fp32 {fmt_s(row['torch_fp32_s'])}")
-        print(f"{name:18s} ct {fmt_s(med['ct']):>9s}  torch {fmt_s(med['torch']):>9s}  "
-              f"torch/ct {row['ratio']:5.2f}x{extra}  ({repeats} repeats)", flush=True)
+        versus = f"  torch {fmt_s(med['torch']):>9s}  torch/ct {row['ratio']:5.2f}x" if "torch" in med else ""
+        print(f"{name:18s} ct {fmt_s(med['ct']):>9s}{versus}{extra}  ({repeats} repeats)", flush=True)
 
     policy = None
     if not a.no_policy_check:
@@ -272,10 +294,12 @@ def table(results, meta):
              f"(torch with OMP_WAIT_POLICY={meta['omp_wait_policy']})", "",
              f"CPU: {meta.get('cpu')}. ctransformer's BLAS: {blas.get('name')} {blas.get('version')} "
              f"({blas.get('source')}), kernel core **{blas.get('core')}** (openblas_get_corename); "
-             f"OPENBLAS_CORETYPE={meta.get('openblas_coretype') or '(unset)'}.", "",
-             "Training steps (forward + label-smoothed cross-entropy + backward + Adam/AdamW step):", "",
-             "| case | ct | torch | torch/ct | ct GFLOP/s | torch GFLOP/s | ct % of sgemm | peak RSS MiB ct / torch | step rise MiB ct / torch |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             f"OPENBLAS_CORETYPE={meta.get('openblas_coretype') or '(unset)'}."]
+    if any(r["kind"] == "train" for r in results):
+        lines += ["", "Training steps (forward + label-smoothed cross-entropy + backward + Adam/AdamW step):", "",
+                  "| case | ct | torch | torch/ct | ct GFLOP/s | torch GFLOP/s | ct % of sgemm | peak RSS MiB ct / torch "
+                  "| step rise MiB ct / torch |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         if r["kind"] != "train":
             continue
@@ -328,6 +352,21 @@ def table(results, meta):
             int8 = fmt_s(r["ct_int8_s"]) if "ct_int8_s" in r else "n/a"
             lines.append(f"| {r['case']} | {fmt_s(r['ct_s'])} | {fmt_s(r['torch_s'])} | **{r['ratio']:.2f}x** | "
                          f"{fmt_s(r['ct_cached_s'])} | **{r['ratio_cached']:.2f}x** | {int8} | {peers} |")
+    beam = [r for r in results if r["kind"] == "beam"]
+    if beam:
+        lines += ["", f"Beam search, beam {cases.BEAM}, {cases.DECODE_STEPS} tokens (every search runs them all), "
+                      "the greedy cases' sources and weights: ct's batched beam search (GNMT length penalty "
+                      f"{cases.ALPHA}) in float32 and int8, CTranslate2's (length_penalty {cases.ALPHA}) in float32 "
+                      "and int8, taking turns as above. CTranslate2/ct above 1: ct is faster:", "",
+                  "| case | ct float32 | CT2 float32 | CT2 float32/ct float32 | ct int8 | CT2 int8 | CT2 int8/ct int8 |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in beam:
+            cells = []
+            for ours, peer in (("ct", "ct2"), ("ct_int8", "ct2_int8")):
+                cells.append(fmt_s(r[f"{ours}_s"]))
+                cells.append(f"{fmt_s(r[f'{peer}_s'])} | **{r[f'{peer}_s'] / r[f'{ours}_s']:.2f}x**"
+                             if f"{peer}_s" in r else "n/a | n/a")
+            lines.append(f"| {r['case']} | " + " | ".join(cells) + " |")
     lines += ["", f"OpenBLAS sgemm at the base model's Linear shapes, {meta['threads']} threads, this run: "
                   f"{sg:.0f} GFLOP/s (the practical limit). FLOPs: matmuls only, counted analytically (backward = 2x "
                   "forward). Memory: peak RSS (VmHWM) of a fresh process holding one side, and its rise over the RSS "
