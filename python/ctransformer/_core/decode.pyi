@@ -13,8 +13,8 @@ __all__: list[str] = ['DEFAULT_ALPHA', 'DEFAULT_BEAM_SIZE', 'GPTCache', 'PackedW
 class PackedWeights:
     """
     with ctransformer.decode.PackedWeights(): ... -- from a parameter's
-    second product of more than 8 rows (a batch of sentences or beams, outside autograd and autocast), or its
-    32nd of 3-8 rows, on, the product reads the parameter packed once, instead of sgemm packing it on every call.
+    second product of 3 or more rows (a batch of sentences or beams, outside autograd and autocast) on, the
+    product reads the parameter packed once, instead of sgemm packing it on every call.
     greedy_decode and beam_search hold one; a loop of one's own over a StepDecoder, or over many calls (the
     Translator's batches), can too. The weights must not change inside it, and the packed copies take as much
     memory as the weights. CPUs with AVX-512 or AVX2 only (elsewhere, or with CTRANSFORMER_PACKED=off, it does
