@@ -3,7 +3,6 @@
 #include <memory>
 #include <unordered_map>
 
-
 namespace ct::decode_packing {
 
 namespace {

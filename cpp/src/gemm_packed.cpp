@@ -150,37 +150,44 @@ bool packed_available() { return level() != Level::None; }
 // Blocks of 16 rows of W, 16 values of k at a time through a 16 x 16 tile on the stack: every read is a
 // run of 16 floats of a row and every write a run of 256. Writing one row of W at a time (stride 16 floats
 // across k) ran at 2 GB/s, and a weight packed per decoding call at batch 1 is 8 MB for the projection.
+namespace {
+
+// Block blk of W (its 16 outputs from 16 blk) as [k][16], through 16 x 16 tiles.
+void pack_block(const float* w, int n, int k, int ldw, int blk, float* o) {
+    const float* wb = w + std::size_t(blk) * 16 * std::size_t(ldw);
+    const int rows = std::min(16, n - 16 * blk);
+    int p0 = 0;
+    if (rows == 16)
+        for (; p0 + 16 <= k; p0 += 16) {
+            float t[16][16];
+            for (int j = 0; j < 16; ++j)
+                for (int p = 0; p < 16; ++p) t[p][j] = wb[std::size_t(j) * std::size_t(ldw) + std::size_t(p0 + p)];
+            std::memcpy(o + std::size_t(p0) * 16, t, sizeof t);
+        }
+    for (; p0 < k; ++p0)  // the last block's rows past n are zeros
+        for (int j = 0; j < 16; ++j) {
+            const float v = j < rows ? wb[std::size_t(j) * std::size_t(ldw) + std::size_t(p0)] : 0.0f;
+            o[std::size_t(p0) * 16 + std::size_t(j)] = v;
+        }
+}
+
+}  // namespace
+
 void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out) {
     out.n = n;
     out.k = k;
-    const int blocks = (n + 15) / 16;
-    const std::size_t count = std::size_t(blocks) * std::size_t(k) * 16;
-    out.data = {static_cast<float*>(detail::cached_alloc(detail::bytes_of(count, sizeof(float)))), CachedFloats{count}};
+    const std::size_t blocks = std::size_t(n + 15) / 16, block = std::size_t(k) * 16;
+    out.data = {static_cast<float*>(detail::cached_alloc(detail::bytes_of(blocks * block, sizeof(float)))),
+                CachedFloats{blocks * block}};
     // Blocks split over the threads (pieces of >= 64K floats): packing reads the weight once and writes it
     // once, bound by memory as the products are; on one thread it took twice as long (8000 x 256: ~630 ->
     // ~280 us, about 2 products of 5 rows).
     float* packed = out.data.get();
-    parallel::parallel_for(std::size_t(blocks), std::max<std::size_t>(1, 4096 / std::size_t(std::max(k, 1))),
+    parallel::parallel_for(blocks, std::max<std::size_t>(1, 4096 / std::size_t(std::max(k, 1))),
                            [&](std::size_t b0, std::size_t b1) {
-    for (int blk = int(b0); blk < int(b1); ++blk) {
-        float* o = packed + std::size_t(blk) * std::size_t(k) * 16;
-        const float* wb = w + std::size_t(blk) * 16 * std::size_t(ldw);
-        const int rows = std::min(16, n - 16 * blk);
-        int p0 = 0;
-        if (rows == 16)
-            for (; p0 + 16 <= k; p0 += 16) {
-                float t[16][16];
-                for (int j = 0; j < 16; ++j)
-                    for (int p = 0; p < 16; ++p) t[p][j] = wb[std::size_t(j) * std::size_t(ldw) + std::size_t(p0 + p)];
-                std::memcpy(o + std::size_t(p0) * 16, t, sizeof t);
-            }
-        for (; p0 < k; ++p0)  // the last block's rows past n are zeros
-            for (int j = 0; j < 16; ++j) {
-                const float v = j < rows ? wb[std::size_t(j) * std::size_t(ldw) + std::size_t(p0)] : 0.0f;
-                o[std::size_t(p0) * 16 + std::size_t(j)] = v;
-            }
-    }
-    });
+                               for (std::size_t blk = b0; blk < b1; ++blk)
+                                   pack_block(w, n, k, ldw, int(blk), packed + blk * block);
+                           });
 }
 
 static CT_PACKED_AVX512 void packed_gemm_avx512(int m, const float* x, int ldx, const PackedWeight& w, float alpha,
