@@ -214,6 +214,16 @@ def torch_greedy_decode(model, src, src_mask, max_len, start_symbol):
     return ys
 
 
+def ct_decoding_model(c, src, torch_model, int8):
+    """ct's system-A model for decoding `src` (torch_model's weights, or its own seeded ones), in eval mode and,
+    with int8, quantised (Module.quantize("int8"), as CTranslate2's compute_type="int8"); and src's pad mask."""
+    import ctransformer as ct
+    model = ct_system_a(c, torch_model).eval()
+    if int8:
+        model.quantize("int8")
+    return model, ct.nn.get_pad_mask(src, PAD)
+
+
 def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS, int8=False):
     """int8: ct's model quantised (Module.quantize("int8")), as CTranslate2's compute_type="int8"."""
     c = SYSTEM_A[size]
@@ -228,10 +238,7 @@ def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS, int8=False):
             mask = get_pad_mask(ts, PAD)
             return (lambda: torch_greedy_decode(model, ts, mask, steps + 1, BOS)), model
         import ctransformer as ct
-        model = ct_system_a(c, torch_model if share else None).eval()
-        if int8:
-            model.quantize("int8")
-        mask = ct.nn.get_pad_mask(src, PAD)
+        model, mask = ct_decoding_model(c, src, torch_model if share else None, int8)
 
         def step():
             with ct.no_grad():
@@ -252,10 +259,7 @@ def build_a_beam(size, rows, steps=DECODE_STEPS, int8=False):
     def build(side, share, torch_model=None):
         import ctransformer as ct
         src, _ = a_batch(c, seed=1, rows=rows)
-        model = ct_system_a(c, torch_model if share else None).eval()
-        if int8:
-            model.quantize("int8")
-        mask = ct.nn.get_pad_mask(src, PAD)
+        model, mask = ct_decoding_model(c, src, torch_model if share else None, int8)
 
         def step():
             with ct.no_grad():
