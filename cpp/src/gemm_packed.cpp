@@ -147,12 +147,12 @@ Level level() {
 
 bool packed_available() { return level() != Level::None; }
 
-// Blocks of 16 rows of W, 16 values of k at a time through a 16 x 16 tile on the stack: every read is a
-// run of 16 floats of a row and every write a run of 256. Writing one row of W at a time (stride 16 floats
-// across k) ran at 2 GB/s, and a weight packed per decoding call at batch 1 is 8 MB for the projection.
 namespace {
 
-// Block blk of W (its 16 outputs from 16 blk) as [k][16], through 16 x 16 tiles.
+// Block blk of W (its 16 outputs from 16 blk) as [k][16], 16 values of k at a time through a 16 x 16 tile on
+// the stack: every read is a run of 16 floats of a row and every write a run of 256. Writing one row of W at
+// a time (stride 16 floats across k) ran at 2 GB/s, and a weight packed per decoding call at batch 1 is 8 MB
+// for the projection.
 void pack_block(const float* w, int n, int k, int ldw, int blk, float* o) {
     const float* wb = w + std::size_t(blk) * 16 * std::size_t(ldw);
     const int rows = std::min(16, n - 16 * blk);
