@@ -277,10 +277,10 @@ def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2, compute_type="
     (ct2_process.py): `ct_model` exported by ct.export.to_ctranslate2. EOS is held off for `steps`
     tokens (min_decoding_length), so it runs exactly the steps ct's greedy_decode (or beam search, with
     beam > 1: CTranslate2's length_penalty ALPHA, its exponent on the length) does; None when
-    ctranslate2 is not installed."""
+    ctranslate2 is not installed. `limit`: seconds one call may take (ct2_process.fastest)."""
     c = SYSTEM_A[size]
 
-    def build(ct_model, folder):
+    def build(ct_model, folder, limit=None):
         try:
             import ctranslate2  # noqa: F401
         except ImportError:
@@ -294,7 +294,8 @@ def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2, compute_type="
         if beam > 1:
             options["length_penalty"] = ALPHA
         source = [[vocab[i] for i in row if i != PAD] for row in src]
-        return Call(fastest(path, compute_type, threads, source, options, calls=1 if size == "base" else 3), **options)
+        calls = 1 if size == "base" else 3
+        return Call(fastest(path, compute_type, threads, source, options, calls=calls, limit=limit), **options)
     return build
 
 

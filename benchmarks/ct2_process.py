@@ -19,7 +19,10 @@ and takes AVX2 (CT2_VERBOSE=1 shows it). Its documented environment variables CT
 CT2_FORCE_CPU_ISA=AVX512 change that choice, and on this project's Zen 5 machine its int8 decoding
 ran 4-5x faster with either (tiny model, batch 1: 55-60 ms at its defaults, 12-14 ms). `fastest()`
 times each of these configurations on the case's own call and keeps the fastest, so CTranslate2 is
-measured as a user who read its docs would run it.
+measured as a user who read its docs would run it. A setting the CPU lacks is skipped and named: CTranslate2
+refuses CT2_FORCE_CPU_ISA=AVX512 on a CPU without AVX-512 ("The CPU does not support AVX512", on an AVX2
+Zen 1), so `missing_features` reads the CPU's flags first, and a setting CTranslate2 refuses for any other
+reason (an error when the worker loads or runs) is closed and skipped too; `timings` names each with why.
 
 The Translator is loaded on a short-lived thread. Loading an int8 model quantises inside an OpenMP
 region, and the loading thread keeps that region's team; the process then holds more OpenMP threads
@@ -49,8 +52,12 @@ class CT2Process:
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env)
         self.last_seconds = self.last_switches = None
-        self.info = self._ask({"op": "load", "path": str(path), "compute_type": compute_type,
-                               "intra_threads": intra_threads})
+        try:
+            self.info = self._ask({"op": "load", "path": str(path), "compute_type": compute_type,
+                                   "intra_threads": intra_threads})
+        except BaseException:  # a setting CTranslate2 refuses (or a load interrupted): no worker left behind
+            self.kill()
+            raise
 
     def _ask(self, message):
         self.proc.stdin.write(json.dumps(message) + "\n")
@@ -76,8 +83,24 @@ class CT2Process:
 
     def close(self):
         if self.proc.poll() is None:
-            self._ask({"op": "quit"})
-            self.proc.wait(timeout=30)
+            try:
+                self._ask({"op": "quit"})
+                self.proc.wait(timeout=30)
+            except Exception:  # a worker that broke off or does not answer
+                pass
+        self.kill()
+
+    def kill(self):
+        """Ends the worker at once (one that refused its setting, or was stopped in the middle of a call by
+        measure.deadline, whose next answer would be the one to that call) and closes its pipes."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:  # a line the dead worker never read
+                pass
 
     def __del__(self):
         try:
@@ -111,29 +134,98 @@ class Call:
 
 # CTranslate2's own choice, then its documented switches for the backend and the instruction set.
 CONFIGS = [{}, {"CT2_USE_MKL": "1"}, {"CT2_FORCE_CPU_ISA": "AVX512"}, {"CT2_USE_MKL": "1", "CT2_FORCE_CPU_ISA": "AVX512"}]
+# The CPU flags (as /proc/cpuinfo names them) CTranslate2 checks before it takes a forced ISA: its
+# cpu_supports_avx512() wants all five AVX-512 subsets below (src/cpu/cpu_info.cc); without them it refuses.
+ISA_FLAGS = {"AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"), "AVX2": ("avx2",),
+             "AVX": ("avx",)}
 
 
-def fastest(path, compute_type, intra_threads, source, options, calls=3):
+def cpu_flags():
+    """This CPU's feature flags (the "flags" line of /proc/cpuinfo), or None where there is none (not Linux,
+    not x86): then no setting is skipped beforehand and CTranslate2's own refusal is caught instead.
+    Tests replace it to pretend another CPU."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def missing_features(config, flags):
+    """The flags that `config`'s CT2_FORCE_CPU_ISA needs and `flags` lacks; [] when the flags are unknown."""
+    isa = config.get("CT2_FORCE_CPU_ISA")
+    if flags is None or isa is None:
+        return []
+    return [flag for flag in ISA_FLAGS.get(isa.upper(), ()) if flag not in flags]
+
+
+def describe(config):
+    return " ".join(f"{k}={v}" for k, v in config.items()) or "its defaults"
+
+
+def fastest(path, compute_type, intra_threads, source, options, calls=3, limit=None):
     """A CT2Process in the configuration (of CONFIGS) whose median of `calls` timed calls (after one
     warm-up) is lowest for this source and these options; the others are closed. Its `timings` holds
-    each configuration's median."""
-    import statistics
+    each configuration's median, or why it has none: "skipped" (a setting the CPU lacks, or one CTranslate2
+    refused) or "too_slow_s" (a call past `limit` seconds); each of those is also printed.
+    RuntimeError when no configuration ran (measure.TooSlow when every one that ran was too slow)."""
+    from measure import TooSlow
 
-    best, timings = None, []
+    best, timings, flags = None, [], cpu_flags()
     for config in CONFIGS:
-        worker = CT2Process(path, compute_type, intra_threads, config)
-        worker.set_source(source)
-        worker.run(**options)
-        seconds = statistics.median(worker.run(**options)["seconds"] for _ in range(calls))
-        timings.append({"config": config, "seconds": seconds})
-        if best is None or seconds < best[1]:
+        missing = missing_features(config, flags)
+        if missing:  # CTranslate2 would refuse it; not worth a worker
+            worker, entry = None, {"config": config, "skipped": "the CPU lacks " + ", ".join(missing)}
+        else:
+            worker, entry = _timed_config(path, compute_type, intra_threads, config, source, options, calls, limit)
+        timings.append(entry)
+        if worker is None:
+            why = entry.get("skipped") or f"too slow (> {entry['too_slow_s']:g} s)"
+            print(f"CTranslate2 {compute_type} with {describe(config)}: not timed, {why}", flush=True)
+        elif best is None or entry["seconds"] < best[1]:
             if best is not None:
                 best[0].close()
-            best = (worker, seconds)
+            best = (worker, entry["seconds"])
         else:
             worker.close()
+    if best is None:
+        ran = [t for t in timings if "skipped" not in t]
+        if ran and all("too_slow_s" in t for t in ran):
+            raise TooSlow(limit)
+        raise RuntimeError("CTranslate2 ran in none of its settings: " +
+                           "; ".join(f"{describe(t['config'])}: {t.get('skipped') or 'too slow'}" for t in timings))
     best[0].timings = timings
     return best[0]
+
+
+def _timed_config(path, compute_type, intra_threads, config, source, options, calls, limit):
+    """(worker, {"config", "seconds"}) for one configuration (fastest()), or (None, {"config", and why not})
+    when CTranslate2 refused it or a call ran past `limit` seconds; such a worker is killed."""
+    import statistics
+
+    from measure import TooSlow, deadline
+
+    worker = None
+    try:
+        worker = CT2Process(path, compute_type, intra_threads, config)  # a start and a load, not a call: no limit
+        worker.set_source(source)
+        with deadline(limit):
+            worker.run(**options)  # the warm-up
+        seconds = []
+        for _ in range(calls):
+            with deadline(limit):
+                seconds.append(worker.run(**options)["seconds"])
+        return worker, {"config": config, "seconds": statistics.median(seconds)}
+    except TooSlow as slow:
+        entry = {"config": config, "too_slow_s": slow.seconds}
+    except Exception as error:  # CTranslate2 refused the setting (or broke off): the other settings still run
+        entry = {"config": config, "skipped": f"CTranslate2 refused it: {error}"}
+    if worker is not None:  # perhaps stopped mid-call: its next answer would be that call's
+        worker.kill()
+    return None, entry
 
 
 def _voluntary_switches():

@@ -10,11 +10,18 @@ OpenMP's KMP_BLOCKTIME is 200 ms; ct's pool spins 30 us, OpenBLAS runs on one th
 OpenMP runs PASSIVE here): the pause keeps the next engine from sharing its 2 cores with the last
 one's spinners. And an engine whose threads have gone to sleep pays for waking them in its first call (CTranslate2's tiny batch-1 decode: 3.5 ms
 back to back, 12 ms after a pause): the untimed call takes that, as a server's steady state would.
+
+A call may be given a time limit (`limit`, seconds): past it the call is stopped (deadline()) and raises
+TooSlow, so an engine far slower on this CPU than the suite was sized for (torch's bf16 autocast without
+AVX512_BF16: 15x its float32 step on a Zen 1) is reported as too slow instead of holding up the run.
 """
+import contextlib
 import ctypes
 import ctypes.util
 import os
+import signal
 import statistics
+import threading
 import time
 
 import numpy as np
@@ -25,39 +32,89 @@ BURST = 3
 SHORT_S = 0.5
 
 
-def timed(fn, gap=0.0):
-    """Seconds of one call of `fn`, after `gap` seconds of pause (its own `last_seconds` when it has one)."""
+class TooSlow(Exception):
+    """A call that ran past its time limit (deadline()); `seconds` is the limit."""
+
+    def __init__(self, seconds):
+        super().__init__(f"too slow (> {seconds:g} s)")
+        self.seconds = seconds
+
+
+@contextlib.contextmanager
+def deadline(seconds):
+    """Raises TooSlow inside the block once it has run `seconds` (None or 0: no limit). By SIGALRM, which
+    only the main thread can take (elsewhere: no limit). Python runs the handler between bytecodes, so a
+    call stops at its next return from C++ (a torch kernel) or when its blocking read is interrupted (a
+    CTranslate2 worker's answer): the engine is left in the middle of a call, and the caller drops it."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TooSlow(seconds)
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def timed(fn, gap=0.0, limit=None):
+    """Seconds of one call of `fn`, after `gap` seconds of pause (its own `last_seconds` when it has one).
+    TooSlow when the call runs past `limit` seconds (the timer is set outside the timed span)."""
     if gap:
         time.sleep(gap)
-    t0 = time.perf_counter()
-    fn()
-    elapsed = time.perf_counter() - t0
+    with deadline(limit):
+        t0 = time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - t0
     own = getattr(fn, "last_seconds", None)
-    return own if own is not None else elapsed
+    seconds = own if own is not None else elapsed
+    if limit and max(seconds, elapsed) > limit:  # the timer could not be set (not the main thread) or was swallowed
+        raise TooSlow(limit)
+    return seconds
 
 
-def turn(fn, last_s, gap=GAP_S, burst=BURST, short_s=SHORT_S):
+def turn(fn, last_s, gap=GAP_S, burst=BURST, short_s=SHORT_S, limit=None):
     """One engine's turn: after the pause, a burst of warm calls for a short call (its previous time
-    `last_s` under short_s), else one call; the list of timed seconds."""
+    `last_s` under short_s), else one call; the list of timed seconds. `limit`: as timed()'s, per call."""
     if last_s is not None and last_s < short_s:
-        timed(fn, gap)
-        return [timed(fn) for _ in range(burst)]
-    return [timed(fn, gap)]
+        timed(fn, gap, limit)
+        return [timed(fn, 0.0, limit) for _ in range(burst)]
+    return [timed(fn, gap, limit)]
 
 
-def interleaved(fns, repeats, warmup, gap=GAP_S, first=None):
+def interleaved(fns, repeats, warmup, gap=GAP_S, first=None, limit=None, dropped=None):
     """Median seconds of each callable in `fns` (a dict), taking turns `repeats` times (turn()).
-    `first`: each one's time from an earlier call, which decides whether its turns are bursts."""
+    `first`: each one's time from an earlier call, which decides whether its turns are bursts.
+    `limit`: seconds one call may take (timed()). `dropped`: when given, a dict that takes each engine whose
+    call raised (TooSlow, or any error) as name -> the exception; that engine leaves the rotation and has no
+    median, and the others go on. Without it the error propagates."""
+    live = dict(fns)
+
+    def attempt(name, call):
+        try:
+            return call()
+        except Exception as error:
+            if dropped is None:
+                raise
+            dropped[name] = error
+            del live[name]
+            return None
     for _ in range(warmup):
-        for fn in fns.values():
-            fn()
+        for name, fn in list(live.items()):
+            attempt(name, lambda: timed(fn, 0.0, limit))
     times = {name: [] for name in fns}
     last = dict(first or {})
     for _ in range(repeats):
-        for name, fn in fns.items():
-            times[name] += turn(fn, last.get(name), gap)
-            last[name] = times[name][-1]
-    return {name: statistics.median(v) for name, v in times.items()}, times
+        for name, fn in list(live.items()):
+            got = attempt(name, lambda: turn(fn, last.get(name), gap, limit=limit))
+            if got is not None:
+                times[name] += got
+                last[name] = times[name][-1]
+    return {name: statistics.median(times[name]) for name in live}, times
 
 
 # --- OpenBLAS sgemm: the library ctransformer links (or another one), called directly on preallocated buffers ----

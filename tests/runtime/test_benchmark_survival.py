@@ -1,0 +1,133 @@
+"""benchmarks/run.py survives any CPU (issue 33): a CTranslate2 setting the CPU lacks, or one CTranslate2
+refuses, is skipped and named; an engine slower than --peer-timeout is stopped and reported as too slow;
+an engine or case that raises is recorded; and the table shows all of it. No training, no CTranslate2:
+fakes stand in for the engines, so these run in seconds."""
+import importlib
+import pathlib
+import sys
+import time
+
+import pytest
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
+# An AVX2-only Zen 1: no AVX-512 subsets at all.
+ZEN1_FLAGS = set("fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma bmi1 bmi2 f16c".split())
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """The benchmarks' modules, imported as run.py imports them (plain names, benchmarks/ on sys.path), and
+    gone again afterwards with the environment they set (run.py sets OMP_WAIT_POLICY)."""
+    monkeypatch.setattr(sys, "path", [str(BENCHMARKS)] + sys.path)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    ours = ("measure", "ct2_process", "run", "cases", "simd_levels", "build_at_level")
+    assert not any(name in sys.modules for name in ours)  # no other module of these names to shadow
+    yield {name: importlib.import_module(name) for name in ("measure", "ct2_process", "run")}
+    for name in ours:
+        sys.modules.pop(name, None)
+
+
+class FakeWorker:
+    """Stands in for ct2_process.CT2Process: CTranslate2 refuses CT2_USE_MKL=1 (as an unknown refusal), and a
+    forced ISA would mean the CPU check was skipped."""
+    started = []
+
+    def __init__(self, path, compute_type, intra_threads, config):
+        FakeWorker.started.append(config)
+        if config.get("CT2_USE_MKL"):
+            raise RuntimeError("CTranslate2 worker: ValueError: simulated refusal")
+        self.config, self.closed = config, False
+
+    def set_source(self, tokens):
+        pass
+
+    def run(self, **options):
+        return {"seconds": 0.001}
+
+    def close(self):
+        self.closed = True
+
+    kill = close
+
+
+def test_a_forced_isa_the_cpu_lacks_is_skipped_and_named_and_a_refusal_is_caught(bench, monkeypatch):
+    ct2 = bench["ct2_process"]
+    monkeypatch.setattr(ct2, "cpu_flags", lambda: ZEN1_FLAGS)
+    monkeypatch.setattr(ct2, "CT2Process", FakeWorker)
+    FakeWorker.started = []
+    worker = ct2.fastest("model", "int8", 2, [["a"]], {"beam_size": 1}, calls=1, limit=5)
+    assert worker.config == {}
+    assert all("CT2_FORCE_CPU_ISA" not in config for config in FakeWorker.started)  # never started
+    why = {ct2.describe(t["config"]): t.get("skipped") for t in worker.timings}
+    assert why["its defaults"] is None
+    assert why["CT2_FORCE_CPU_ISA=AVX512"].startswith("the CPU lacks avx512f")
+    assert why["CT2_USE_MKL=1 CT2_FORCE_CPU_ISA=AVX512"].startswith("the CPU lacks avx512f")
+    assert why["CT2_USE_MKL=1"] == "CTranslate2 refused it: CTranslate2 worker: ValueError: simulated refusal"
+
+
+def test_no_setting_is_skipped_beforehand_when_the_cpu_flags_are_unknown_or_present(bench):
+    ct2 = bench["ct2_process"]
+    avx512 = {"CT2_FORCE_CPU_ISA": "AVX512"}
+    assert ct2.missing_features(avx512, None) == []
+    assert ct2.missing_features(avx512, ZEN1_FLAGS | set(ct2.ISA_FLAGS["AVX512"])) == []
+    assert ct2.missing_features({}, ZEN1_FLAGS) == []
+
+
+def test_when_no_setting_runs_the_peer_fails_with_every_reason(bench, monkeypatch):
+    ct2 = bench["ct2_process"]
+    monkeypatch.setattr(ct2, "cpu_flags", lambda: ZEN1_FLAGS)
+    monkeypatch.setattr(ct2, "CT2Process", FakeWorker)
+    monkeypatch.setattr(ct2, "CONFIGS", [{"CT2_USE_MKL": "1"}, {"CT2_FORCE_CPU_ISA": "AVX512"}])
+    with pytest.raises(RuntimeError, match="simulated refusal.*the CPU lacks avx512f"):
+        ct2.fastest("model", "int8", 2, [["a"]], {}, calls=1)
+
+
+def test_an_engine_past_the_limit_is_stopped_and_dropped_and_the_others_go_on(bench):
+    measure = bench["measure"]
+    dropped = {}
+    t0 = time.perf_counter()
+    med, _ = measure.interleaved({"fast": lambda: None, "slow": lambda: time.sleep(5),
+                                  "broken": lambda: 1 / 0}, repeats=2, warmup=0, gap=0.0, limit=0.2, dropped=dropped)
+    assert time.perf_counter() - t0 < 2  # the 5 s call was stopped at 0.2 s
+    assert set(med) == {"fast"}
+    assert isinstance(dropped["slow"], measure.TooSlow) and dropped["slow"].seconds == 0.2
+    assert isinstance(dropped["broken"], ZeroDivisionError)
+    with pytest.raises(ZeroDivisionError):  # without `dropped`, as before: the error propagates
+        measure.interleaved({"broken": lambda: 1 / 0}, repeats=1, warmup=0, gap=0.0)
+
+
+def test_a_probe_past_its_time_is_too_slow_not_fatal(bench):
+    run = bench["run"]
+    with pytest.raises(bench["measure"].TooSlow):
+        run.run_probe(["--probe-memory", "tiny/train", "ct"], timeout=0.05)
+    memory = run.memory_of("tiny/train", limit=0.01, dropped={"torch": bench["measure"].TooSlow(0.01)})
+    assert memory["ct"] == {"too_slow_s": 0.04}  # (steps + 1) * limit
+    assert memory["torch"]["too_slow_s"] == 0.01 and "not_run" in memory["torch"]
+
+
+def test_the_table_shows_too_slow_failed_and_skipped(bench):
+    run = bench["run"]
+    results = [
+        {"case": "small/train-bf16", "kind": "train-bf16", "repeats": 3, "ct_s": 0.2, "ct_fp32_s": 0.3,
+         "torch_fp32_s": 0.4, "too_slow_s": {"torch": 60}, "memory": {"ct": {"peak_kib": 2048, "step_kib": 1024},
+                                                                       "torch": {"too_slow_s": 240}}},
+        {"case": "tiny/decode-b1", "kind": "decode", "repeats": 3, "ct_s": 0.02, "torch_s": 0.09,
+         "ct_cached_s": 0.003, "ct_int8_s": 0.002, "ct2_s": 0.004, "ct2_switches": 2, "ct2_config": {},
+         "errors": {"ct2_int8": "RuntimeError: x"},
+         "ct2_calibration": [{"config": {}, "seconds": 0.004},
+                             {"config": {"CT2_FORCE_CPU_ISA": "AVX512"}, "skipped": "the CPU lacks avx512f"}]},
+        {"case": "base/train", "kind": "train", "error": "ValueError: simulated"},
+    ]
+    meta = {"torch": "2.x", "date": "today", "threads": 2, "omp_wait_policy": "PASSIVE", "sgemm": {"gflops": 100.0},
+            "bf16_gemm": {"error": "RuntimeError: no bf16"}, "loadavg_1min": {"start": 0.0, "end": 0.0},
+            "peer_timeout_s": 60, "policy_check": {"too_slow_s": 2520, "case": "small/train"}}
+    text = run.table(results, meta)
+    assert "| small/train-bf16 | 200.0 ms | 300.0 ms | **1.50x** | too slow (> 60 s) | n/a |" in text
+    assert "2 / too slow (> 240 s)" in text
+    assert "| tiny/decode-b1 |" in text and "| 4.0 ms | **1.33x** | failed | n/a |" in text
+    assert "CT2_FORCE_CPU_ISA=AVX512: the CPU lacks avx512f (tiny/decode-b1 ct2)" in text
+    for failure in ("- base/train: ValueError: simulated", "- tiny/decode-b1 ct2_int8: RuntimeError: x",
+                    "- bf16_gemm: RuntimeError: no bf16", "- policy_check: too slow (> 2520 s)"):
+        assert failure in text
+    line = run.case_line(results[0])
+    assert line.startswith("small/train-bf16   ct  200.0 ms  torch too slow (> 60 s)  torch/ct n/a")
