@@ -98,12 +98,14 @@ PYBIND11_MODULE(_core, m) {
             {"avx_vnni", cpu.avx_vnni}, {"avx512_bf16", cpu.avx512_bf16}, {"avx512_fp16", cpu.avx512_fp16},
             {"amx_tile", cpu.amx_tile}, {"amx_bf16", cpu.amx_bf16}, {"amx_int8", cpu.amx_int8}};
         for (const auto& [name, on] : flags) cd[name] = on;
+        cd["level_cap"] = cpu.level_cap;
         d["cpu"] = cd;
         return d;
     }, "What the core was compiled for (-march, the kernels' instruction set and vector width, whether "
        "multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: "
        "name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what "
-       "this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time.");
+       "this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time, and level_cap: the "
+       "environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that x86-64 level).");
     m.def("_blas_core_advice", &ct::blas_core_advice,
           "'' when OpenBLAS's kernels use what this CPU offers; else what is slower and the one-line fix.");
     ctpy::bind_tensor(m);

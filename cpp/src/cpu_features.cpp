@@ -1,7 +1,11 @@
 #include "ctransformer/cpu_features.hpp"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include "ctransformer/error.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -73,10 +77,40 @@ CpuFeatures detect() {
 }
 #endif
 
+// The features as a CPU of `level` would have them, at most (CTRANSFORMER_KERNEL_LEVEL; header).
+CpuFeatures capped(CpuFeatures f, const std::string& level) {
+    static const char* const levels[] = {"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
+    int rank = -1;
+    for (int i = 0; i < 4; ++i)
+        if (level == levels[i]) rank = i;
+    if (rank < 0)
+        throw ValueError("CTRANSFORMER_KERNEL_LEVEL must be x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" +
+                         level + "'");
+    // No level includes these extensions: an AVX-512 CPU of level v4 may lack every one.
+    f.avx512_vnni = f.avx512_bf16 = f.avx512_fp16 = f.avx_vnni = false;
+    f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
+    if (rank < 3) f.avx512f = false;
+    if (rank < 2) f.avx2 = f.fma = false;
+    // The SIMD level of each x86-64 level, in the same order; "avx" (no AVX2) ranks with SSE4.2.
+    static const char* const simd[] = {"sse2", "sse4.2", "avx2", "avx512"};
+    const std::string& s = f.simd_level;
+    const int have = s == "avx512" ? 3 : s == "avx2" ? 2 : s == "avx" || s == "sse4.2" ? 1 : s == "sse2" ? 0 : -1;
+    if (have > rank) f.simd_level = simd[rank];
+    f.level_cap = level;
+    return f;
+}
+
+CpuFeatures detect_capped() {
+    CpuFeatures f = detect();
+    const char* level = std::getenv("CTRANSFORMER_KERNEL_LEVEL");
+    if (level && *level) f = capped(f, level);
+    return f;
+}
+
 }  // namespace
 
 const CpuFeatures& cpu_features() {
-    static const CpuFeatures features = detect();
+    static const CpuFeatures features = detect_capped();
     return features;
 }
 

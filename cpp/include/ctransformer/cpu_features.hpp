@@ -1,6 +1,12 @@
 // What the running CPU offers, read at run time (cpuid and the OS's saved-state mask on x86-64), so one
 // portable build can report, and later choose, the widest kernels the machine allows. A feature counts
 // only when the OS also saves its registers (XCR0): AVX-512 in a VM whose kernel disables it is absent.
+//
+// CTRANSFORMER_KERNEL_LEVEL caps what is reported, for the whole process, as if the CPU were of that
+// x86-64 level: "x86-64-v4" (AVX-512 F/BW/DQ/VL, without VNNI, BF16, FP16 or AMX), "x86-64-v3" (AVX2 and
+// FMA: an AMD Zen 1), "x86-64-v2" (SSE4.2) or "x86-64" (SSE2). Every run-time choice reads these features
+// (the int8 and bf16 kernels, the packed and few-rows products, the BLAS guard), so one machine runs the
+// kernels a smaller CPU would pick. It never adds a feature the CPU lacks. An unknown value is an error.
 #pragma once
 #include <string>
 
@@ -19,6 +25,7 @@ struct CpuFeatures {
     bool amx_tile = false;     // AMX tiles, and the OS saves their state (XCR0 bits 17-18)
     bool amx_bf16 = false;
     bool amx_int8 = false;
+    std::string level_cap;     // CTRANSFORMER_KERNEL_LEVEL as applied ("" when unset)
 };
 
 // Detected once, then cached.

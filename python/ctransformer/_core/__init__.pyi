@@ -126,7 +126,7 @@ def _blas_core_advice() -> str:
     """
 def build_info() -> dict:
     """
-    What the core was compiled for (-march, the kernels' instruction set and vector width, whether multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time.
+    What the core was compiled for (-march, the kernels' instruction set and vector width, whether multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time, and level_cap: the environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that x86-64 level).
     """
 def empty_cache() -> None:
     """
