@@ -31,7 +31,7 @@ from ._core import (  # noqa: E402
     zeros,
 )
 from . import amp, decode, distributed, export, functional, nn, optim, quantization, training  # noqa: E402
-from .amp import autocast, is_autocast_enabled  # noqa: E402
+from .amp import BF16EmulationWarning, autocast, is_autocast_enabled  # noqa: E402
 from .grad_mode import no_grad  # noqa: E402
 from .quantization import quantize_dynamic  # noqa: E402
 
@@ -47,7 +47,7 @@ _blas.warn_if_slow_core(_core)  # once, at import: kernels below the CPU's level
 
 __all__ = [
     "Tensor", "tensor", "zeros", "ones", "no_grad", "autocast", "is_autocast_enabled", "amp", "is_grad_enabled", "set_grad_enabled",
-    "build_info", "show_config", "BLASCoreWarning", "manual_seed", "get_rng_state", "set_rng_state", "set_num_threads", "get_num_threads", "memory_stats",
+    "build_info", "show_config", "BLASCoreWarning", "BF16EmulationWarning", "manual_seed", "get_rng_state", "set_rng_state", "set_num_threads", "get_num_threads", "memory_stats",
     "reset_peak_memory_stats", "empty_cache", "set_cache_limit", "decode", "distributed", "export", "functional", "nn", "optim", "quantization", "quantize_dynamic", "training",
 ]
 __version__ = "0.1.0"

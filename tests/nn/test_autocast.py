@@ -283,6 +283,9 @@ def test_bad_arguments():
     assert ct.autocast(dtype=torch.bfloat16).fast_dtype == "bfloat16"
 
 
+@pytest.mark.skipif(amp.bf16_kernel() != "avx512_bf16",
+                    reason="no native bf16 kernel on this CPU (or under CTRANSFORMER_KERNEL_LEVEL): 'auto' is the "
+                           "emulation itself, so there is nothing to compare it with")
 def test_emulated_kernel_gives_the_same_model_within_summation_order():
     """On a CPU without AVX512_BF16 the same rounded operands go through sgemm: the model's output then
     differs from the native kernel's only by float32 summation order."""
@@ -329,3 +332,45 @@ def test_regions_on_two_threads_do_not_share_copies():
     assert not errors, errors
     assert len(results) == 40 and all(np.array_equal(r, want) for r in results)
     assert not np.array_equal(plain, want)
+
+
+WARN_PROBE = """
+import warnings, numpy as np, ctransformer as ct
+warnings.simplefilter("always")
+lin = ct.nn.Linear(4, 3)
+with warnings.catch_warnings(record=True) as seen:
+    for _ in range(3):
+        with ct.autocast(), ct.no_grad():
+            lin(ct.tensor(np.ones((2, 4), np.float32)))
+print(ct.amp.bf16_kernel())
+for w in seen:
+    print(w.category.__name__, "|", w.message)
+"""
+
+
+@pytest.mark.parametrize("level", ["x86-64-v3", None])
+def test_emulated_bf16_warns_once_naming_the_cpu(level):
+    """Where bf16 is emulated (a CPU without AVX512_BF16, here stood in for by the kernel-level cap), the first
+    region warns once that it is slower than float32 and names the CPU; a CPU with the native kernel says
+    nothing."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env.pop("CTRANSFORMER_KERNEL_LEVEL", None)
+    if level:
+        env["CTRANSFORMER_KERNEL_LEVEL"] = level
+    run = subprocess.run([sys.executable, "-c", WARN_PROBE], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    kernel, *warned = run.stdout.splitlines()
+    warned = [w for w in warned if w.startswith("BF16EmulationWarning")]
+    if kernel == "avx512_bf16":
+        assert warned == []
+        return
+    assert len(warned) == 1, run.stdout
+    assert "bf16 is emulated on this CPU" in warned[0] and "slower than float32" in warned[0]
+    name = ct.amp._cpu_name()
+    assert name and name in warned[0]
+    if level:
+        assert "CTRANSFORMER_KERNEL_LEVEL=x86-64-v3" in warned[0]
