@@ -191,12 +191,14 @@ def test_weight_tying_is_one_tensor_with_the_summed_gradient():
     assert np.shares_memory(shared, model.decoder.trg_word_emb.weight.numpy())
     assert np.shares_memory(shared, model.encoder.src_word_emb.weight.numpy())
 
-    torch_to_ct(ref, model)
+    # Off the ReLU knife edge first, as every gradient test here (module docstring): the shifted weights go to
+    # model, and to the untied twin below, which computes the same function of them.
+    src, trg, gold = batch(41, 41)
+    off_the_knife_edge(model, ref, "small", 41, 41, dict(scale_emb_or_prj="none"), src, trg, gold)
     torch.manual_seed(1)
     untied = R0.Transformer(41, 41, PAD, PAD, **SMALL, scale_emb_or_prj="none", trg_emb_prj_weight_sharing=False,
                             emb_src_trg_weight_sharing=False).eval()
     untied.load_state_dict(ref.state_dict())
-    src, trg, gold = batch(41, 41)
     ours, theirs = run_both(model, ref, src, trg, gold)
     ours[-1].backward()
     theirs[-1].backward()
