@@ -1,6 +1,6 @@
 # The README's two commands, plus a few conveniences. Each sets up what it needs first
 # (scripts/setup.sh: Debian packages, .venv, pip install .).
-.PHONY: train test sanitize demo bench notebooks
+.PHONY: train test test-levels sanitize demo bench notebooks
 
 TASK ?= copy
 ARGS ?=
@@ -14,6 +14,13 @@ train:
 test:
 	./scripts/setup.sh test
 	.venv/bin/python -m pytest tests -q
+
+# What other CPUs run, proven on this one: the package built for x86-64-v3 (AVX2, an AMD Zen 1) and for the
+# baseline x86-64, each tested with the run-time kernels and OpenBLAS core such a CPU picks, and the
+# baseline run under qemu on a CPU without AVX (scripts/test_levels.sh; README, "CPUs").
+test-levels:
+	./scripts/setup.sh test
+	./scripts/test_levels.sh
 
 # The core rebuilt under AddressSanitizer+UBSan and ThreadSanitizer, running part of the suite;
 # any report fails (scripts/sanitize.sh; README, "Sanitizers").

@@ -11,8 +11,9 @@ extras="${1:-}"
 # (pyproject.toml), the OpenBLAS that numpy and SciPy ship. Open MPI: data-parallel training
 # (mpirun ... --distributed); the build finds it and links it in.
 packages=(g++ libxtensor-dev openmpi-bin libopenmpi-dev)
-# The tests also compile the SIMD kernels for aarch64, so an x86-only intrinsic cannot slip in.
-[[ ",$extras," == *",test,"* ]] && packages+=(g++-aarch64-linux-gnu)
+# The tests also compile the SIMD kernels for aarch64, so an x86-only intrinsic cannot slip in; and run the
+# baseline build on an emulated CPU without AVX (qemu-user: make test-levels).
+[[ ",$extras," == *",test,"* ]] && packages+=(g++-aarch64-linux-gnu qemu-user)
 need=()
 for pkg in "${packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")

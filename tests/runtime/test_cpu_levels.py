@@ -2,9 +2,11 @@
 
 A wheel built with -march=native on an AVX2 machine, and the same sources on an AVX-512 one, take
 different branches of cpp/src/simd.hpp: code behind the other machine's macros is never compiled
-where it is written. So the files that use SIMD are compiled here for every x86-64 level (and for
-aarch64 when a cross compiler is installed), whatever this machine's CPU; and the whole extension
-is built once at the baseline level (CTRANSFORMER_NATIVE=OFF) and checked against PyTorch.
+where it is written. So the files that use SIMD are compiled here for the x86-64 levels that no other
+run builds (and for aarch64 when a cross compiler is installed), whatever this machine's CPU. The whole
+extension is built and tested at the levels of most users' CPUs by `make test-levels`
+(scripts/test_levels.sh: x86-64-v3 and the baseline x86-64, each against PyTorch with that level's
+run-time kernels, the baseline also under qemu without AVX); `make test` builds this machine's level.
 """
 import os
 import pathlib
@@ -21,7 +23,8 @@ SRC = ROOT / "cpp" / "src"
 INCLUDE = ROOT / "cpp" / "include"
 CXX = shutil.which("g++")
 
-X86_LEVELS = ["x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", "native"]
+# x86-64 and x86-64-v3 are built whole by make test-levels, native by make test: compiled here, the rest.
+X86_LEVELS = ["x86-64-v2", "x86-64-v4"]
 
 # What marks a file as CPU-specific: our SIMD helpers, or intrinsics used directly.
 SIMD_MARKERS = re.compile(r"simd\.hpp|random_bits\.hpp|immintrin|__AVX|__SSE|_mm(256|512)?_|__m(128|256|512)")
@@ -122,66 +125,6 @@ def test_simd_sources_compile_for_aarch64(tmp_path):
             (headers / name).symlink_to(pathlib.Path("/usr/include") / name)
     failures = compile_all(AARCH64_CXX, ["-march=armv8-a", "-isystem", str(headers), *blas_flags()], simd_sources())
     assert not failures, "aarch64:\n" + "\n".join(failures)
-
-
-# --- the whole extension at the baseline level -----------------------------------------------------
-
-PARITY_TESTS = [
-    "tests/ops/test_ops_softmax_layernorm.py", "tests/ops/test_ops_activation_dropout.py", "tests/ops/test_ops_attention_fused.py",
-    "tests/ops/test_ops_matmul_linear.py", "tests/loss/test_losses.py", "tests/optim/test_optim.py", "tests/decode/test_decode.py",
-    "tests/nn/test_transformer_post_norm.py::test_torch_to_ctransformer_parity",
-]
-
-
-@pytest.fixture(scope="module")
-def baseline_package(tmp_path_factory):
-    """The package with its extension built by CMake with CTRANSFORMER_NATIVE=OFF (plain x86-64 on an
-    x86-64 host: SSE2, no FMA), in a folder that goes first on PYTHONPATH."""
-    if shutil.which("cmake") is None:
-        pytest.skip("cmake is needed")
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import build_at_level
-    finally:
-        sys.path.pop(0)
-    return build_at_level.build("default", tmp_path_factory.mktemp("baseline"))
-
-
-def baseline_env(package_dir):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(package_dir), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
-    return env
-
-
-def test_baseline_build_targets_the_plain_level(baseline_package):
-    code = "import ctransformer as ct, json; print(ct.__file__); print(json.dumps(ct.build_info()))"
-    run = subprocess.run([sys.executable, "-c", code], env=baseline_env(baseline_package), capture_output=True,
-                         text=True, cwd=ROOT)
-    assert run.returncode == 0, run.stderr
-    where, info = run.stdout.splitlines()
-    assert where.startswith(str(baseline_package)), where
-    import json
-
-    info = json.loads(info)
-    assert info["march"] == ""
-    if os.uname().machine == "x86_64":
-        # SSE2 only: 4 floats a vector, tails through the padded buffer, unfused multiply-adds.
-        # (MPI is whatever CMake found, as in the native build: not a property of the level.)
-        import ctransformer as ct
-
-        # The BLAS and the CPU are the same as the native build's: OpenBLAS picks its kernels at run time.
-        native = ct.build_info()
-        assert info == {"march": "", "simd": "sse2", "float_lanes": 4, "fused_multiply_add": False,
-                        "masked_tails": False, "mpi": native["mpi"], "blas": native["blas"], "cpu": native["cpu"]}
-
-
-def test_baseline_build_matches_torch(baseline_package):
-    """The op, loss, optimizer, decoding and model parity tests, run on the baseline build: the padded
-    tails and the unfused multiply-adds hold to the same tolerances as the native build."""
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *PARITY_TESTS],
-                         env=baseline_env(baseline_package), capture_output=True, text=True, cwd=ROOT)
-    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
-    assert re.search(r"\d+ passed", run.stdout), run.stdout[-2000:]
 
 
 # --- a build copied to another CPU -------------------------------------------------------------------

@@ -40,15 +40,15 @@ def probe(level):
                                              ("x86-64-v3", "avx2", {"avx2", "portable"}),
                                              ("x86-64-v4", "avx512", {"avx2", "portable"})])
 def test_a_level_caps_every_run_time_choice(level, simd, int8):
-    got = probe(level)
+    got, real = probe(level), probe(None)["cpu"]     # (the CPU as it is, whatever this process runs under)
     cpu = got["cpu"]
-    assert cpu["level_cap"] == level
+    assert cpu["level_cap"] == level and real["level_cap"] == ""
     # Never more than the CPU has, never more than the level allows.
-    assert RANK[cpu["simd_level"]] == min(RANK[simd], RANK[CPU["simd_level"]])
+    assert RANK[cpu["simd_level"]] == min(RANK[simd], RANK[real["simd_level"]])
     for extension in ["avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8"]:
         assert cpu[extension] is False, extension
-    assert cpu["avx512f"] == (level == "x86-64-v4" and CPU["avx512f"])
-    assert cpu["avx2"] == (RANK[simd] >= 2 and CPU["avx2"])
+    assert cpu["avx512f"] == (level == "x86-64-v4" and real["avx512f"])
+    assert cpu["avx2"] == (RANK[simd] >= 2 and real["avx2"])
     assert set(got["int8"]) <= int8 and "portable" in got["int8"]
     assert got["int8_now"] == got["int8"][0]          # auto: the best the capped CPU has
     assert got["bf16"] == "emulated"
@@ -67,3 +67,24 @@ def test_an_unknown_level_is_refused_at_import_naming_the_variable():
     run = subprocess.run([sys.executable, "-c", "import ctransformer"], env=env, capture_output=True, text=True)
     assert run.returncode != 0
     assert "CTRANSFORMER_KERNEL_LEVEL must be x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got 'avx3'" in run.stderr
+
+
+# What each level's build compiles its own SIMD loops for (cpp/src/simd.hpp): the vector width and whether
+# multiply-adds are fused.
+LEVEL_BUILDS = {"x86-64": ("sse2", 4, False), "x86-64-v3": ("avx2", 8, True)}
+
+
+@pytest.mark.skipif(os.environ.get("CTRANSFORMER_EXPECT_MARCH") not in LEVEL_BUILDS,
+                    reason="runs on the level builds of make test-levels")
+def test_the_level_build_under_test_is_that_level_throughout():
+    """The build imported is the one for the level (conftest.py checks -march), its own SIMD loops are that
+    level's, and the run-time kernels are capped at the same level: nothing above the level runs."""
+    level = os.environ["CTRANSFORMER_EXPECT_MARCH"]
+    info = ct.build_info()
+    simd, lanes, fused = LEVEL_BUILDS[level]
+    assert simd in info["simd"] and "avx512" not in info["simd"], info["simd"]
+    assert (info["float_lanes"], info["fused_multiply_add"]) == (lanes, fused)
+    assert info["cpu"]["level_cap"] == level
+    from ctransformer import _build_config
+
+    assert "avx512f" not in _build_config.CPU_FLAGS and ("avx2" in _build_config.CPU_FLAGS) == (level == "x86-64-v3")
