@@ -13,7 +13,7 @@ train:
 # The whole test suite, against PyTorch 2.13.
 test:
 	./scripts/setup.sh test
-	.venv/bin/python -m pytest tests -q
+	.venv/bin/python -m pytest tests -q --durations=20
 
 # What other CPUs run, proven on this one: the package built for x86-64-v3 (AVX2, an AMD Zen 1) and for the
 # baseline x86-64, each tested with the run-time kernels and OpenBLAS core such a CPU picks, and the
