@@ -25,6 +25,7 @@ import threading
 import time
 
 import numpy as np
+from ctransformer._cpu_check import cpu_model  # noqa: F401 (measure.cpu_model: the benchmarks' CPU name)
 
 
 GAP_S = 0.3
@@ -228,18 +229,6 @@ def result_path(folder, stem):
     while os.path.exists(path):
         path, n = os.path.join(folder, f"{stem}_{n}.json"), n + 1
     return path
-
-
-def cpu_model():
-    """The CPU's model name (Linux), for figures that depend on it."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
 
 
 def rss_kib():

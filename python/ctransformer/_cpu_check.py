@@ -25,6 +25,18 @@ def cpu_flags(cpuinfo="/proc/cpuinfo"):
     return None
 
 
+def cpu_model(cpuinfo="/proc/cpuinfo"):
+    """The CPU's model name (Linux), for messages and figures that depend on it; None where it cannot be read."""
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
 def missing_features(required, available):
     """The required flags the CPU does not report, in the build's order."""
     if available is None:

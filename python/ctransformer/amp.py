@@ -40,15 +40,10 @@ _warned_emulation = False
 
 
 def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     import platform
-    return platform.processor() or platform.machine()
+
+    from ._cpu_check import cpu_model
+    return cpu_model() or platform.processor() or platform.machine()
 
 
 def _warn_if_emulated():
