@@ -49,10 +49,12 @@ def _cpu_name():
 def _warn_if_emulated():
     """Once a process: say that bf16 runs emulated here, on which CPU, and what that costs."""
     global _warned_emulation
+    if _warned_emulation or bf16_kernel() != "emulated":   # (checked first: every region entered asks)
+        return
     from ._core import build_info
     cpu = build_info()["cpu"]
-    if _warned_emulation or cpu["avx512_bf16"] or bf16_kernel() != "emulated":
-        return                            # (a kernel forced by set_bf16_kernel on a bf16 CPU: the caller chose it)
+    if cpu["avx512_bf16"]:
+        return                            # a kernel forced by set_bf16_kernel on a bf16 CPU: the caller chose it
     _warned_emulation = True
     why = f"capped by CTRANSFORMER_KERNEL_LEVEL={cpu['level_cap']}" if cpu["level_cap"] else "no AVX512_BF16"
     warnings.warn(f"autocast: bf16 is emulated on this CPU ({_cpu_name()}, {why}): the 'emulated' kernel rounds "

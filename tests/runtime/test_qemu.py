@@ -61,9 +61,8 @@ pytestmark = [
 
 
 def run(prefix, extra_env):
-    env = dict(os.environ, OPENBLAS_CORETYPE="Prescott", CTRANSFORMER_PROGRESS="0", **extra_env)
-    env.pop("CTRANSFORMER_KERNEL_LEVEL", None)
-    env.update(extra_env)
+    env = {k: v for k, v in os.environ.items() if k != "CTRANSFORMER_KERNEL_LEVEL"}
+    env.update(OPENBLAS_CORETYPE="Prescott", CTRANSFORMER_PROGRESS="0", **extra_env)
     done = subprocess.run([*prefix, sys.executable, "-W", "ignore", "-c", SCRIPT], env=env, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, f"{' '.join(prefix) or 'native'} exited {done.returncode}:\n{done.stderr[-3000:]}"
