@@ -19,3 +19,15 @@ if _expected_march:
     if _march != _expected_march:
         raise RuntimeError(f"CTRANSFORMER_EXPECT_MARCH={_expected_march}, but the ctransformer imported "
                            f"({ctransformer.__file__}) was built for -march={_march or 'the default'}")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def kernel_level(request):
+    """The kernel level a test runs at (parametrise it indirectly, with kernel_levels.levels_for); "auto" after."""
+    from kernel_levels import at_level
+
+    with at_level(request.param) as level:
+        yield level

@@ -152,7 +152,7 @@ second product of 3 or more rows (a batch of sentences or beams, outside autogra
 product reads the parameter packed once, instead of sgemm packing it on every call.
 greedy_decode and beam_search hold one; a loop of one's own over a StepDecoder, or over many calls (the
 Translator's batches), can too. The weights must not change inside it, and the packed copies take as much
-memory as the weights. CPUs with AVX-512 or AVX2 only (elsewhere, or with CTRANSFORMER_PACKED=off, it does
+memory as the weights. CPUs with AVX-512 or AVX2 only (elsewhere, or at kernel level "portable", it does
 nothing); another legal float32 summation order.)doc")
         .def(py::init<>())
         .def("__enter__", [](PackedRegion& r) -> PackedRegion& {

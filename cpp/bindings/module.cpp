@@ -6,9 +6,13 @@
 #include "ctransformer/build_info.hpp"
 #include "ctransformer/cpu_features.hpp"
 #include "ctransformer/error.hpp"
+#include "ctransformer/kernels/level.hpp"
 #include "ctransformer/random.hpp"
 #include "ctransformer/threads.hpp"
 
+#include <pybind11/stl.h>
+
+#include <optional>
 #include <utility>
 
 namespace py = pybind11;
@@ -105,7 +109,32 @@ PYBIND11_MODULE(_core, m) {
        "multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: "
        "name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what "
        "this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time, and level_cap: the "
-       "environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that x86-64 level).");
+       "environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that level).");
+    m.def("kernel_level", [] { return ct::kernels::level_name(ct::kernels::kernel_level()); },
+          "The kernel level in force: 'portable', 'avx2', 'avx2_vnni', 'avx512', 'avx512_vnni' or 'avx512_bf16' "
+          "(the CPU's best unless set_kernel_level or CTRANSFORMER_KERNEL_LEVEL chose less).");
+    m.def("kernel_levels", &ct::kernels::kernel_levels, "Every kernel level this CPU runs, best first.");
+    m.def("set_kernel_level", &ct::kernels::set_kernel_level, py::arg("level"),
+          "Run the kernels of `level` from the next product on, in the whole process: one of kernel_levels(), an "
+          "x86-64 level ('x86-64-v3' = 'avx2', 'x86-64-v4' = 'avx512') or 'auto' (the CPU's best). Every level "
+          "gives the same numbers within float32's summation-order bound (int8: the same bits). It also ends a "
+          "choice made by quantization.set_int8_kernel or amp.set_bf16_kernel. A level this CPU cannot run is a "
+          "ValueError.");
+    m.def("_kernel_table", [](std::optional<std::string> level) {
+        py::list rows;
+        for (const ct::kernels::KernelRow& r : level ? ct::kernels::kernel_table(ct::kernels::parse_level(*level))
+                                                     : ct::kernels::kernel_table()) {
+            py::dict d;
+            d["key"] = r.key;
+            d["product"] = r.product;
+            d["kernel"] = r.kernel;
+            d["when"] = r.when;
+            rows.append(d);
+        }
+        return rows;
+    }, py::arg("level") = py::none(),
+       "One dict per product: its key, what it is, the kernel it runs at the level in force (or at `level`), and "
+       "when (sizes, threads).");
     m.def("_blas_core_advice", &ct::blas_core_advice,
           "'' when OpenBLAS's kernels use what this CPU offers; else what is slower and the one-line fix.");
     ctpy::bind_tensor(m);

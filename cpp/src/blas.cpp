@@ -64,26 +64,12 @@ void init() {
 
 namespace {
 
-// Below ~4 MFLOP (~40 us on one core) a product stays on one thread: handing half of it to the
-// other thread costs a few us, and on a loaded machine a worker that was preempted holding a piece
-// costs a scheduler tick (measured: the tiny model's step ran faster single-threaded).
-constexpr double kSplitFlops = 2.0 * 128 * 128 * 128;
-constexpr int kMinBlock = 32;                        // rows (or columns) per piece at least
-// Pieces per thread: 2 lets the caller take over half of a descheduled worker's share; more
-// would pack B (or A) once more per piece.
-constexpr std::size_t kPiecesPerThread = 2;
-// Up to kGemvRows (blas_few_rows.hpp) rows of C a product is that many sgemv calls: sgemm packs all of B
-// first, which for one row of a decoding step costs ~4.6x the product (8000x256 weight: 888 us vs 191 us; equal
-// at 4 rows), so incremental decoding at batch 1 would be bound by packing. From 3 to kFewRows rows of x W^T,
-// gemm_few_rows.cpp reads W once for all of them (beam 5 at batch 1 on the Multi30k model: 44-50 -> 74-121
-// sentences/s); at 1 and 2 rows OpenBLAS's sgemv stays faster (greedy at batch 1: 192-229 against 170-184).
-// sgemv rows split across threads from this many weights on.
-constexpr std::size_t kSplitGemvElements = std::size_t(1) << 16;
-
-// Products up to this many multiply-adds skip BLAS: a call costs 0.2-1 us before any work, and an
-// incremental decoding step's attention is hundreds of 1 x len x d_k products per layer (tiny model:
-// 4 heads x 32 rows, len <= 50, d_k 8), which spent most of the step in call overhead.
-constexpr std::size_t kDirectMacs = 8192;
+// Where a product goes and when it is split: kernels/split.hpp.
+using kernels::kDirectMacs;
+using kernels::kGemmPiecesPerThread;
+using kernels::kMinBlock;
+using kernels::kSplitFlops;
+constexpr std::size_t kSplitGemvElements = kernels::kSplitWeightBytes / sizeof(float);
 // C's row (n <= NV W floats) += sum over p of (alpha a[p * a_step]) B[p], in registers across p (decoding's
 // attention: one query's weights times one head's values, n = d_v): no load and store of C per p. NV and
 // FULL (n = NV W) are constants, so no accumulator is indexed at run time (GCC then keeps them in memory)
@@ -229,9 +215,7 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
     init();
     if (m == 0 || n == 0) return;
     const std::size_t threads = std::size_t(parallel::threads());
-    // sgemv rows are bound by reading B, not by arithmetic: two threads reading halves of a weight of
-    // 256 KiB or more beat one (every Linear of the small model's decoding step at batch 1: 23.4 ->
-    // 21.0 ms for 50 tokens when the 256 x 256 projections were split too).
+    // sgemv rows are bound by reading B, not by arithmetic (kSplitWeightBytes).
     const bool few_rows = m <= kFewRows && !trans_a && trans_b && few_rows_available();  // gemm_few_rows.cpp or sgemv
     const bool gemv_worth_splitting =
         (m <= kGemvRows || few_rows) && std::size_t(n) * std::size_t(k) >= kSplitGemvElements;
@@ -242,12 +226,12 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
         parallel::parallel_for(std::size_t(m), kMinBlock, [&](std::size_t i0, std::size_t i1) {
             const float* ai = trans_a ? a + i0 : a + i0 * std::size_t(lda);
             gemm_serial(trans_a, trans_b, int(i1 - i0), n, k, alpha, ai, lda, b, ldb, beta, c + i0 * std::size_t(ldc), ldc);
-        }, kPiecesPerThread);
+        }, kGemmPiecesPerThread);
     } else {  // columns of C: columns of op(B)
         parallel::parallel_for(std::size_t(n), kMinBlock, [&](std::size_t j0, std::size_t j1) {
             const float* bj = trans_b ? b + j0 * std::size_t(ldb) : b + j0;
             gemm_serial(trans_a, trans_b, m, int(j1 - j0), k, alpha, a, lda, bj, ldb, beta, c + j0, ldc);
-        }, kPiecesPerThread);
+        }, kGemmPiecesPerThread);
     }
 }
 

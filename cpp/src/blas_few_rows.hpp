@@ -1,14 +1,15 @@
 // C (m, n) = alpha A (m, k) B^T + beta C for 1 <= m <= kFewRows, B (n, k) row-major (a Linear's weight),
-// each row of B read once for all m rows (gemm_few_rows.cpp). blas.cpp routes such products of 3 to kFewRows
-// rows here.
+// each row of B read once for all m rows (gemm_few_rows.cpp). blas.cpp routes such products of kGemvRows + 1
+// to kFewRows rows here (kernels/split.hpp).
 #pragma once
 #include <cstddef>
 
+#include "kernels/split.hpp"
+
 namespace ct::blas {
 
-// Up to kGemvRows rows a product is that many sgemv calls (blas.cpp); from there to kFewRows, this kernel.
-constexpr int kGemvRows = 2;
-constexpr int kFewRows = 8;
+using kernels::kFewRows;
+using kernels::kGemvRows;
 
 struct FewRows {
     int m, k;
@@ -22,7 +23,7 @@ struct FewRows {
     int ldc;
 };
 
-// Whether this CPU has a kernel for it (AVX2 with FMA, or AVX-512); if not, the caller uses the BLAS.
+// Whether the kernel level has a kernel for it (AVX2 with FMA, or AVX-512); if not, the caller uses the BLAS.
 bool few_rows_available();
 // Columns [n0, n1) of C.
 void few_rows_gemm(const FewRows& p, int n0, int n1);

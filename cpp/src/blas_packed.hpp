@@ -13,8 +13,7 @@
 
 namespace ct::blas {
 
-// From this many rows a product reads the packed copy (up to kGemvRows, OpenBLAS's sgemv is faster).
-constexpr int kPackedMinRows = kGemvRows + 1;
+using kernels::kPackedMinRows;  // (kernels/split.hpp)
 
 // The copy's floats come from the tensors' caching allocator (allocator.hpp), not the system: a decoding call
 // packs its weights afresh, and a fresh 8 MB copy from the system cost ~2000 page faults (~3 ms for the 8000 x
@@ -29,8 +28,7 @@ struct PackedWeight {
     std::unique_ptr<float[], CachedFloats> data;  // not value-initialised: pack_weight writes every float
 };
 
-// Whether this CPU has a kernel (AVX-512F, or AVX2 and FMA; CTRANSFORMER_PACKED=avx2 asks for the AVX2 one and
-// =off for none, for tests).
+// Whether the kernel level has a kernel (AVX-512F, or AVX2 and FMA; kernels/dispatch.hpp).
 bool packed_available();
 // W (n, k) row-major, leading dimension ldw, into `out`.
 void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out);

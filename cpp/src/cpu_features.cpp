@@ -79,15 +79,25 @@ CpuFeatures detect() {
 
 // The features as a CPU of `level` would have them, at most (CTRANSFORMER_KERNEL_LEVEL; header).
 CpuFeatures capped(CpuFeatures f, const std::string& level) {
-    static const char* const levels[] = {"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
-    int rank = -1;
-    for (int i = 0; i < 4; ++i)
-        if (level == levels[i]) rank = i;
-    if (rank < 0)
-        throw ValueError("CTRANSFORMER_KERNEL_LEVEL must be x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" +
-                         level + "'");
-    // No level includes these extensions: an AVX-512 CPU of level v4 may lack every one.
-    f.avx512_vnni = f.avx512_bf16 = f.avx512_fp16 = f.avx_vnni = false;
+    // The x86-64 levels, and the kernel levels (kernels/level.hpp) with the extensions each keeps.
+    struct Cap { const char* name; int rank; bool avx_vnni, avx512_vnni, avx512_bf16; };
+    static const Cap caps[] = {{"x86-64", 0, false, false, false},    {"x86-64-v2", 1, false, false, false},
+                               {"x86-64-v3", 2, false, false, false}, {"x86-64-v4", 3, false, false, false},
+                               {"portable", 0, false, false, false},  {"avx2", 2, false, false, false},
+                               {"avx2_vnni", 2, true, false, false},  {"avx512", 3, false, false, false},
+                               {"avx512_vnni", 3, false, true, false}, {"avx512_bf16", 3, false, true, true}};
+    const Cap* cap = nullptr;
+    for (const Cap& c : caps)
+        if (level == c.name) cap = &c;
+    if (!cap)
+        throw ValueError("CTRANSFORMER_KERNEL_LEVEL must be portable, avx2, avx2_vnni, avx512, avx512_vnni, "
+                         "avx512_bf16, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" + level + "'");
+    const int rank = cap->rank;
+    // No x86-64 level includes these extensions: an AVX-512 CPU of level v4 may lack every one.
+    f.avx_vnni = f.avx_vnni && cap->avx_vnni;
+    f.avx512_vnni = f.avx512_vnni && cap->avx512_vnni;
+    f.avx512_bf16 = f.avx512_bf16 && cap->avx512_bf16;
+    f.avx512_fp16 = false;
     f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
     if (rank < 3) f.avx512f = false;
     if (rank < 2) f.avx2 = f.fma = false;

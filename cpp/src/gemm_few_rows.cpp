@@ -2,7 +2,7 @@
 // (n, k) row-major read once for all the rows. sgemm packs all of W first, which for a decoding step costs
 // several times the product itself (8000 x 256 output projection: ~890 us against ~190 us for one sgemv
 // at one row), and m sgemv calls read W m times; beam 5 at batch 1 (5 rows) paid the first. blas.cpp sends
-// 3 to kFewRows rows here (at 1 and 2, OpenBLAS's sgemv is faster).
+// 3 to kFewRows rows here (kernels/split.hpp) (at 1 and 2, OpenBLAS's sgemv is faster).
 //
 // Each output is a dot product over k in 16 (AVX-512) or 8 (AVX2) lanes of fused multiply-adds, the lanes
 // then added by halves: another legal summation order than the BLAS's, within the same float32 bound
@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "fma_level.hpp"
+#include "kernels/dispatch.hpp"
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers start some intrinsics from an "undefined" vector (GCC bug 105593).
@@ -95,20 +95,13 @@ void by_rows(const FewRows& p, int n0, int n1) {
     table[p.m - 1](p, n0, n1);
 }
 
-using Level = FmaLevel;
-
-// The CPU's best; CTRANSFORMER_FEW_ROWS=avx2 or =off asks for less (tests run every path on one machine).
-Level level() {
-    static const Level l = fma_level("CTRANSFORMER_FEW_ROWS");
-    return l;
-}
-
 }  // namespace
 
-bool few_rows_available() { return level() != Level::None; }
+// The kernel level's choice (kernels/dispatch.hpp).
+bool few_rows_available() { return kernels::float_kernel() != kernels::FloatKernel::Blas; }
 
 void few_rows_gemm(const FewRows& p, int n0, int n1) {
-    if (level() == Level::Avx512)
+    if (kernels::float_kernel() == kernels::FloatKernel::Avx512)
         by_rows<rows_avx512<1>, rows_avx512<2>, rows_avx512<3>, rows_avx512<4>, rows_avx512<5>, rows_avx512<6>,
                 rows_avx512<7>, rows_avx512<8>>(p, n0, n1);
     else

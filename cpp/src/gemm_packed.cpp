@@ -10,7 +10,7 @@
 #include <string>
 
 #include "ctransformer/allocator.hpp"
-#include "fma_level.hpp"
+#include "kernels/dispatch.hpp"
 #include "parallel.hpp"
 
 namespace ct::blas {
@@ -135,17 +135,10 @@ CT_PACKED_AVX2 void packed_gemm_avx2(int m, const float* x, int ldx, const Packe
     }
 }
 
-using Level = FmaLevel;
-
-// The CPU's best; CTRANSFORMER_PACKED=avx2 or =off asks for less (tests run every path on one machine).
-Level level() {
-    static const Level l = fma_level("CTRANSFORMER_PACKED");
-    return l;
-}
-
 }  // namespace
 
-bool packed_available() { return level() != Level::None; }
+// The kernel level's choice (kernels/dispatch.hpp).
+bool packed_available() { return kernels::float_kernel() != kernels::FloatKernel::Blas; }
 
 namespace {
 
@@ -218,7 +211,7 @@ static CT_PACKED_AVX512 void packed_gemm_avx512(int m, const float* x, int ldx, 
 
 void packed_gemm(int m, const float* x, int ldx, const PackedWeight& w, float alpha, bool accumulate, float* c, int ldc,
                  int n0, int n1) {
-    if (level() == Level::Avx512) return packed_gemm_avx512(m, x, ldx, w, alpha, accumulate, c, ldc, n0, n1);
+    if (kernels::float_kernel() == kernels::FloatKernel::Avx512) return packed_gemm_avx512(m, x, ldx, w, alpha, accumulate, c, ldc, n0, n1);
     packed_gemm_avx2(m, x, ldx, w, alpha, accumulate, c, ldc, n0, n1);
 }
 

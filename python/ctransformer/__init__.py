@@ -19,12 +19,15 @@ from ._core import (  # noqa: E402
     get_num_threads,
     get_rng_state,
     is_grad_enabled,
+    kernel_level,
+    kernel_levels,
     manual_seed,
     memory_stats,
     ones,
     reset_peak_memory_stats,
     set_cache_limit,
     set_grad_enabled,
+    set_kernel_level,
     set_num_threads,
     set_rng_state,
     tensor,
@@ -39,7 +42,8 @@ from .quantization import quantize_dynamic  # noqa: E402
 def show_config(mode="stdout"):
     """Print (or, with mode="dicts", return) what this ctransformer runs on, in numpy's manner: the build's
     instruction set, the BLAS library (name, version, path, the kernel core OpenBLAS picked at run time,
-    threads) and the CPU's best SIMD level and its bf16 / int8 (VNNI) / AMX units."""
+    threads), the CPU's best SIMD level and its bf16 / int8 (VNNI) / AMX units, and the kernel level in force
+    with the kernel each product runs at it (and when: the sizes that route it and split it over threads)."""
     return _blas.show_config(_core, mode)
 
 
@@ -48,6 +52,7 @@ _blas.warn_if_slow_core(_core)  # once, at import: kernels below the CPU's level
 __all__ = [
     "Tensor", "tensor", "zeros", "ones", "no_grad", "autocast", "is_autocast_enabled", "amp", "is_grad_enabled", "set_grad_enabled",
     "build_info", "show_config", "BLASCoreWarning", "BF16EmulationWarning", "manual_seed", "get_rng_state", "set_rng_state", "set_num_threads", "get_num_threads", "memory_stats",
+    "kernel_level", "kernel_levels", "set_kernel_level",
     "reset_peak_memory_stats", "empty_cache", "set_cache_limit", "decode", "distributed", "export", "functional", "nn", "optim", "quantization", "quantize_dynamic", "training",
 ]
 __version__ = "0.1.0"

@@ -55,8 +55,10 @@ def show_config(core, mode="stdout"):
                 "bf16 units": "AMX-BF16" if cpu["amx_bf16"] else "AVX512_BF16" if cpu["avx512_bf16"] else "no",
                 "int8 units": "AMX-INT8" if cpu["amx_int8"] else "AVX512_VNNI" if cpu["avx512_vnni"]
                 else "AVX_VNNI" if cpu["avx_vnni"] else "no"},
-        # the kernels ctransformer runs on them (ct.amp.bf16_kernel, ct.quantization.int8_kernel)
-        "Kernels": {"bf16": core.amp.bf16_kernel(), "int8": core.quantization.int8_kernel()},
+        # the kernels ctransformer runs on them (ct.set_kernel_level; ct.amp.bf16_kernel, ct.quantization.int8_kernel)
+        "Kernels": {"level": f"{core.kernel_level()} (this CPU runs {', '.join(core.kernel_levels())})",
+                    "bf16": core.amp.bf16_kernel(), "int8": core.quantization.int8_kernel()},
+        "Products": {row["product"]: f"{row['kernel']}; {row['when']}" for row in core._kernel_table()},
     }
     advice = core._blas_core_advice()
     if advice:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import ctransformer as ct
+from kernel_levels import at_level, kernel_at, levels_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CPU = ct.build_info()["cpu"]
@@ -71,12 +72,14 @@ def test_show_config_prints_and_returns_the_same():
     config = ct.show_config(mode="dicts")
     assert config["BLAS"]["core"].startswith(BLAS["core"]) and config["BLAS"]["library"] == BLAS["library"]
     assert config["CPU"]["best SIMD level"] == CPU["simd_level"]
-    assert config["Kernels"] == {"bf16": ct.amp.bf16_kernel(), "int8": ct.quantization.int8_kernel()}
+    assert config["Kernels"] == {"level": f"{ct.kernel_level()} (this CPU runs {', '.join(ct.kernel_levels())})",
+                                 "bf16": ct.amp.bf16_kernel(), "int8": ct.quantization.int8_kernel()}
+    assert config["Products"]["int8 Linear"].startswith(ct.quantization.int8_kernel() + "; split over threads")
     run = run_python("import ctransformer as ct; ct.show_config()")
     assert run.returncode == 0, run.stderr
     for line in ["BLAS:", "  name: OpenBLAS", f"  version: {BLAS['version']}", f"  library: {BLAS['library']}",
                  "CPU:", f"  best SIMD level: {CPU['simd_level']}", "  bf16 units:", "  int8 units:",
-                 "Kernels:", f"  int8: {ct.quantization.int8_kernel()}"]:
+                 "Kernels:", f"  int8: {ct.quantization.int8_kernel()}", "Products:", "  float32 x W^T, 3-8 rows: "]:
         assert line in run.stdout, run.stdout
     with pytest.raises(ValueError, match="mode must be 'stdout' or 'dicts'"):
         ct.show_config(mode="yaml")
@@ -196,15 +199,13 @@ def test_linear_and_its_gradients_against_float64(m, k, n):
         assert ratio.max() <= 1.0, f"{name}: error {ratio.max():.3g} x the float32 bound at {np.argmax(ratio)}"
 
 
-@pytest.mark.parametrize("path", ["avx2", "off"])
-def test_linear_of_a_few_rows_on_every_path(path):
-    """The few-rows products (gemm_few_rows.cpp) by the AVX2 kernel and by the BLAS, on this machine whatever it
-    has best (CTRANSFORMER_FEW_ROWS), held to the same bound as above."""
-    code = ("import sys; sys.path.insert(0, 'tests'); sys.path.insert(0, 'tests/runtime'); import test_blas as t\n"
-            "for shape in [(3, 512, 512), (5, 256, 8000), (8, 2048, 512), (6, 33, 300)]:\n"
-            "    t.test_linear_and_its_gradients_against_float64(*shape)\n")
-    run = run_python(code, args=("-W", "ignore"), extra_env={"CTRANSFORMER_FEW_ROWS": path})
-    assert run.returncode == 0, run.stderr
+@pytest.mark.parametrize("kernel_level", levels_for("few_rows"), indirect=True)
+@pytest.mark.parametrize("m,k,n", [(3, 512, 512), (5, 256, 8000), (8, 2048, 512), (6, 33, 300)])
+def test_linear_of_a_few_rows_at_every_level(kernel_level, m, k, n):
+    """The few-rows products (gemm_few_rows.cpp) by each kernel this CPU runs (AVX-512, AVX2, and OpenBLAS's
+    sgemv at the portable level), held to the same bound as above."""
+    assert kernel_at("few_rows").startswith({"portable": "OpenBLAS"}.get(kernel_level, kernel_level.split("_")[0]))
+    test_linear_and_its_gradients_against_float64(m, k, n)
 
 
 PACKED_SHAPES = [(9, 256, 256), (32, 256, 8000), (160, 256, 1024), (33, 1024, 256), (13, 17, 70), (100, 64, 39), (40, 9, 1),
@@ -215,15 +216,15 @@ PACKED_FROM_USE = 2
 
 
 def packed_kernel_expected():
-    cpu = ct.build_info()["cpu"]
-    has = cpu.get("simd_level") == "avx512" or (cpu.get("avx2") and cpu.get("fma"))
-    return bool(has) and os.environ.get("CTRANSFORMER_PACKED") != "off"
+    return kernel_at("packed") != "(not packed)"
 
 
+@pytest.mark.parametrize("kernel_level", levels_for("packed"), indirect=True)
 @pytest.mark.parametrize("m,k,n", PACKED_SHAPES)
-def test_linear_with_packed_weights_against_float64(m, k, n):
+def test_linear_with_packed_weights_against_float64(kernel_level, m, k, n):
     """Inside ct.decode.PackedWeights a product of 3 or more rows against a parameter goes to the packed kernel
-    (gemm_packed.cpp) from the parameter's second product on: held to the float32 bound
+    (gemm_packed.cpp) from the parameter's second product on, at each level with another kernel (AVX-512, AVX2;
+    none at the portable level): held to the float32 bound
     of a k-term sum, |err| <= 2 (k + 1) u sum |x||w| + |b|, with alpha (the output projection's d_model^-1/2)
     and a bias; the region must hold the weight packed from that product on (PackedWeights.count: the kernel
     ran), and the products before and any outside the region are the BLAS's (or gemm_few_rows.cpp's). Shapes: decoding's batch 32 and beams, a beam at batch 1 (3-8 rows: one pass of
@@ -266,39 +267,34 @@ def packed_product(m, k, n):
         return [ct.functional.linear(X, W).numpy() for _ in range(PACKED_FROM_USE)][-1]
 
 
-def test_packed_avx2_kernel_against_float64_and_the_avx512_kernel(tmp_path):
-    """The AVX2 packed kernel (CTRANSFORMER_PACKED=avx2; what a CPU without AVX-512 runs) at every packed shape,
-    held to the bound above; on a CPU with AVX-512 as well, to the AVX-512 kernel's bits (both sum each output
-    in order over k, one fused multiply-add per value)."""
-    out = tmp_path / "avx2.npz"
-    code = ("import sys; sys.path.insert(0, 'tests'); sys.path.insert(0, 'tests/runtime'); import numpy as np\n"
-            "import test_blas as t\n"
-            "for shape in t.PACKED_SHAPES:\n"
-            "    t.test_linear_with_packed_weights_against_float64(*shape)\n"
-            f"np.savez({str(out)!r}, **{{str(i): t.packed_product(*shape) for i, shape in enumerate(t.PACKED_SHAPES)}})\n")
-    run = run_python(code, args=("-W", "ignore"), extra_env={"CTRANSFORMER_PACKED": "avx2"})
-    assert run.returncode == 0, run.stderr
-    if ct.build_info()["cpu"].get("simd_level") == "avx512":
-        avx2 = np.load(out)
-        for i, shape in enumerate(PACKED_SHAPES):
-            np.testing.assert_array_equal(avx2[str(i)], packed_product(*shape), err_msg=f"shape {shape}")
+def test_packed_kernels_give_the_same_bits():
+    """The AVX2 packed kernel (what a CPU without AVX-512 runs) gives the AVX-512 kernel's bits at every packed
+    shape: both sum each output in order over k, one fused multiply-add per value (each is held to float64's
+    bound above)."""
+    levels = [level for level in levels_for("packed") if level != "portable"]
+    if len(levels) < 2:
+        pytest.skip(f"one packed kernel on this CPU ({levels})")
+    for shape in PACKED_SHAPES:
+        results = []
+        for level in levels:
+            with at_level(level):
+                results.append(packed_product(*shape))
+        for level, got in zip(levels[1:], results[1:]):
+            np.testing.assert_array_equal(got, results[0], err_msg=f"shape {shape}: {level} against {levels[0]}")
 
 
-def test_packed_weights_off_gives_the_blas_result():
-    """CTRANSFORMER_PACKED=off: the region changes nothing (what a CPU without AVX-512 does)."""
-    code = ("import numpy as np, ctransformer as ct\n"
-            "rng = np.random.default_rng(0)\n"
-            "x = ct.tensor(rng.standard_normal((32, 256)).astype(np.float32))\n"
-            "w = ct.tensor(rng.standard_normal((512, 256)).astype(np.float32), requires_grad=True)\n"
-            "with ct.no_grad():\n"
-            "    a = ct.functional.linear(x, w).numpy()\n"
-            "    with ct.decode.PackedWeights():\n"
-            "        ct.functional.linear(x, w)\n"
-            "        b = ct.functional.linear(x, w).numpy()\n"
-            "        assert ct.decode.PackedWeights.count == 0\n"
-            "assert (a == b).all()\n")
-    run = run_python(code, args=("-W", "ignore"), extra_env={"CTRANSFORMER_PACKED": "off"})
-    assert run.returncode == 0, run.stderr
+def test_packed_weights_at_the_portable_level_give_the_blas_result():
+    """At the portable level the region changes nothing (what a CPU without AVX2 does)."""
+    rng = np.random.default_rng(0)
+    x = ct.tensor(rng.standard_normal((32, 256)).astype(np.float32))
+    w = ct.tensor(rng.standard_normal((512, 256)).astype(np.float32), requires_grad=True)
+    with at_level("portable"), ct.no_grad():
+        a = ct.functional.linear(x, w).numpy()
+        with ct.decode.PackedWeights():
+            ct.functional.linear(x, w)
+            b = ct.functional.linear(x, w).numpy()
+            assert ct.decode.PackedWeights.count == 0
+    np.testing.assert_array_equal(a, b)
 
 
 # --- the parity tests under every kernel core -------------------------------------------------------------------

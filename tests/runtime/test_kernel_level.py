@@ -1,6 +1,8 @@
-"""CTRANSFORMER_KERNEL_LEVEL: one process runs the kernels a CPU of a smaller x86-64 level would pick.
+"""The kernel level: one process runs the kernels a smaller CPU would pick.
 
-Each case runs in a fresh process (the features are read once per process). The cap is what `make
+ct.set_kernel_level changes it at run time (the tests of the kernels run every level this way, through
+kernel_levels.py); CTRANSFORMER_KERNEL_LEVEL caps the CPU's features for the whole process, read once, so
+each of its cases runs in a fresh process. The cap is what `make
 test-levels` sets beside the build of the same level, so an AVX-512 machine runs an AVX2-only CPU's int8,
 bf16, packed and few-rows kernels; these tests check that every run-time choice obeys it.
 """
@@ -20,16 +22,16 @@ PROBE = """
 import json, ctransformer as ct
 from ctransformer import quantization as q, amp
 print(json.dumps({"cpu": ct.build_info()["cpu"], "int8": q.int8_kernels_available(), "int8_now": q.int8_kernel(),
-                  "bf16": amp.bf16_kernel()}))
+                  "bf16": amp.bf16_kernel(), "level": ct.kernel_level(), "levels": ct.kernel_levels()}))
 """
 
 
-def probe(level):
+def probe(level, code=PROBE):
     env = dict(os.environ)
     env.pop("CTRANSFORMER_KERNEL_LEVEL", None)
     if level is not None:
         env["CTRANSFORMER_KERNEL_LEVEL"] = level
-    run = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout.splitlines()[-1])
 
@@ -52,6 +54,69 @@ def test_a_level_caps_every_run_time_choice(level, simd, int8):
     assert set(got["int8"]) <= int8 and "portable" in got["int8"]
     assert got["int8_now"] == got["int8"][0]          # auto: the best the capped CPU has
     assert got["bf16"] == "emulated"
+    assert got["level"] == got["levels"][0] == {0: "portable", 1: "portable", 2: "avx2", 3: "avx512"}[RANK[cpu["simd_level"]]]
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 levels")
+@pytest.mark.parametrize("level", ["portable", "avx2", "avx2_vnni", "avx512", "avx512_vnni", "avx512_bf16"])
+def test_a_kernel_level_name_caps_as_its_cpus_are(level):
+    """The kernel levels' own names cap too, keeping the extensions the level names (and the CPU has)."""
+    got, real = probe(level), probe(None)
+    runs = level in real["levels"]
+    assert got["level"] == (level if runs else got["levels"][0])
+    assert set(got["levels"]) <= set(real["levels"])
+    cpu = got["cpu"]
+    assert cpu["avx_vnni"] == (level == "avx2_vnni" and real["cpu"]["avx_vnni"] and runs)
+    assert cpu["avx512_bf16"] == (level == "avx512_bf16" and runs)
+    assert cpu["avx512_fp16"] is False and cpu["amx_tile"] is False
+
+
+def test_the_level_is_the_cpus_best_and_every_level_it_runs_can_be_set():
+    if CPU["level_cap"]:
+        pytest.skip("this process itself runs under CTRANSFORMER_KERNEL_LEVEL (make test-levels)")
+    levels = ct.kernel_levels()
+    assert ct.kernel_level() == levels[0] and levels[-1] == "portable"
+    try:
+        for level in levels:
+            ct.set_kernel_level(level)
+            assert ct.kernel_level() == level
+        for alias, level in [("x86-64", "portable"), ("x86-64-v2", "portable"), ("x86-64-v3", "avx2"),
+                             ("x86-64-v4", "avx512")]:
+            if level in levels:
+                ct.set_kernel_level(alias)
+                assert ct.kernel_level() == level
+        ct.set_kernel_level("auto")
+        assert ct.kernel_level() == levels[0]
+    finally:
+        ct.set_kernel_level("auto")
+
+
+def test_set_kernel_level_ends_a_one_product_choice():
+    q = ct.quantization
+    try:
+        q.set_int8_kernel("portable")
+        assert q.int8_kernel() == "portable"
+        ct.set_kernel_level("auto")
+        assert q.int8_kernel() == q.int8_kernels_available()[0]
+    finally:
+        q.set_int8_kernel("auto")
+
+
+def test_bad_levels_are_value_errors_naming_what_is_expected():
+    with pytest.raises(ValueError, match="set_kernel_level: kernel level must be one of portable, avx2, .*got 'sse9'"):
+        ct.set_kernel_level("sse9")
+    with pytest.raises(TypeError):
+        ct.set_kernel_level(3)
+    # A level above the CPU's (here, above a cap of avx2): refused, naming what it runs.
+    code = ("import ctransformer as ct\ntry:\n    ct.set_kernel_level('avx512')\nexcept ValueError as e:\n"
+            "    print(e)\nprint(ct.kernel_level())")
+    env = dict(os.environ, CTRANSFORMER_KERNEL_LEVEL="avx2")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-2:] == [
+        "set_kernel_level: this CPU cannot run level 'avx512'; it runs " + ", ".join(
+            [lv for lv in ["avx2", "portable"] if lv in ct.kernel_levels()]) + " (or 'auto')",
+        "avx2" if "avx2" in ct.kernel_levels() else "portable"]
 
 
 def test_without_a_cap_the_cpu_is_reported_as_it_is():
@@ -66,7 +131,8 @@ def test_an_unknown_level_is_refused_at_import_naming_the_variable():
     env = dict(os.environ, CTRANSFORMER_KERNEL_LEVEL="avx3")
     run = subprocess.run([sys.executable, "-c", "import ctransformer"], env=env, capture_output=True, text=True)
     assert run.returncode != 0
-    assert "CTRANSFORMER_KERNEL_LEVEL must be x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got 'avx3'" in run.stderr
+    assert ("CTRANSFORMER_KERNEL_LEVEL must be portable, avx2, avx2_vnni, avx512, avx512_vnni, avx512_bf16, "
+            "x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got 'avx3'") in run.stderr
 
 
 # What each level's build compiles its own SIMD loops for (cpp/src/simd.hpp): the vector width and whether

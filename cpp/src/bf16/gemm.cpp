@@ -1,13 +1,13 @@
 // gemm_bf16 (bf16.hpp): which kernel runs, how a product is split over threads, and the emulation
 // for CPUs without AVX512_BF16.
 #include <algorithm>
-#include <atomic>
 #include <vector>
 
 #include "../blas.hpp"
+#include "../kernels/dispatch.hpp"
+#include "../kernels/split.hpp"
 #include "../parallel.hpp"
 #include "ctransformer/bf16.hpp"
-#include "ctransformer/cpu_features.hpp"
 #include "ctransformer/error.hpp"
 #include "gemm_kernels.hpp"
 
@@ -15,23 +15,14 @@ namespace ct {
 
 namespace {
 
-enum class Kernel { Avx512Bf16, Emulated };
+using kernels::Bf16Kernel;
 
-bool cpu_has_bf16() {
-    const CpuFeatures& f = cpu_features();
-    return f.avx512_bf16 && f.simd_level == "avx512";
-}
-
-std::atomic<Kernel>& kernel() {
-    static std::atomic<Kernel> k{cpu_has_bf16() ? Kernel::Avx512Bf16 : Kernel::Emulated};
-    return k;
-}
-
-// Below ~4 MFLOP a product stays on one thread (as blas.cpp's sgemm split, for the same reason).
-constexpr double kSplitFlops = 2.0 * 128 * 128 * 128;
+// Where a product goes and when it is split: kernels/split.hpp.
+using kernels::kFewRows;
+using kernels::kSplitFlops;
+constexpr std::size_t kSplitFewRowsElements = kernels::kSplitWeightBytes / sizeof(bf16_t);
 constexpr int kPanel = 32;  // columns of the kernel's tile: a thread's columns come in whole panels
 constexpr int kRowPanel = 12;
-constexpr std::size_t kSplitFewRowsElements = std::size_t(1) << 17;  // 256 KiB of bf16 weight
 
 // op(X) (rows x cols) rounded to bf16 and widened back to fp32, row-major with leading dimension = cols
 // or (trans) a copy of X's own layout: either way the same op applies to the copy.
@@ -82,10 +73,10 @@ void scaled_accumulate(int m, int n, float* c, int ldc, Run&& run) {
 
 void native(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta, float* c, int ldc,
             bool serial) {
-    if (m <= bf16_kernels::kFewRows && !a.trans && b.trans && k > 0) {  // decoding's products: no packing
+    if (m <= kFewRows && !a.trans && b.trans && k > 0) {  // decoding's products: no packing
         bf16_kernels::Block g = make_block(m, n, k, alpha, a, b, beta, c, ldc);
         const int threads = serial ? 1 : parallel::threads();
-        // Bound by reading B: two threads reading halves beat one from 256 KiB of weight (blas.cpp's rule).
+        // Bound by reading B (kSplitWeightBytes).
         if (threads <= 1 || std::size_t(n) * std::size_t(k) < kSplitFewRowsElements)
             return bf16_kernels::avx512_bf16_few_rows(g);
         parallel::parallel_chunks(std::size_t(n), std::size_t(threads), [&](std::size_t, std::size_t n0, std::size_t n1) {
@@ -141,7 +132,7 @@ void native(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Op
 void run(int m, int n, int k, float alpha, Bf16Operand a, Bf16Operand b, float beta, float* c, int ldc, bool serial) {
     check(m, n, k, beta, a, b);
     if (m == 0 || n == 0) return;
-    if (kernel().load() == Kernel::Avx512Bf16)
+    if (kernels::bf16_kernel() == Bf16Kernel::Avx512Bf16)
         native(m, n, k, alpha, a, b, beta, c, ldc, serial);
     else
         emulated(m, n, k, alpha, a, b, beta, c, ldc, serial);
@@ -177,18 +168,20 @@ void gemm_bf16_serial(bool trans_a, bool trans_b, int m, int n, int k, float alp
     run(m, n, k, alpha, Bf16Operand::fp32(a, lda, trans_a), Bf16Operand::fp32(b, ldb, trans_b), beta, c, ldc, true);
 }
 
-std::string bf16_kernel() { return kernel().load() == Kernel::Avx512Bf16 ? "avx512_bf16" : "emulated"; }
+std::string bf16_kernel() { return kernels::kernel_name(kernels::bf16_kernel()); }
 
+// One product's choice, kept from before the kernel level (kernels/level.hpp) and the same as choosing it
+// there for bf16 alone.
 void set_bf16_kernel(const std::string& name) {
     if (name == "auto")
-        kernel() = cpu_has_bf16() ? Kernel::Avx512Bf16 : Kernel::Emulated;
+        kernels::follow_level_for_bf16();
     else if (name == "emulated")
-        kernel() = Kernel::Emulated;
+        kernels::choose_bf16_kernel(Bf16Kernel::Emulated);
     else if (name == "avx512_bf16") {
-        if (!cpu_has_bf16())
+        if (!kernels::cpu_runs(kernels::Level::Avx512Bf16))
             throw ValueError("set_bf16_kernel: this CPU has no AVX512_BF16 (cpu_features()['avx512_bf16'] is False); "
                              "use 'auto' or 'emulated'");
-        kernel() = Kernel::Avx512Bf16;
+        kernels::choose_bf16_kernel(Bf16Kernel::Avx512Bf16);
     } else {
         throw ValueError("set_bf16_kernel: kernel must be 'auto', 'avx512_bf16' or 'emulated', got '" + name + "'");
     }

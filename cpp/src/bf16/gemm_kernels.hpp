@@ -28,11 +28,8 @@ struct Block {
 // CPUs with AVX512_BF16 only. shared_a: A already packed for every row (pack_shared_a), else each call packs
 // its own blocks of A.
 void avx512_bf16_block(const Block& block, const std::uint32_t* shared_a = nullptr);
-// Up to kFewRows rows of C, A not transposed and B transposed (B[n][k]: a weight), without packing; its own
-// order of summation (bf16.hpp). alpha != 1 scales the sum; accumulate adds it to C.
-// (8: a beam of up to 8 at batch 1. With 4, a beam of 5 went through the packed kernel, which packs the
-// weight on every call, and bf16 beam 5 decoded slower than float32.)
-constexpr int kFewRows = 8;
+// Up to kFewRows rows of C (kernels/split.hpp), A not transposed and B transposed (B[n][k]: a weight), without
+// packing; its own order of summation (bf16.hpp). alpha != 1 scales the sum; accumulate adds it to C.
 void avx512_bf16_few_rows(const Block& block);
 // A packed once for all threads: the buffer's size in 32-bit words, and packing rows [12 panel0, 12 panel1)
 // of it (threads pack disjoint panels). block.m0 must be 0 and block.m1 = m.

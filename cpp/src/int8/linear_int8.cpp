@@ -1,10 +1,10 @@
 // linear_int8 (int8.hpp): which kernel runs, weights quantised and packed, activations quantised, and the
 // product split over threads by columns.
 #include <algorithm>
-#include <atomic>
 
+#include "../kernels/dispatch.hpp"
+#include "../kernels/split.hpp"
 #include "../parallel.hpp"
-#include "ctransformer/cpu_features.hpp"
 #include "ctransformer/error.hpp"
 #include "kernels.hpp"
 
@@ -14,43 +14,28 @@ namespace {
 
 namespace k8 = int8_kernels;
 
+using kernels::Int8Kernel;
+
 struct Entry {
-    const char* name;
     k8::Kernel run;
     k8::QuantizeRow quantize_row;
 };
 
-// Best first; each usable only when the CPU has its instructions.
-std::vector<Entry> available() {
-    std::vector<Entry> out;
+// The kernel level's choice, or set_int8_kernel's (kernels/dispatch.hpp).
+Entry current() {
+    switch (kernels::int8_kernel()) {
 #if defined(__x86_64__)
-    const CpuFeatures& f = cpu_features();
-    if (f.simd_level == "avx512" && f.avx512_vnni) out.push_back({"avx512_vnni", k8::avx512_vnni, k8::quantize_row_avx512});
-    if (f.avx2 && f.fma && f.avx_vnni) out.push_back({"avx_vnni", k8::avx_vnni, k8::quantize_row_avx2});
-    if (f.avx2 && f.fma) out.push_back({"avx2", k8::avx2, k8::quantize_row_avx2});
+        case Int8Kernel::Avx512Vnni: return {k8::avx512_vnni, k8::quantize_row_avx512};
+        case Int8Kernel::AvxVnni: return {k8::avx_vnni, k8::quantize_row_avx2};
+        case Int8Kernel::Avx2: return {k8::avx2, k8::quantize_row_avx2};
 #endif
-    out.push_back({"portable", k8::portable, k8::quantize_row_portable});
-    return out;
+        default: return {k8::portable, k8::quantize_row_portable};
+    }
 }
 
-const std::vector<Entry>& entries() {
-    static const std::vector<Entry> e = available();
-    return e;
-}
-
-std::atomic<int>& selected() {  // index into entries()
-    static std::atomic<int> i{0};
-    return i;
-}
-
-const Entry& current() { return entries()[std::size_t(selected().load())]; }
-
-// Below ~1M multiply-adds (a few microseconds in VNNI) a product stays on one thread: the hand-off costs
-// about as much. (A product of 32 x 256 x 256 alone is faster on one thread, but decoding at batch 32 was
-// ~10% slower end to end with the bound at 4M: the second thread then sleeps between the larger products.)
-// Threads take whole 64-column panels.
-constexpr std::size_t kSplitMacs = std::size_t(1) << 20;
-constexpr std::size_t kPanel = 64;
+// Threads and panels: kernels/split.hpp.
+constexpr std::size_t kSplitMacs = kernels::kSplitInt8Macs;
+constexpr std::size_t kPanel = kernels::kInt8Panel;
 
 void pack_into(Int8Weight& w, const std::int8_t* q) {
     const std::size_t kg = w.k_groups(), blocks = (w.out_features + 15) / 16;
@@ -146,27 +131,30 @@ std::vector<std::int32_t> matmul_int8_s32(std::size_t m, const std::int8_t* qx, 
     return acc;
 }
 
-std::string int8_kernel() { return current().name; }
+std::string int8_kernel() { return kernels::kernel_name(kernels::int8_kernel()); }
 
+// The kernels of the levels this CPU runs, best first.
 std::vector<std::string> int8_kernels_available() {
+    std::vector<Int8Kernel> have;
+    for (const std::string& level : kernels::kernel_levels())
+        have.push_back(kernels::int8_kernel_at(kernels::parse_level(level)));
     std::vector<std::string> names;
-    for (const Entry& e : entries()) names.emplace_back(e.name);
+    for (Int8Kernel k : {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2, Int8Kernel::Portable})
+        if (std::find(have.begin(), have.end(), k) != have.end()) names.push_back(kernels::kernel_name(k));
     return names;
 }
 
+// One product's choice, kept from before the kernel level (kernels/level.hpp) and the same as choosing it
+// there for int8 alone.
 void set_int8_kernel(const std::string& name) {
-    if (name == "auto") {
-        selected() = 0;
-        return;
-    }
-    for (std::size_t i = 0; i < entries().size(); ++i)
-        if (name == entries()[i].name) {
-            selected() = int(i);
-            return;
-        }
-    std::string have;
-    for (const Entry& e : entries()) have += std::string(have.empty() ? "" : ", ") + e.name;
-    throw ValueError("set_int8_kernel: '" + name + "' is not an int8 kernel this CPU can run; it has " + have +
+    if (name == "auto") return kernels::follow_level_for_int8();
+    const std::vector<std::string> have = int8_kernels_available();
+    for (Int8Kernel k : {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2, Int8Kernel::Portable})
+        if (name == kernels::kernel_name(k) && std::find(have.begin(), have.end(), name) != have.end())
+            return kernels::choose_int8_kernel(k);
+    std::string names;
+    for (const std::string& h : have) names += (names.empty() ? "" : ", ") + h;
+    throw ValueError("set_int8_kernel: '" + name + "' is not an int8 kernel this CPU can run; it has " + names +
                      " (or 'auto')");
 }
 

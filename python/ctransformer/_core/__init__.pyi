@@ -13,7 +13,7 @@ from . import loss
 from . import decode
 from . import distributed
 from . import amp
-__all__: list[str] = ['Tensor', 'amp', 'build_info', 'decode', 'distributed', 'empty_cache', 'functional', 'get_num_threads', 'get_rng_state', 'is_grad_enabled', 'loss', 'manual_seed', 'memory_stats', 'nn', 'ones', 'optim', 'quantization', 'reset_peak_memory_stats', 'set_cache_limit', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'tensor', 'zeros']
+__all__: list[str] = ['Tensor', 'amp', 'build_info', 'decode', 'distributed', 'empty_cache', 'functional', 'get_num_threads', 'get_rng_state', 'is_grad_enabled', 'kernel_level', 'kernel_levels', 'loss', 'manual_seed', 'memory_stats', 'nn', 'ones', 'optim', 'quantization', 'reset_peak_memory_stats', 'set_cache_limit', 'set_grad_enabled', 'set_kernel_level', 'set_num_threads', 'set_rng_state', 'tensor', 'zeros']
 class Tensor:
     """
     A float32 tensor that can record the operations made on it for autograd.
@@ -124,9 +124,13 @@ def _blas_core_advice() -> str:
     """
     '' when OpenBLAS's kernels use what this CPU offers; else what is slower and the one-line fix.
     """
+def _kernel_table(level: str | None = None) -> list:
+    """
+    One dict per product: its key, what it is, the kernel it runs at the level in force (or at `level`), and when (sizes, threads).
+    """
 def build_info() -> dict:
     """
-    What the core was compiled for (-march, the kernels' instruction set and vector width, whether multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time, and level_cap: the environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that x86-64 level).
+    What the core was compiled for (-march, the kernels' instruction set and vector width, whether multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time, and level_cap: the environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that level).
     """
 def empty_cache() -> None:
     """
@@ -140,6 +144,14 @@ def get_rng_state() -> str:
     """
 def is_grad_enabled() -> bool:
     ...
+def kernel_level() -> str:
+    """
+    The kernel level in force: 'portable', 'avx2', 'avx2_vnni', 'avx512', 'avx512_vnni' or 'avx512_bf16' (the CPU's best unless set_kernel_level or CTRANSFORMER_KERNEL_LEVEL chose less).
+    """
+def kernel_levels() -> list[str]:
+    """
+    Every kernel level this CPU runs, best first.
+    """
 def manual_seed(seed: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
     Seed the generator behind parameter initialisation and dropout.
@@ -159,6 +171,10 @@ def set_cache_limit(bytes: typing.Any) -> None:
 def set_grad_enabled(enabled: bool) -> None:
     """
     Turn graph recording on or off for this thread (no_grad uses it).
+    """
+def set_kernel_level(level: str) -> None:
+    """
+    Run the kernels of `level` from the next product on, in the whole process: one of kernel_levels(), an x86-64 level ('x86-64-v3' = 'avx2', 'x86-64-v4' = 'avx512') or 'auto' (the CPU's best). Every level gives the same numbers within float32's summation-order bound (int8: the same bits). It also ends a choice made by quantization.set_int8_kernel or amp.set_bf16_kernel. A level this CPU cannot run is a ValueError.
     """
 def set_num_threads(n: typing.Any) -> None:
     """

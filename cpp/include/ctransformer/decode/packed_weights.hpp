@@ -8,7 +8,7 @@
 // hold one; a loop of one's own over a StepDecoder, or over many calls (the Translator's batches), can
 // too. The weights must not change while it lives (the copies would be stale), and the copies take as
 // much memory as the weights they copy. Another legal float32 summation order than the BLAS's; CPUs
-// with AVX-512 or AVX2 only (elsewhere, and with CTRANSFORMER_PACKED=off, it does nothing).
+// with AVX-512 or AVX2 only (elsewhere, and at kernel level "portable", it does nothing).
 #pragma once
 #include <cstddef>
 

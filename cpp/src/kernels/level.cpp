@@ -1,0 +1,205 @@
+// The kernel level (ctransformer/kernels/level.hpp) and what each product runs at it (dispatch.hpp).
+#include "ctransformer/kernels/level.hpp"
+
+#include <atomic>
+#include <cstdio>
+
+#include "ctransformer/blas_info.hpp"
+#include "ctransformer/build_info.hpp"
+#include "ctransformer/cpu_features.hpp"
+#include "ctransformer/error.hpp"
+#include "dispatch.hpp"
+#include "split.hpp"
+
+namespace ct::kernels {
+
+namespace {
+
+constexpr Level kLevels[] = {Level::Portable, Level::Avx2, Level::Avx2Vnni, Level::Avx512, Level::Avx512Vnni,
+                             Level::Avx512Bf16};
+
+std::atomic<int>& current() {
+    static std::atomic<int> level{int(best_level())};
+    return level;
+}
+
+// -1: the product follows the level; otherwise its kernel, chosen by set_int8_kernel / set_bf16_kernel.
+std::atomic<int> g_int8_choice{-1};
+std::atomic<int> g_bf16_choice{-1};
+
+}  // namespace
+
+std::string level_name(Level level) {
+    switch (level) {
+        case Level::Portable: return "portable";
+        case Level::Avx2: return "avx2";
+        case Level::Avx2Vnni: return "avx2_vnni";
+        case Level::Avx512: return "avx512";
+        case Level::Avx512Vnni: return "avx512_vnni";
+        case Level::Avx512Bf16: return "avx512_bf16";
+    }
+    return "?";
+}
+
+Level parse_level(const std::string& name) {
+    for (Level l : kLevels)
+        if (name == level_name(l)) return l;
+    if (name == "x86-64" || name == "x86-64-v2") return Level::Portable;
+    if (name == "x86-64-v3") return Level::Avx2;
+    if (name == "x86-64-v4") return Level::Avx512;
+    std::string names;
+    for (Level l : kLevels) names += level_name(l) + ", ";
+    throw ValueError("kernel level must be one of " + names + "x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" +
+                     name + "'");
+}
+
+bool cpu_runs(Level level) {
+    const CpuFeatures& f = cpu_features();
+    const bool avx2 = f.avx2 && f.fma, avx512 = f.simd_level == "avx512";  // F, BW, DQ and VL
+    switch (level) {
+        case Level::Portable: return true;
+        case Level::Avx2: return avx2;
+        case Level::Avx2Vnni: return avx2 && f.avx_vnni;
+        case Level::Avx512: return avx512;
+        case Level::Avx512Vnni: return avx512 && f.avx512_vnni;
+        case Level::Avx512Bf16: return avx512 && f.avx512_vnni && f.avx512_bf16;
+    }
+    return false;
+}
+
+Level best_level() {
+    Level best = Level::Portable;
+    for (Level l : kLevels)
+        if (cpu_runs(l)) best = l;
+    return best;
+}
+
+std::vector<std::string> kernel_levels() {
+    std::vector<std::string> names;
+    for (auto it = std::rbegin(kLevels); it != std::rend(kLevels); ++it)
+        if (cpu_runs(*it)) names.push_back(level_name(*it));
+    return names;
+}
+
+Level kernel_level() { return Level(current().load(std::memory_order_relaxed)); }
+
+void set_kernel_level(const std::string& name) {
+    Level level;
+    try {
+        level = name == "auto" ? best_level() : parse_level(name);
+    } catch (const ValueError& e) {
+        throw ValueError(std::string("set_kernel_level: ") + e.what());
+    }
+    if (!cpu_runs(level)) {
+        std::string have;
+        for (const std::string& l : kernel_levels()) have += (have.empty() ? "" : ", ") + l;
+        throw ValueError("set_kernel_level: this CPU cannot run level '" + name + "'; it runs " + have +
+                         " (or 'auto')");
+    }
+    current() = int(level);
+    g_int8_choice = -1;
+    g_bf16_choice = -1;
+}
+
+// --- what each product runs -------------------------------------------------------------------------------
+
+FloatKernel float_kernel_at(Level level) {
+    if (level >= Level::Avx512) return FloatKernel::Avx512;
+    if (level >= Level::Avx2) return FloatKernel::Avx2;
+    return FloatKernel::Blas;
+}
+
+Int8Kernel int8_kernel_at(Level level) {
+    switch (level) {
+        case Level::Portable: return Int8Kernel::Portable;
+        case Level::Avx2: return Int8Kernel::Avx2;
+        case Level::Avx2Vnni: return Int8Kernel::AvxVnni;
+        case Level::Avx512: return Int8Kernel::Avx2;  // AVX-512 without VNNI (Skylake-X): no 512-bit int8 kernel
+        case Level::Avx512Vnni:
+        case Level::Avx512Bf16: return Int8Kernel::Avx512Vnni;
+    }
+    return Int8Kernel::Portable;
+}
+
+Bf16Kernel bf16_kernel_at(Level level) {
+    return level == Level::Avx512Bf16 ? Bf16Kernel::Avx512Bf16 : Bf16Kernel::Emulated;
+}
+
+FloatKernel float_kernel() { return float_kernel_at(kernel_level()); }
+
+Int8Kernel int8_kernel() {
+    const int chosen = g_int8_choice.load(std::memory_order_relaxed);
+    return chosen >= 0 ? Int8Kernel(chosen) : int8_kernel_at(kernel_level());
+}
+
+Bf16Kernel bf16_kernel() {
+    const int chosen = g_bf16_choice.load(std::memory_order_relaxed);
+    return chosen >= 0 ? Bf16Kernel(chosen) : bf16_kernel_at(kernel_level());
+}
+
+void choose_int8_kernel(Int8Kernel k) { g_int8_choice = int(k); }
+void choose_bf16_kernel(Bf16Kernel k) { g_bf16_choice = int(k); }
+void follow_level_for_int8() { g_int8_choice = -1; }
+void follow_level_for_bf16() { g_bf16_choice = -1; }
+
+std::string kernel_name(FloatKernel k) {
+    switch (k) {
+        case FloatKernel::Blas: return "OpenBLAS";
+        case FloatKernel::Avx2: return "avx2";
+        case FloatKernel::Avx512: return "avx512";
+    }
+    return "?";
+}
+
+std::string kernel_name(Int8Kernel k) {
+    switch (k) {
+        case Int8Kernel::Portable: return "portable";
+        case Int8Kernel::Avx2: return "avx2";
+        case Int8Kernel::AvxVnni: return "avx_vnni";
+        case Int8Kernel::Avx512Vnni: return "avx512_vnni";
+    }
+    return "?";
+}
+
+std::string kernel_name(Bf16Kernel k) { return k == Bf16Kernel::Avx512Bf16 ? "avx512_bf16" : "emulated"; }
+
+// --- the table --------------------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<KernelRow> table(FloatKernel fk, Int8Kernel ik, Bf16Kernel bk) {
+    char mflop[32];
+    std::snprintf(mflop, sizeof mflop, "%.1f", kSplitFlops / 1e6);
+    const std::string split = "split over threads from " + std::string(mflop) + " MFLOP";
+    const std::string weight_split = "split over threads from " + std::to_string(kSplitWeightBytes >> 10) +
+                                     " KiB of weight";
+    const std::string few = std::to_string(kGemvRows + 1) + "-" + std::to_string(kFewRows);
+    const std::string xsimd = "xsimd " + build_info().simd + " (fixed at build time)";
+    return {
+        {"sgemm", "float32 product", "OpenBLAS sgemm (" + blas_info().core + ")",
+         "above " + std::to_string(kDirectMacs) + " multiply-adds; " + split},
+        {"small", "float32 small product", xsimd, "up to " + std::to_string(kDirectMacs) + " multiply-adds (no BLAS call)"},
+        {"gemv", "float32 x W^T, 1-" + std::to_string(kGemvRows) + " rows", "OpenBLAS sgemv", weight_split},
+        {"few_rows", "float32 x W^T, " + few + " rows",
+         fk == FloatKernel::Blas ? "OpenBLAS sgemv" : kernel_name(fk) + " few-rows", weight_split},
+        {"packed", "float32 x W^T, packed weight", fk == FloatKernel::Blas ? "(not packed)" : kernel_name(fk) + " packed",
+         "decoding (PackedWeights), from " + std::to_string(kPackedMinRows) + " rows, the weight's 2nd product on"},
+        {"bf16", "bf16 product", kernel_name(bk),
+         split + "; x W^T up to " + std::to_string(kFewRows) + " rows unpacked, " + weight_split},
+        {"int8", "int8 Linear", kernel_name(ik),
+         "split over threads from " + std::to_string(kSplitInt8Macs >> 20) + "M multiply-adds, in panels of " +
+             std::to_string(kInt8Panel) + " columns"},
+        {"loops", "elementwise loops", xsimd,
+         "softmax, layer_norm, activations, dropout, Adam, losses, attention's inner loops"},
+    };
+}
+
+}  // namespace
+
+std::vector<KernelRow> kernel_table() { return table(float_kernel(), int8_kernel(), bf16_kernel()); }
+
+std::vector<KernelRow> kernel_table(Level level) {
+    return table(float_kernel_at(level), int8_kernel_at(level), bf16_kernel_at(level));
+}
+
+}  // namespace ct::kernels
