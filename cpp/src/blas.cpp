@@ -2,7 +2,7 @@
 // from an "undefined" vector and warn about it (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "blas.hpp"
-#include "blas_few_rows.hpp"
+#include "kernels/fp32/few_rows.hpp"
 #include "ctransformer/blas_info.hpp"
 #include "ctransformer/cpu_features.hpp"
 #include "ctransformer/error.hpp"
@@ -216,7 +216,7 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
     if (m == 0 || n == 0) return;
     const std::size_t threads = std::size_t(parallel::threads());
     // sgemv rows are bound by reading B, not by arithmetic (kSplitWeightBytes).
-    const bool few_rows = m <= kFewRows && !trans_a && trans_b && few_rows_available();  // gemm_few_rows.cpp or sgemv
+    const bool few_rows = m <= kFewRows && !trans_a && trans_b && few_rows_available();  // kernels/fp32/few_rows.cpp or sgemv
     const bool gemv_worth_splitting =
         (m <= kGemvRows || few_rows) && std::size_t(n) * std::size_t(k) >= kSplitGemvElements;
     if (threads <= 1 || (2.0 * m * n * k < kSplitFlops && !gemv_worth_splitting) ||

@@ -1,7 +1,7 @@
-// The packed copies behind ct::decode::PackedWeights (decode/packed_weights.hpp; the kernel: blas_packed.hpp).
+// The packed copies behind ct::decode::PackedWeights (decode/packed_weights.hpp; the kernel: kernels/fp32/packed.hpp).
 // Per thread, as autocast's bf16 copies: one thread's decoding cannot free what another's is reading.
 #pragma once
-#include "blas_packed.hpp"
+#include "kernels/fp32/packed.hpp"
 #include "ctransformer/decode/packed_weights.hpp"
 #include "ctransformer/tensor.hpp"
 

@@ -163,7 +163,7 @@ def test_installed_extension_loads_its_blas_through_the_runpath_alone():
 
 
 # --- the products we send it, at our shapes, strides and transposes --------------------------------------------
-# (m, k, n): the base model's Linear at 100 rows and at 1 to 8 rows (decoding: sgemv at 1-2, gemm_few_rows.cpp for x W^T, W read
+# (m, k, n): the base model's Linear at 100 rows and at 1 to 8 rows (decoding: sgemv at 1-2, kernels/fp32/few_rows.cpp for x W^T, W read
 # once), small and tiny shapes, odd sizes that leave vector tails, and products small enough for the straight
 # loops (<= 8192 multiply-adds).
 GEMM_SHAPES = [(100, 512, 2048), (100, 2048, 512), (1, 512, 512), (2, 512, 8000), (5, 256, 8000), (8, 2048, 512),
@@ -202,7 +202,7 @@ def test_linear_and_its_gradients_against_float64(m, k, n):
 @pytest.mark.parametrize("kernel_level", levels_for("few_rows"), indirect=True)
 @pytest.mark.parametrize("m,k,n", [(3, 512, 512), (5, 256, 8000), (8, 2048, 512), (6, 33, 300)])
 def test_linear_of_a_few_rows_at_every_level(kernel_level, m, k, n):
-    """The few-rows products (gemm_few_rows.cpp) by each kernel this CPU runs (AVX-512, AVX2, and OpenBLAS's
+    """The few-rows products (kernels/fp32/few_rows.cpp) by each kernel this CPU runs (AVX-512, AVX2, and OpenBLAS's
     sgemv at the portable level), held to the same bound as above."""
     assert kernel_at("few_rows").startswith({"portable": "OpenBLAS"}.get(kernel_level, kernel_level.split("_")[0]))
     test_linear_and_its_gradients_against_float64(m, k, n)
@@ -223,11 +223,11 @@ def packed_kernel_expected():
 @pytest.mark.parametrize("m,k,n", PACKED_SHAPES)
 def test_linear_with_packed_weights_against_float64(kernel_level, m, k, n):
     """Inside ct.decode.PackedWeights a product of 3 or more rows against a parameter goes to the packed kernel
-    (gemm_packed.cpp) from the parameter's second product on, at each level with another kernel (AVX-512, AVX2;
+    (kernels/fp32/packed.cpp) from the parameter's second product on, at each level with another kernel (AVX-512, AVX2;
     none at the portable level): held to the float32 bound
     of a k-term sum, |err| <= 2 (k + 1) u sum |x||w| + |b|, with alpha (the output projection's d_model^-1/2)
     and a bias; the region must hold the weight packed from that product on (PackedWeights.count: the kernel
-    ran), and the products before and any outside the region are the BLAS's (or gemm_few_rows.cpp's). Shapes: decoding's batch 32 and beams, a beam at batch 1 (3-8 rows: one pass of
+    ran), and the products before and any outside the region are the BLAS's (or kernels/fp32/few_rows.cpp's). Shapes: decoding's batch 32 and beams, a beam at batch 1 (3-8 rows: one pass of
     5 or 6 rows, or 4 and the rest), columns not a multiple of 16 or 64, odd k."""
     rng = np.random.default_rng(m * 7919 + k * 31 + n)
     x = rng.standard_normal((m, k)).astype(np.float32)

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "../blas.hpp"
-#include "../blas_few_rows.hpp"
+#include "../kernels/fp32/few_rows.hpp"
 #include "../decode_packing.hpp"
 #include "../parallel.hpp"
 #include "ctransformer/autocast.hpp"

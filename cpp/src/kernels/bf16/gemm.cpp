@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "../blas.hpp"
-#include "../kernels/dispatch.hpp"
-#include "../kernels/split.hpp"
-#include "../parallel.hpp"
+#include "../../blas.hpp"
+#include "../dispatch.hpp"
+#include "../split.hpp"
+#include "../../parallel.hpp"
 #include "ctransformer/bf16.hpp"
 #include "ctransformer/error.hpp"
 #include "gemm_kernels.hpp"

@@ -1,8 +1,8 @@
-// The kernels of blas_packed.hpp. Compiled with function target attributes and taken only on a CPU with
+// The kernels of kernels/fp32/packed.hpp. Compiled with function target attributes and taken only on a CPU with
 // AVX-512F, or AVX2 and FMA; elsewhere packed_available() is false and the caller uses the BLAS. Both
 // kernels sum each output in order over k with one fused multiply-add per value, so they give the same
 // bits.
-#include "blas_packed.hpp"
+#include "packed.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -10,8 +10,8 @@
 #include <string>
 
 #include "ctransformer/allocator.hpp"
-#include "kernels/dispatch.hpp"
-#include "parallel.hpp"
+#include "../dispatch.hpp"
+#include "../../parallel.hpp"
 
 namespace ct::blas {
 void CachedFloats::operator()(float* p) const noexcept { detail::cached_free(p, count * sizeof(float)); }

@@ -1,7 +1,7 @@
 // x W^T for decoding's products of many rows (a batch of sentences, or of beams), with W packed once per
 // decoding call instead of once per product: sgemm packs its operands on every call, and at batch 32 that
 // was a fifth of a float32 beam-search step (the 8000 x 256 output projection is 8 MB). The packing
-// (gemm_packed.cpp) is blocks of 16 outputs, [ceil(n / 16)][k][16] floats, zero past n; the AVX-512 kernel
+// (kernels/fp32/packed.cpp) is blocks of 16 outputs, [ceil(n / 16)][k][16] floats, zero past n; the AVX-512 kernel
 // keeps 4 rows x 64 outputs in 16 accumulators (the AVX2 one 6 rows x 16 outputs in 12), one fused
 // multiply-add per row, output and value of k, in order over k: another legal summation order than the
 // BLAS's, within the same float32 bound (tests/runtime/test_blas.py), and the same in both kernels.
@@ -9,7 +9,7 @@
 #pragma once
 #include <memory>
 
-#include "blas_few_rows.hpp"
+#include "few_rows.hpp"
 
 namespace ct::blas {
 

@@ -8,13 +8,13 @@
 // then added by halves: another legal summation order than the BLAS's, within the same float32 bound
 // (tests/runtime/test_blas.py). Compiled with function target attributes and taken only when the CPU has
 // the instructions; elsewhere few_rows_available() is false and the caller uses the BLAS.
-#include "blas_few_rows.hpp"
+#include "few_rows.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 
-#include "kernels/dispatch.hpp"
+#include "../dispatch.hpp"
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers start some intrinsics from an "undefined" vector (GCC bug 105593).

@@ -2,9 +2,9 @@
 // product split over threads by columns.
 #include <algorithm>
 
-#include "../kernels/dispatch.hpp"
-#include "../kernels/split.hpp"
-#include "../parallel.hpp"
+#include "../dispatch.hpp"
+#include "../split.hpp"
+#include "../../parallel.hpp"
 #include "ctransformer/error.hpp"
 #include "kernels.hpp"
 
