@@ -35,3 +35,16 @@ def at_level(level):
         yield level
     finally:
         ct.set_kernel_level("auto")
+
+
+def every_level(key):
+    """An autouse fixture running each test of a module once per kernel of product `key`:
+    `at_every_level = every_level("loops")` at the module's top level."""
+    import pytest
+
+    @pytest.fixture(params=levels_for(key), autouse=True, ids=lambda level: f"level={level}")
+    def fixture(request):
+        with at_level(request.param):
+            yield request.param
+
+    return fixture

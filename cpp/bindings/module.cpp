@@ -104,12 +104,21 @@ PYBIND11_MODULE(_core, m) {
         for (const auto& [name, on] : flags) cd[name] = on;
         cd["level_cap"] = cpu.level_cap;
         d["cpu"] = cd;
+        const ct::kernels::LoopArch loops = ct::kernels::loop_arch();
+        py::dict ld;
+        ld["level"] = ct::kernels::level_name(ct::kernels::kernel_level());
+        ld["simd"] = loops.simd;
+        ld["float_lanes"] = loops.float_lanes;
+        ld["fused_multiply_add"] = loops.fused_multiply_add;
+        d["loops"] = ld;
         return d;
     }, "What the core was compiled for (-march, the kernels' instruction set and vector width, whether "
        "multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: "
        "name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what "
        "this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time, and level_cap: the "
-       "environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that level).");
+       "environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that level); and loops: what "
+       "the SIMD loops of the kernel level in force were compiled for (their instruction set, vector width and "
+       "fused multiply-add; simd, float_lanes and fused_multiply_add above are the rest of the build's).");
     m.def("kernel_level", [] { return ct::kernels::level_name(ct::kernels::kernel_level()); },
           "The kernel level in force: 'portable', 'avx2', 'avx2_vnni', 'avx512', 'avx512_vnni' or 'avx512_bf16' "
           "(the CPU's best unless set_kernel_level or CTRANSFORMER_KERNEL_LEVEL chose less).");

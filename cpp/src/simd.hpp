@@ -20,7 +20,15 @@
 #include <algorithm>
 #include <cstddef>
 
+// The helpers sit in an inline namespace named after the level they are compiled for (CT_SIMD_NS: a level of
+// kernels/simd/, or `build` for the rest of the core): the same helper compiled for two levels is then two
+// symbols, never one the linker picks at random (kernels/simd/per_level.hpp).
+#ifndef CT_SIMD_NS
+#define CT_SIMD_NS build
+#endif
+
 namespace ct::simd {
+inline namespace CT_SIMD_NS {
 
 using B = xsimd::batch<float>;
 constexpr std::size_t W = B::size;
@@ -102,7 +110,9 @@ inline void blocks(std::size_t n, Body&& body) {
 inline float hmax(const B& v) {
     alignas(64) float buf[W];
     v.store_aligned(buf);
-    return *std::max_element(buf, buf + W);
+    float m = buf[0];  // (not std::max_element: a std:: template left out of line is one symbol for every level)
+    for (std::size_t i = 1; i < W; ++i) m = buf[i] > m ? buf[i] : m;
+    return m;
 }
 
 inline float hsum(const B& v) { return xsimd::hadd(v); }
@@ -141,4 +151,5 @@ inline float max(const float* x, std::size_t n, float init) {
     return hmax(acc);
 }
 
+}  // namespace CT_SIMD_NS
 }  // namespace ct::simd

@@ -34,6 +34,10 @@ from reference import seed003 as R3
 from reference.parity import ct_to_torch, single_threaded_torch  # noqa: F401 (autouse fixture)
 from test_decode import (GREEDY_MARGIN, PAD, SMALL, START, VOCAB, assert_same_greedy_ids, seed000_batch, seed000_model,
                          seed003_batch, seed003_model, sharpen)
+from kernel_levels import every_level
+
+# Every test at each level's searches, few-rows and packed products (kernels/simd/search.cpp, kernels/fp32/).
+at_every_level = every_level("loops")
 
 SCORE_TOL = 2e-5
 # Two float32 routes of a beam search (cached or not, a batch or a source alone) keep the same hypotheses where

@@ -35,6 +35,10 @@ from helpers import assert_close, assert_releases_gil
 from reference import seed000 as R0
 from reference import seed003 as R3
 from reference.parity import ct_to_torch, single_threaded_torch  # noqa: F401 (autouse fixture)
+from kernel_levels import every_level
+
+# Every test at each level's searches, few-rows and packed products (kernels/simd/search.cpp, kernels/fp32/).
+at_every_level = every_level("loops")
 
 SMALL = dict(d_word_vec=32, d_model=32, d_inner=64, n_layers=2, n_head=4, d_k=8, d_v=8)
 PAD, START, VOCAB = 1, 2, 41

@@ -11,6 +11,10 @@ import torch
 import ctransformer as ct
 from helpers import assert_close, pair, rand
 from upstream import backward_both
+from kernel_levels import every_level
+
+# Every test at each level's cross-entropy (kernels/simd/cross_entropy.cpp).
+at_every_level = every_level("loops")
 
 F = ct.functional
 TF = torch.nn.functional

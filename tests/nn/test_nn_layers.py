@@ -22,6 +22,10 @@ from reference.parity import (  # noqa: F401 (single_threaded_torch is an autous
     assert_grads_close, assert_relu_margins, assert_state_dict_layout, clear_relu_knife_edges, single_threaded_torch,
     torch_to_ct,
 )
+from kernel_levels import every_level
+
+# Every test at each level's SIMD loops and products.
+at_every_level = every_level("loops")
 
 SEED003_OPTIONS = dict(layout="seed003", norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5,
                        attn_dropout=0.0, mask_fill=float("-inf"), scale_after_matmul=True)

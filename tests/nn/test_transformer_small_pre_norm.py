@@ -32,6 +32,10 @@ from reference.parity import (  # noqa: F401 (single_threaded_torch is an autous
     assert_grads_close, assert_relu_margins, assert_state_dict_layout, clear_relu_knife_edges, ct_to_torch,
     float64_copy, single_threaded_torch, torch_to_ct,
 )
+from kernel_levels import every_level
+
+# Every test at each level's SIMD loops and products: the whole model, forward and backward.
+at_every_level = every_level("loops")
 
 SIZES = {
     "seed": dict(kwargs=dict(), ref=dict(), batch=8, rtol=1e-5, atol=1e-6, loss=1e-6, grad=1e-4),

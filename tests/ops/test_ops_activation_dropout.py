@@ -12,6 +12,10 @@ import torch
 import ctransformer as ct
 from helpers import assert_close, pair, rand
 from upstream import backward_both, upstream
+from kernel_levels import every_level
+
+# Every test at each level's GELU (kernels/simd/activation.cpp).
+at_every_level = every_level("loops")
 
 F = ct.functional
 

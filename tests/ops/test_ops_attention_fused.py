@@ -16,6 +16,10 @@ import torch
 import ctransformer as ct
 from helpers import assert_close, pair, rand
 from upstream import upstream
+from kernel_levels import every_level
+
+# Every test at each level's attention's rows (kernels/simd/attention.cpp).
+at_every_level = every_level("loops")
 
 F = ct.functional
 

@@ -12,6 +12,10 @@ import torch
 import ctransformer as ct
 from helpers import assert_close, pair, rand
 from upstream import backward_both
+from kernel_levels import every_level
+
+# Every test at each level's small products and few-rows products (kernels/simd/small_gemm.cpp, kernels/fp32/).
+at_every_level = every_level("loops")
 
 F = ct.functional
 RTOL, ATOL = 1e-5, 1e-5

@@ -15,7 +15,11 @@ import torch
 
 import ctransformer as ct
 from helpers import assert_close, pair, rand
+from kernel_levels import every_level
 from upstream import backward_both
+
+# Every test at each level's SIMD loops (kernels/simd/softmax.cpp, layer_norm.cpp).
+at_every_level = every_level("loops")
 
 F = ct.functional
 

@@ -27,7 +27,7 @@ CXX = shutil.which("g++")
 X86_LEVELS = ["x86-64-v2", "x86-64-v4"]
 
 # What marks a file as CPU-specific: our SIMD helpers, or intrinsics used directly.
-SIMD_MARKERS = re.compile(r"simd\.hpp|random_bits\.hpp|immintrin|__AVX|__SSE|_mm(256|512)?_|__m(128|256|512)")
+SIMD_MARKERS = re.compile(r"simd\.hpp|per_level\.hpp|random_bits\.hpp|immintrin|__AVX|__SSE|_mm(256|512)?_|__m(128|256|512)")
 # An intrinsic or one of its vector types.
 INTRINSIC = re.compile(r"\b(_mm(256|512)?_\w+|__m(128|256|512)[di]?|__mmask\d+|_pdep_u\d+|_pext_u\d+)\b")
 # A preprocessor condition that only holds on x86.
@@ -50,9 +50,11 @@ def blas_flags():
 
 def compile_all(compiler, flags, files):
     """Compile each file (object code to /dev/null: -O0 still inlines the intrinsics' always_inline
-    wrappers, so a target mismatch fails as it would in a real build). Returns the failures."""
+    wrappers, so a target mismatch fails as it would in a real build). Returns the failures. The SIMD loops
+    (kernels/simd/, built once per level by CMake) are compiled as the portable level of that -march."""
     def one(path):
-        cmd = [compiler, "-std=gnu++17", "-c", "-O0", "-w", *flags, "-I", str(INCLUDE), "-I", str(SRC),
+        cmd = [compiler, "-std=gnu++17", "-c", "-O0", "-w", *flags, "-DCT_LOOP_LEVEL=portable", "-DCT_LOOP_PORTABLE=1",
+               "-I", str(INCLUDE), "-I", str(SRC),
                str(path), "-o", os.devnull]
         run = subprocess.run(cmd, capture_output=True, text=True)
         return None if run.returncode == 0 else f"{path.relative_to(ROOT)}:\n{run.stderr[-2000:]}"
@@ -63,10 +65,12 @@ def compile_all(compiler, flags, files):
 
 def test_the_simd_sources_are_found():
     names = {p.name for p in simd_sources()}
-    # The kernels that use simd.hpp, and both users of the dropout hash.
+    # The SIMD loops of every level (kernels/simd/), and both users of the dropout hash.
     assert {"simd.hpp"} <= {p.name for p in SRC.glob("*.hpp")}
-    assert {"softmax.cpp", "layer_norm.cpp", "activation.cpp", "attention.cpp", "dropout.cpp", "adam.cpp",
-            "cross_entropy.cpp", "blas.cpp"} <= names
+    loops = {p.name for p in simd_sources() if p.parent == SRC / "kernels" / "simd"}
+    assert {"softmax.cpp", "layer_norm.cpp", "activation.cpp", "attention.cpp", "adam.cpp", "cross_entropy.cpp",
+            "search.cpp", "small_gemm.cpp"} <= loops
+    assert {"dropout.cpp", "blas.cpp"} <= names
 
 
 @pytest.mark.skipif(CXX is None, reason="g++ is needed")

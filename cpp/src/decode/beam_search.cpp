@@ -1,6 +1,3 @@
-// GCC 12's AVX-512 headers, inlined into xsimd's exp at -march levels with AVX-512, start some intrinsics from
-// an "undefined" vector and warn about it (GCC bug 105593).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "ctransformer/decode/beam_search.hpp"
 
 #include <algorithm>
@@ -12,8 +9,8 @@
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/decode/step_decoder.hpp"
 #include "../parallel.hpp"
-#include "../simd.hpp"
 #include "ctransformer/decode/packed_weights.hpp"
+#include "../kernels/simd/search.hpp"
 #include "decode_checks.hpp"
 
 namespace ct::decode {
@@ -37,55 +34,6 @@ bool better(const Candidate& a, const Candidate& b) {
     if (a.log_prob != b.log_prob) return a.log_prob > b.log_prob;
     if (a.hyp != b.hyp) return a.hyp < b.hyp;
     return a.word < b.word;
-}
-
-// The `k` best words of one row of float32 logits by log_softmax (in float64), best first, ties to the
-// smaller id: out_lp[i] = log P(out_word[i]); returns how many (min(k, n)).
-//   log P(w) = x[w] - lse,  lse = m + log sum_i exp(x[i] - m),  m = max x.
-// Only a hypothesis's own k best words can be among its source's k best candidates (its other words
-// have k better ones beside them), so nothing of size beam x vocabulary is kept. log P is x[w] - lse, the
-// same lse for the whole row, so the k best words are the k largest logits: they are chosen on the float32
-// logits, whole vectors of which are skipped once none beats the k-th so far, and only they get a log P.
-// The exponentials are xsimd's float32 exp, added in float64: lse moves by ~1e-7, and every test2016
-// translation stayed as it was (beam 5 at batch 1, beam 4 at batch 32). The exps were a fifth of a beam-5
-// step at batch 32 with int8 products (libm's float64 exp), and then still a fifth with xsimd's float64 exp
-// on the portable build's two lanes.
-std::size_t best_words(const float* x, std::size_t n, std::size_t k, double* out_lp, std::int64_t* out_word) {
-    // m by vectors (a maximum is the same in any order)
-    const float mf = n ? simd::max(x, n, x[0]) : 0.0f;
-    const double m = double(mf);
-    std::size_t i = 0;
-    // exp(x - m) in float32 (xsimd's, within 1-2 ulp), the terms added in float64, one running sum per
-    // lane: one sum in order was a chain of dependent float64 additions, 8000 of them a row.
-    double lane_sum[simd::W] = {};
-    alignas(64) float terms[simd::W];
-    for (i = 0; i + simd::W <= n; i += simd::W) {
-        xsimd::exp(simd::B::load_unaligned(x + i) - simd::B(mf)).store_aligned(terms);
-        for (std::size_t j = 0; j < simd::W; ++j) lane_sum[j] += double(terms[j]);
-    }
-    double sum = 0.0;
-    for (std::size_t j = 0; j < simd::W; ++j) sum += lane_sum[j];
-    for (; i < n; ++i) sum += std::exp(double(x[i]) - m);
-    const double lse = m + std::log(sum);
-
-    std::size_t have = 0;   // out_word [0, have): sorted by logit, best first
-    float kth = 0.0f;       // the k-th best logit once have == k
-    auto consider = [&](std::size_t w) {
-        const float v = x[w];
-        if (have == k && !(v > kth)) return;   // equal: the earlier (smaller) word stays
-        std::size_t at = have < k ? have++ : k - 1;
-        for (; at > 0 && v > x[out_word[at - 1]]; --at) out_word[at] = out_word[at - 1];
-        out_word[at] = std::int64_t(w);
-        if (have == k) kth = x[out_word[k - 1]];
-    };
-    std::size_t w = 0;
-    for (; w + simd::W <= n; w += simd::W) {
-        if (have == k && !xsimd::any(simd::B::load_unaligned(x + w) > simd::B(kth))) continue;
-        for (std::size_t j = w; j < w + simd::W; ++j) consider(j);
-    }
-    for (; w < n; ++w) consider(w);
-    for (std::size_t r = 0; r < have; ++r) out_lp[r] = double(x[out_word[r]]) - lse;
-    return have;
 }
 
 }  // namespace
@@ -139,6 +87,8 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
     std::vector<double> row_lp;          // row r's best words: [r * beam_size, r * beam_size + row_n[r])
     std::vector<std::int64_t> row_word;
     std::vector<std::size_t> row_n;
+    // A row's k best words by the vector loops of the kernel level (kernels/simd/search.cpp).
+    const auto best_words = kernels::search_loops().best_words;
     for (std::size_t t = 1; t < max_len; ++t) {
         check_should_stop(should_stop, "beam_search");
         std::vector<std::int64_t> last;   // decoder rows: the live hypotheses of source 0, then 1, ...

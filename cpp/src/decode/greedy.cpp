@@ -1,6 +1,3 @@
-// GCC 12's AVX-512 headers, inlined into xsimd's comparisons at -march levels with AVX-512, start some
-// intrinsics from an "undefined" vector and warn about it (GCC bug 105593).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "ctransformer/decode/greedy.hpp"
 
 #include <algorithm>
@@ -9,38 +6,10 @@
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/decode/step_decoder.hpp"
 #include "ctransformer/decode/packed_weights.hpp"
-#include "../simd.hpp"
+#include "../kernels/simd/search.hpp"
 #include "decode_checks.hpp"
 
 namespace ct::decode {
-
-namespace {
-
-// The first maximum of a row, as std::max_element gives it, by vectors: the maximum, then the first
-// position holding it. (std::max_element's compare-and-branch over 8000 logits a row was a fifth of greedy
-// decoding at batch 32 with int8 products.) A row holding a NaN goes to std::max_element itself, whose
-// answer then depends on where the NaN is.
-std::size_t first_max(const float* row, std::size_t n) {
-    using simd::B;
-    B top(row[0]);
-    auto nan = top != top;
-    simd::blocks(n, [&](std::size_t i, std::size_t c) {
-        const B v = simd::load(row + i, c, row[0]);
-        top = xsimd::max(top, v);
-        nan = nan || (v != v);
-    });
-    if (xsimd::any(nan)) return std::size_t(std::max_element(row, row + n) - row);
-    const float m = simd::hmax(top);
-    const B mv(m);
-    std::size_t i = 0;
-    for (; i + simd::W <= n; i += simd::W)
-        if (xsimd::any(B::load_unaligned(row + i) == mv)) break;
-    for (; i < n; ++i)
-        if (row[i] == m) return i;
-    return std::size_t(std::max_element(row, row + n) - row);  // not reached: m is one of the row's values
-}
-
-}  // namespace
 
 GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, const Mask* src_mask,
                            std::size_t max_len, std::int64_t start_symbol, std::optional<std::int64_t> end_symbol,
@@ -62,6 +31,8 @@ GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, 
     std::vector<std::size_t> active(b);   // decoder row i is batch row active[i]
     for (std::size_t r = 0; r < b; ++r) active[r] = r;
     std::vector<std::int64_t> next(b, start_symbol);
+    // The first maximum of a row by the vector loops of the kernel level (kernels/simd/search.cpp).
+    const auto first_max = kernels::search_loops().first_max;
 
     for (std::size_t t = 1; t < max_len && !active.empty(); ++t) {
         check_should_stop(should_stop, "greedy_decode");

@@ -9,6 +9,8 @@
 #include "ctransformer/cpu_features.hpp"
 #include "ctransformer/error.hpp"
 #include "dispatch.hpp"
+#include "simd/arch.hpp"
+#include "simd/tables.hpp"
 #include "split.hpp"
 
 namespace ct::kernels {
@@ -127,6 +129,15 @@ Bf16Kernel bf16_kernel_at(Level level) {
 
 FloatKernel float_kernel() { return float_kernel_at(kernel_level()); }
 
+const void* table_for_level(const void* portable, const void* avx2, const void* avx512) {
+    switch (float_kernel()) {
+        case FloatKernel::Avx512: return avx512;
+        case FloatKernel::Avx2: return avx2;
+        case FloatKernel::Blas: break;
+    }
+    return portable;
+}
+
 Int8Kernel int8_kernel() {
     const int chosen = g_int8_choice.load(std::memory_order_relaxed);
     return chosen >= 0 ? Int8Kernel(chosen) : int8_kernel_at(kernel_level());
@@ -167,6 +178,15 @@ std::string kernel_name(Bf16Kernel k) { return k == Bf16Kernel::Avx512Bf16 ? "av
 
 namespace {
 
+const LoopArchTable& loop_arch_at(FloatKernel k) {
+#if defined(__x86_64__)
+    if (k == FloatKernel::Avx512) return loop_arch_table_avx512;
+    if (k == FloatKernel::Avx2) return loop_arch_table_avx2;
+#endif
+    (void)k;
+    return loop_arch_table_portable;
+}
+
 std::vector<KernelRow> table(FloatKernel fk, Int8Kernel ik, Bf16Kernel bk) {
     char mflop[32];
     std::snprintf(mflop, sizeof mflop, "%.1f", kSplitFlops / 1e6);
@@ -174,7 +194,7 @@ std::vector<KernelRow> table(FloatKernel fk, Int8Kernel ik, Bf16Kernel bk) {
     const std::string weight_split = "split over threads from " + std::to_string(kSplitWeightBytes >> 10) +
                                      " KiB of weight";
     const std::string few = std::to_string(kGemvRows + 1) + "-" + std::to_string(kFewRows);
-    const std::string xsimd = "xsimd " + build_info().simd + " (fixed at build time)";
+    const std::string xsimd = std::string("xsimd ") + loop_arch_at(fk).name;
     return {
         {"sgemm", "float32 product", "OpenBLAS sgemm (" + blas_info().core + ")",
          "above " + std::to_string(kDirectMacs) + " multiply-adds; " + split},
@@ -189,12 +209,19 @@ std::vector<KernelRow> table(FloatKernel fk, Int8Kernel ik, Bf16Kernel bk) {
         {"int8", "int8 Linear", kernel_name(ik),
          "split over threads from " + std::to_string(kSplitInt8Macs >> 20) + "M multiply-adds, in panels of " +
              std::to_string(kInt8Panel) + " columns"},
-        {"loops", "elementwise loops", xsimd,
-         "softmax, layer_norm, activations, dropout, Adam, losses, attention's inner loops"},
+        {"loops", "SIMD loops", xsimd,
+         "softmax, layer_norm, GELU, Adam, cross-entropy, attention's rows, decoding's searches"},
+        {"build_loops", "loops the compiler vectorises", build_info().simd + " (the build's -march)",
+         "elementwise, ReLU, dropout"},
     };
 }
 
 }  // namespace
+
+LoopArch loop_arch() {
+    const LoopArchTable& t = loop_arch_table();
+    return {t.name, t.float_lanes, t.fused_multiply_add};
+}
 
 std::vector<KernelRow> kernel_table() { return table(float_kernel(), int8_kernel(), bf16_kernel()); }
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "../parallel.hpp"
-#include "../simd.hpp"
+#include "../kernels/simd/cross_entropy.hpp"
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/error.hpp"
 
@@ -27,7 +27,8 @@ constexpr std::size_t kGrain = 8192;  // elements per thread (an exp each)
 
 // With p = softmax(logits) and the smoothed target q = (1 - s) onehot(t) + s / C,
 // d loss_i / d logits_i = p - q, times the reduction's weight for row i (0 for ignored rows).
-// p is recomputed from the logits and the saved log-sum-exp of each row (an (N, C) array fewer).
+// p is recomputed from the logits and the saved log-sum-exp of each row (an (N, C) array fewer),
+// on the kernel level's row loop (kernels/simd/cross_entropy.cpp).
 struct CrossEntropyBackward : Node {
     std::vector<float> lse;  // per row: max + log sum exp(x - max)
     IndexArray target;
@@ -36,11 +37,11 @@ struct CrossEntropyBackward : Node {
     bool per_row;                 // reduction 'none': g has one entry per row
     const char* name() const override { return "cross_entropy"; }
     void backward(const Array& g) override {
-        using simd::B;
         const GradBuffer gx = grad_buffer(inputs[0]);
         if (!gx) return;
         const std::size_t N = inputs[0].size(0), C = inputs[0].size(1);
         const float* logits = inputs[0].data();
+        const auto backward_row = kernels::cross_entropy_loops().backward_row;
         parallel::parallel_for(N, std::max<std::size_t>(1, kGrain / std::max<std::size_t>(C, 1)),
                                [&](std::size_t r0, std::size_t r1) {
             for (std::size_t i = r0; i < r1; ++i) {
@@ -51,14 +52,7 @@ struct CrossEntropyBackward : Node {
                     continue;
                 }
                 const float w = (per_row ? g.data()[i] : g.data()[0]) * row_weight;
-                const float* x = logits + i * C;
-                const B bw(w), shift(lse[i]), floor_q(smoothing / float(C));
-                simd::blocks(C, [&](std::size_t c0, std::size_t c) {
-                    B v = bw * (xsimd::exp(simd::load(x + c0, c) - shift) - floor_q);
-                    if (gx.accumulate) v += simd::load(d + c0, c);
-                    simd::store(d + c0, v, c);
-                });
-                d[t] -= w * (1.0f - smoothing);
+                backward_row(logits + i * C, d, C, t, w, lse[i], smoothing, gx.accumulate);
             }
         });
     }
@@ -90,21 +84,16 @@ Tensor cross_entropy(const Tensor& logits, const IndexArray& target, std::int64_
     // sum_c log p_c = sum_c x_c - C lse.
     std::vector<float> lse(N), per_row(N, 0.0f);
     const float* px = logits.data();
+    const kernels::CrossEntropyLoops& loops = kernels::cross_entropy_loops();
     parallel::parallel_for(N, std::max<std::size_t>(1, kGrain / std::max<std::size_t>(C, 1)),
                            [&](std::size_t r0, std::size_t r1) {
-        using simd::B;
-        constexpr float kNegInf = -INFINITY;
         for (std::size_t i = r0; i < r1; ++i) {
             const float* x = px + i * C;
-            const float mx = simd::max(x, C, kNegInf);
-            const B bmx(mx);
-            B acc(0.0f);
-            simd::blocks(C, [&](std::size_t c0, std::size_t c) { acc += xsimd::exp(simd::load(x + c0, c, kNegInf) - bmx); });
-            lse[i] = mx + std::log(simd::hsum(acc));
+            lse[i] = loops.log_sum_exp(x, C);
             const std::int64_t t = target.data[i];
             if (t == ignore_index) continue;
             float loss = (1.0f - label_smoothing) * (lse[i] - x[t]);
-            if (label_smoothing != 0.0f) loss += label_smoothing * (lse[i] - simd::sum(x, C) / float(C));
+            if (label_smoothing != 0.0f) loss += label_smoothing * (lse[i] - loops.sum(x, C) / float(C));
             per_row[i] = loss;
         }
     });

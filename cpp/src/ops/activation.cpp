@@ -3,14 +3,13 @@
 #include <cmath>
 
 #include "../parallel.hpp"
-#include "../simd.hpp"
+#include "../kernels/simd/activation.hpp"
 #include "ctransformer/autograd.hpp"
 
 namespace ct {
 
 namespace {
 
-using simd::B;
 constexpr std::size_t kGrain = 16384;      // elements per thread, cheap pointwise work
 constexpr std::size_t kGrainTanh = 4096;   // with a tanh per element
 
@@ -43,11 +42,8 @@ struct ReluBackward : Node {
     void release_saved() override { out = Tensor(); }
 };
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCoeff = 0.044715f;
-
-// With u = sqrt(2/pi) (x + c x^3) and t = tanh(u):
-// gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 c x^2).
+// dx = g gelu'(x), the tanh form's derivative (kernels/simd/activation.hpp), on the kernel level's vector
+// loops (kernels/simd/activation.cpp), split over threads.
 struct GeluBackward : Node {
     const char* name() const override { return "gelu"; }
     void backward(const Array& g) override {
@@ -56,18 +52,10 @@ struct GeluBackward : Node {
         const float* x = inputs[0].data();
         const float* pg = g.data();
         float* d = gx.data;
+        const bool acc = gx.accumulate;
+        const auto gelu_backward = kernels::activation_loops().gelu_backward;
         parallel::parallel_for(g.size(), kGrainTanh, [&](std::size_t b, std::size_t e) {
-            simd::blocks(e - b, [&](std::size_t i, std::size_t c) {
-                i += b;
-                const B xi = simd::load(x + i, c);
-                const B x2 = xi * xi;
-                const B t = xsimd::tanh(B(kSqrt2OverPi) * (xi + B(kGeluCoeff) * x2 * xi));
-                const B local = B(0.5f) * (B(1.0f) + t) +
-                                B(0.5f) * xi * (B(1.0f) - t * t) * B(kSqrt2OverPi) * (B(1.0f) + B(3.0f * kGeluCoeff) * x2);
-                B v = simd::load(pg + i, c) * local;
-                if (gx.accumulate) v += simd::load(d + i, c);
-                simd::store(d + i, v, c);
-            });
+            gelu_backward(x + b, pg + b, d + b, e - b, acc);
         });
     }
 };
@@ -96,14 +84,9 @@ Tensor gelu(const Tensor& x) {
     Tensor out(Array::from_shape(x.array().shape()));
     const float* px = x.data();
     float* y = out.data();
-    parallel::parallel_for(x.numel(), kGrainTanh, [&](std::size_t b, std::size_t e) {
-        simd::blocks(e - b, [&](std::size_t i, std::size_t c) {
-            i += b;
-            const B xi = simd::load(px + i, c);
-            const B t = xsimd::tanh(B(kSqrt2OverPi) * (xi + B(kGeluCoeff) * xi * xi * xi));
-            simd::store(y + i, B(0.5f) * xi * (B(1.0f) + t), c);
-        });
-    });
+    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), on the kernel level's vector loops.
+    const auto gelu_forward = kernels::activation_loops().gelu_forward;
+    parallel::parallel_for(x.numel(), kGrainTanh, [&](std::size_t b, std::size_t e) { gelu_forward(px + b, y + b, e - b); });
     if (needs_grad({&x})) attach(out, std::make_shared<GeluBackward>(), {&x});
     return out;
 }

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "../blas.hpp"
+#include "../kernels/simd/attention.hpp"
 #include "../parallel.hpp"
 #include "../random_bits.hpp"
-#include "../simd.hpp"
 #include "broadcast.hpp"
 #include "ctransformer/autocast.hpp"
 #include "ctransformer/autograd.hpp"
@@ -89,27 +88,15 @@ std::size_t group_grain(const Geometry& g) {
 }
 
 // dS = P * (dP - rowsum(dP * P)), with dP = dattn (times the dropout multiplier), zero where masked
-// (the filled scores are constants). One group's rows, into `ds`.
+// (the filled scores are constants). One group's rows, into `ds`; each row takes the vector loop of the
+// kernel level (kernels/simd/attention.cpp), fetched once per op call.
 void softmax_backward_rows(const Geometry& geo, std::size_t g, const float* p, const float* dattn,
-                           const std::uint8_t* keep, float keep_scale, float* ds) {
-    using simd::B;
+                           const std::uint8_t* keep, float keep_scale, float* ds,
+                           decltype(kernels::AttentionLoops::backward_row) backward_row) {
     const std::size_t Lk = geo.Lk;
     for (std::size_t i = 0; i < geo.Lq; ++i) {
-        const float* pr = p + i * Lk;
-        const float* gr = dattn + i * Lk;
         float* dr = ds + i * Lk;
-        if (keep) {  // dP = dattn * (0 or 1/(1-p))
-            const std::uint8_t* kr = keep + i * Lk;
-            const float ks = keep_scale;
-            for (std::size_t j = 0; j < Lk; ++j) dr[j] = gr[j] * (kr[j] ? ks : 0.0f);
-            gr = dr;
-        }
-        B acc(0.0f);
-        simd::blocks(Lk, [&](std::size_t j, std::size_t c) { acc += simd::load(gr + j, c) * simd::load(pr + j, c); });
-        const B dot(simd::hsum(acc));
-        simd::blocks(Lk, [&](std::size_t j, std::size_t c) {
-            simd::store(dr + j, simd::load(pr + j, c) * (simd::load(gr + j, c) - dot), c);
-        });
+        backward_row(p + i * Lk, dattn + i * Lk, keep ? keep + i * Lk : nullptr, keep_scale, dr, Lk);
         geo.fill_masked(dr, g, i, 0.0f);
     }
 }
@@ -133,11 +120,12 @@ struct AttentionWeightsBackward : Node {
         const float* P = probs.data();
         const float* dA = g.data();
         const std::size_t S = G.scores();
+        const auto backward_row = kernels::attention_loops().backward_row;
         parallel::parallel_for(G.G, group_grain(G), [&](std::size_t g0, std::size_t g1) {
             std::vector<float> ds(S);
             for (std::size_t gi = g0; gi < g1; ++gi) {
                 softmax_backward_rows(G, gi, P + gi * S, dA + gi * S, keep.empty() ? nullptr : keep.data() + gi * S,
-                                      keep_scale, ds.data());
+                                      keep_scale, ds.data(), backward_row);
                 const float* qg = q.data() + G.q.at(gi, G.H);
                 const float* kg = k.data() + G.k.at(gi, G.H);
                 if (gq)  // dq = scale dS @ k
@@ -182,7 +170,6 @@ struct AttentionApplyBackward : Node {
 std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                           std::shared_ptr<Geometry> geo, const Shape& attn_shape, const Shape& out_shape,
                                           float dropout_p, bool training) {
-    using simd::B;
     const Geometry& G = *geo;
     const std::size_t S = G.scores();
     const bool drop = training && dropout_p > 0.0f;
@@ -202,8 +189,10 @@ std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, cons
     Tensor out(Array::from_shape(out_shape));
     float* P = probs.data();
     float* A = attn.data();
+    // Each row's softmax (and dropout) takes the vector loop of the kernel level (kernels/simd/attention.cpp),
+    // fetched once per op call: decoding calls this once per step.
+    const auto forward_row = kernels::attention_loops().forward_row;
     parallel::parallel_for(G.G, group_grain(G), [&](std::size_t g0, std::size_t g1) {
-        constexpr float kNegInf = -std::numeric_limits<float>::infinity();
         for (std::size_t gi = g0; gi < g1; ++gi) {
             float* pg = P + gi * S;
             G.gemm(false, true, int(G.Lq), int(G.Lk), int(G.dk), G.scale, q.data() + G.q.at(gi, G.H),
@@ -211,23 +200,9 @@ std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, cons
             for (std::size_t i = 0; i < G.Lq; ++i) {
                 float* row = pg + i * G.Lk;
                 G.fill_masked(row, gi, i, G.fill);
-                const B mx(simd::max(row, G.Lk, kNegInf));
-                B acc(0.0f);
-                simd::blocks(G.Lk, [&](std::size_t j, std::size_t c) {
-                    const B e = xsimd::exp(simd::load(row + j, c, kNegInf) - mx);
-                    simd::store(row + j, e, c);
-                    acc += e;
-                });
-                const B inv(1.0f / simd::hsum(acc));
-                simd::blocks(G.Lk, [&](std::size_t j, std::size_t c) { simd::store(row + j, simd::load(row + j, c) * inv, c); });
-                if (drop) {  // attn = P * (0 or 1/(1-p)); locals, so no store can alias them
-                    const std::uint8_t* kr = keep.data() + gi * S + i * G.Lk;
-                    float* ar = A + gi * S + i * G.Lk;
-                    const float* pr = row;
-                    const float ks = keep_scale;
-                    const std::size_t lk = G.Lk;
-                    for (std::size_t j = 0; j < lk; ++j) ar[j] = pr[j] * (kr[j] ? ks : 0.0f);
-                }
+                // P = softmax(row) in place; with dropout, attn = P * (0 or 1/(1-p))
+                forward_row(row, G.Lk, drop ? keep.data() + gi * S + i * G.Lk : nullptr, keep_scale,
+                            A + gi * S + i * G.Lk);
             }
             // out_g = attn_g @ v_g, written into its heads' columns
             G.gemm(false, false, int(G.Lq), int(G.dv), int(G.Lk), 1.0f, A + gi * S, int(G.Lk),

@@ -1,11 +1,10 @@
 #include "ctransformer/ops/layer_norm.hpp"
 
-#include <cmath>
-
+#include <algorithm>
 #include <vector>
 
 #include "../parallel.hpp"
-#include "../simd.hpp"
+#include "../kernels/simd/layer_norm.hpp"
 #include "ctransformer/autograd.hpp"
 #include "ctransformer/error.hpp"
 
@@ -18,14 +17,14 @@ constexpr std::size_t kGrain = 16384;  // elements per thread
 // With xhat = (x - mean) * rstd and dxhat = g * weight, per row of D elements:
 //   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),
 //   dweight += g * xhat, dbias += g.
-// Rows are split over threads; dweight and dbias are summed per chunk, then the chunks are added.
+// Rows are split over threads; dweight and dbias are summed per chunk, then the chunks are added. Each row
+// takes the vector loop of the kernel level (kernels/simd/layer_norm.cpp).
 struct LayerNormBackward : Node {
     Array mean, rstd;  // one per row, saved from the forward pass
     std::size_t rows, D;
     bool has_weight, has_bias;
     const char* name() const override { return "layer_norm"; }
     void backward(const Array& g) override {
-        using simd::B;
         const Tensor& x = inputs[0];
         const float* w = has_weight ? inputs[1].data() : nullptr;
         const bool want_w = has_weight && inputs[1].requires_grad();
@@ -33,35 +32,13 @@ struct LayerNormBackward : Node {
         const GradBuffer gx = grad_buffer(x);
         const std::size_t chunks = parallel::chunks_for(rows, std::max<std::size_t>(1, kGrain / D));
         std::vector<float> partial((want_w || want_b) ? chunks * 2 * D : 0, 0.0f);
+        const auto backward_row = kernels::layer_norm_loops().backward_row;
         parallel::parallel_chunks(rows, chunks, [&](std::size_t chunk, std::size_t r0, std::size_t r1) {
             float* pw = want_w ? partial.data() + chunk * 2 * D : nullptr;
             float* pb = want_b ? partial.data() + chunk * 2 * D + D : nullptr;
-            for (std::size_t r = r0; r < r1; ++r) {
-                const float* xr = x.data() + r * D;
-                const float* gr = g.data() + r * D;
-                const B mu(mean.data()[r]), rs(rstd.data()[r]);
-                B s1(0.0f), s2(0.0f);
-                simd::blocks(D, [&](std::size_t j, std::size_t c) {
-                    const B xhat = (simd::load(xr + j, c) - mu) * rs;
-                    const B gj = simd::load(gr + j, c);
-                    const B dxhat = w ? gj * simd::load(w + j, c) : gj;
-                    s1 += dxhat;
-                    s2 += dxhat * xhat;
-                    if (pw) simd::store(pw + j, simd::load(pw + j, c) + gj * xhat, c);
-                    if (pb) simd::store(pb + j, simd::load(pb + j, c) + gj, c);
-                });
-                if (!gx) continue;
-                const B m1(simd::hsum(s1) / float(D)), m2(simd::hsum(s2) / float(D));
-                float* dx = gx.data + r * D;
-                simd::blocks(D, [&](std::size_t j, std::size_t c) {
-                    const B xhat = (simd::load(xr + j, c) - mu) * rs;
-                    const B gj = simd::load(gr + j, c);
-                    const B dxhat = w ? gj * simd::load(w + j, c) : gj;
-                    B v = rs * (dxhat - m1 - xhat * m2);
-                    if (gx.accumulate) v += simd::load(dx + j, c);
-                    simd::store(dx + j, v, c);
-                });
-            }
+            for (std::size_t r = r0; r < r1; ++r)
+                backward_row(x.data() + r * D, g.data() + r * D, w, mean.data()[r], rstd.data()[r], D, pw, pb,
+                             gx ? gx.data + r * D : nullptr, gx.accumulate);
         });
         // The parameters' gradients: the chunks' partial sums.
         auto reduce_into = [&](const Tensor& p, std::size_t offset) {
@@ -94,29 +71,12 @@ Tensor layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, flo
     Array mean = Array::from_shape({rows}), rstd = Array::from_shape({rows});
     const float* w = weight ? weight->data() : nullptr;
     const float* bi = bias ? bias->data() : nullptr;
+    // Per row: the mean, the variance from the centred values (two passes, as torch), then the normalised
+    // row (kernels/simd/layer_norm.cpp, the kernel level's loop).
+    const auto forward_row = kernels::layer_norm_loops().forward_row;
     parallel::parallel_for(rows, std::max<std::size_t>(1, kGrain / D), [&](std::size_t r0, std::size_t r1) {
-        using simd::B;
-        for (std::size_t r = r0; r < r1; ++r) {
-            const float* xr = x.data() + r * D;
-            const float mu = simd::sum(xr, D) / float(D);
-            const B bmu(mu);
-            B acc(0.0f);  // the variance from the centred values, as torch (two passes)
-            simd::blocks(D, [&](std::size_t j, std::size_t c) {
-                const B d = simd::load(xr + j, c, mu) - bmu;
-                acc += d * d;
-            });
-            const float rs = 1.0f / std::sqrt(simd::hsum(acc) / float(D) + eps);
-            mean.data()[r] = mu;
-            rstd.data()[r] = rs;
-            const B brs(rs);
-            float* y = out.data() + r * D;
-            simd::blocks(D, [&](std::size_t j, std::size_t c) {
-                B v = (simd::load(xr + j, c) - bmu) * brs;
-                if (w) v *= simd::load(w + j, c);
-                if (bi) v += simd::load(bi + j, c);
-                simd::store(y + j, v, c);
-            });
-        }
+        for (std::size_t r = r0; r < r1; ++r)
+            forward_row(x.data() + r * D, out.data() + r * D, D, w, bi, eps, mean.data() + r, rstd.data() + r);
     });
     if (needs_grad({&x, weight, bias})) {
         auto node = std::make_shared<LayerNormBackward>();

@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "../parallel.hpp"
-#include "../simd.hpp"
+#include "../kernels/simd/softmax.hpp"
 #include "ctransformer/autograd.hpp"
 
 namespace ct {
@@ -26,34 +26,13 @@ Lanes lanes_of(const Shape& s, std::size_t dim) {
 
 // softmax: y_j = exp(x_j - max) / sum exp(x - max); log_softmax: x_j - max - log sum exp(x - max).
 // A lane of all -inf gives NaN, as torch does.
-// Rows (inner == 1, the last dimension) take the vector path, split over threads. The partial
-// last block is padded with -inf, whose exp adds 0 to the sum.
+// Rows (inner == 1, the last dimension) take the vector loops of the kernel level
+// (kernels/simd/softmax.cpp), split over threads.
 void softmax_rows(const float* x, float* y, std::size_t rows, std::size_t n, bool log) {
-    using simd::B;
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    const auto forward_row = kernels::softmax_loops().forward_row;
     parallel::parallel_for(rows, std::max<std::size_t>(1, 8192 / std::max<std::size_t>(n, 1)),
                            [&](std::size_t r0, std::size_t r1) {
-        for (std::size_t r = r0; r < r1; ++r) {
-            const float* xr = x + r * n;
-            float* yr = y + r * n;
-            const B mx(simd::max(xr, n, kNegInf));
-            B acc(0.0f);
-            simd::blocks(n, [&](std::size_t i, std::size_t c) {
-                const B e = xsimd::exp(simd::load(xr + i, c, kNegInf) - mx);
-                if (!log) simd::store(yr + i, e, c);
-                acc += e;
-            });
-            const float total = simd::hsum(acc);
-            if (log) {
-                // (x - max) - lse, not x - (max + lse): max + lse rounds at max's magnitude (x = [512, 512]
-                // gave -0.693176 for log 1/2; found by tests/fuzz).
-                const B lse(std::log(total));
-                simd::blocks(n, [&](std::size_t i, std::size_t c) { simd::store(yr + i, (simd::load(xr + i, c) - mx) - lse, c); });
-            } else {
-                const B inv(1.0f / total);
-                simd::blocks(n, [&](std::size_t i, std::size_t c) { simd::store(yr + i, simd::load(yr + i, c) * inv, c); });
-            }
-        }
+        for (std::size_t r = r0; r < r1; ++r) forward_row(x + r * n, y + r * n, n, log);
     });
 }
 
@@ -104,28 +83,14 @@ struct SoftmaxBackward : Node {
             }
     }
     void backward_rows(const Array& g) {
-        using simd::B;
         GradBuffer gx = grad_buffer(inputs[0]);
         if (!gx) return;
         const std::size_t n = l.n;
+        const auto backward_row = kernels::softmax_loops().backward_row;
         parallel::parallel_for(l.outer, std::max<std::size_t>(1, 8192 / std::max<std::size_t>(n, 1)),
                                [&](std::size_t r0, std::size_t r1) {
-            for (std::size_t r = r0; r < r1; ++r) {
-                const float* y = out.data() + r * n;
-                const float* gl = g.data() + r * n;
-                float* d = gx.data + r * n;
-                B acc(0.0f);
-                simd::blocks(n, [&](std::size_t i, std::size_t c) {
-                    acc += log ? simd::load(gl + i, c) : simd::load(gl + i, c) * simd::load(y + i, c);
-                });
-                const B s(simd::hsum(acc));
-                simd::blocks(n, [&](std::size_t i, std::size_t c) {
-                    const B gi = simd::load(gl + i, c), yi = simd::load(y + i, c);
-                    B v = log ? gi - xsimd::exp(yi) * s : yi * (gi - s);
-                    if (gx.accumulate) v += simd::load(d + i, c);
-                    simd::store(d + i, v, c);
-                });
-            }
+            for (std::size_t r = r0; r < r1; ++r)
+                backward_row(out.data() + r * n, g.data() + r * n, gx.data + r * n, n, log, gx.accumulate);
         });
     }
     void release_saved() override { out = Tensor(); }

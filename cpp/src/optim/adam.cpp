@@ -2,7 +2,8 @@
 
 #include "ctransformer/autocast.hpp"
 
-// Rounding must follow torch's kernels op by op (see adam_update): no implicit fused multiply-add.
+// Rounding must follow torch's kernels op by op (see adam_coefficients; the update is
+// kernels/simd/adam.cpp): no implicit fused multiply-add.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
@@ -12,7 +13,7 @@
 #include <cmath>
 
 #include "../parallel.hpp"
-#include "../simd.hpp"
+#include "../kernels/simd/adam.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct::optim {
@@ -31,49 +32,28 @@ ParamGroup single_group(std::vector<Tensor> params, double lr, std::pair<double,
     return g;
 }
 
-// One parameter's update, float32 arithmetic rounded as torch's CPU kernels round it: add with
-// alpha, lerp and addcmul are fused multiply-adds there (Vectorized::fmadd), the rest is one
-// rounding per op. std::fma spells out the fused ones; contraction is off for this file so the
-// compiler fuses nothing else (e.g. AdamW's p * (1 - lr wd) must be rounded before the update).
-void adam_update(float* p, const float* grad, float* m, float* v, std::size_t n, const ParamGroup& g,
-                 std::int64_t step, bool decoupled) {
+// One parameter's step constants. The update itself (kernels/simd/adam.cpp, the kernel level's loop) is
+// float32 arithmetic rounded as torch's CPU kernels round it: add with alpha, lerp and addcmul are fused
+// multiply-adds there (Vectorized::fmadd), the rest is one rounding per op. Contraction is off for this file
+// too, so the constants below are rounded as written.
+kernels::AdamCoefficients adam_coefficients(const ParamGroup& g, std::int64_t step, bool decoupled) {
     const double bias_correction1 = 1.0 - std::pow(g.beta1, double(step));
     const double bias_correction2 = 1.0 - std::pow(g.beta2, double(step));
     const double step_size = g.lr / bias_correction1;
     const double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
 
-    const bool l2 = g.weight_decay != 0.0 && !decoupled;
-    const bool decay_p = g.weight_decay != 0.0 && decoupled;
-    const float decay = float(1.0 - g.lr * g.weight_decay);  // AdamW: p.mul_(1 - lr * wd)
-    const float wd = float(g.weight_decay);                   // Adam: grad.add(p, alpha=wd)
-    const float w1 = float(1.0 - g.beta1);                    // m.lerp_(grad, 1 - beta1)
-    const float b2 = float(g.beta2);                          // v.mul_(beta2).addcmul_(g, g, 1 - beta2)
-    const float one_minus_b2 = float(1.0 - g.beta2);
-    const float bc2s = float(bias_correction2_sqrt);
-    const float eps = float(g.eps);
-    const float neg_step_size = float(-step_size);            // p.addcdiv_(m, denom, value=-step_size)
-    // Vectorised with xsimd: the same operations in the same order, each rounded once (vector
-    // sqrt and division are correctly rounded like the scalar ones, fma is fused in both). The
-    // scalar loop did not vectorise (std::sqrt may set errno).
-    using simd::B;
-    const B vdecay(decay), vwd(wd), vw1(w1), vone_minus_w1(1.0f - w1), vb2(b2), vomb2(one_minus_b2), vbc2s(bc2s),
-        veps(eps), vneg(neg_step_size);
-    const bool lerp_low = w1 < 0.5f;
-    simd::blocks(n, [&](std::size_t i, std::size_t c) {
-        B pi = simd::load(p + i, c);
-        if (decay_p) pi = pi * vdecay;
-        const B gr = simd::load(grad + i, c);
-        const B gi = l2 ? simd::fma(pi, vwd, gr) : gr;
-        const B mo = simd::load(m + i, c);
-        // lerp: self + w (end - self) for w < 0.5, else end - (end - self) (1 - w)
-        const B diff = gi - mo;
-        const B mi = lerp_low ? simd::fma(vw1, diff, mo) : simd::fma(-diff, vone_minus_w1, gi);
-        const B vi = simd::fma(vomb2 * gi, gi, simd::load(v + i, c) * vb2);
-        const B denom = xsimd::sqrt(vi) / vbc2s + veps;
-        simd::store(m + i, mi, c);
-        simd::store(v + i, vi, c);
-        simd::store(p + i, pi + (vneg * mi) / denom, c);
-    });
+    kernels::AdamCoefficients k;
+    k.l2 = g.weight_decay != 0.0 && !decoupled;
+    k.decay_p = g.weight_decay != 0.0 && decoupled;
+    k.decay = float(1.0 - g.lr * g.weight_decay);  // AdamW: p.mul_(1 - lr * wd)
+    k.wd = float(g.weight_decay);                  // Adam: grad.add(p, alpha=wd)
+    k.w1 = float(1.0 - g.beta1);                   // m.lerp_(grad, 1 - beta1)
+    k.b2 = float(g.beta2);                         // v.mul_(beta2).addcmul_(g, g, 1 - beta2)
+    k.one_minus_b2 = float(1.0 - g.beta2);
+    k.bc2s = float(bias_correction2_sqrt);
+    k.eps = float(g.eps);
+    k.neg_step_size = float(-step_size);           // p.addcdiv_(m, denom, value=-step_size)
+    return k;
 }
 
 }  // namespace
@@ -98,6 +78,7 @@ void Adam::on_group_added(std::size_t group_index) {
 
 void Adam::step() {
     auto& groups = param_groups();
+    const auto update = kernels::adam_loops().update;
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
         const ParamGroup& g = groups[gi];
         for (std::size_t i = 0; i < g.params.size(); ++i) {
@@ -120,12 +101,11 @@ void Adam::step() {
             const float* pg = grad.data();
             float* pm = st.exp_avg.data();
             float* pv = st.exp_avg_sq.data();
-            const std::int64_t step = st.step;
-            const bool decoupled = decoupled_;
+            const kernels::AdamCoefficients k = adam_coefficients(g, st.step, decoupled_);
             // In an autocast region the parameter's bf16 copy is (re)written while the new values are hot.
             bf16_t* copy = autocast::copy_to_write(p);
             parallel::parallel_for(p.numel(), 32768, [&](std::size_t b, std::size_t e) {
-                adam_update(pp + b, pg + b, pm + b, pv + b, e - b, g, step, decoupled);
+                update(pp + b, pg + b, pm + b, pv + b, e - b, k);
                 if (copy)
                     for (std::size_t j = b; j < e; ++j) copy[j] = to_bf16(pp[j]);
             });

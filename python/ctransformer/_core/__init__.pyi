@@ -130,7 +130,7 @@ def _kernel_table(level: str | None = None) -> list:
     """
 def build_info() -> dict:
     """
-    What the core was compiled for (-march, the kernels' instruction set and vector width, whether multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time, and level_cap: the environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that level).
+    What the core was compiled for (-march, the kernels' instruction set and vector width, whether multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time, and level_cap: the environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that level); and loops: what the SIMD loops of the kernel level in force were compiled for (their instruction set, vector width and fused multiply-add; simd, float_lanes and fused_multiply_add above are the rest of the build's).
     """
 def empty_cache() -> None:
     """

@@ -13,10 +13,13 @@
 //   avx512_vnni    AVX-512             avx512_vnni     emulated        Cascade Lake, Ice Lake
 //   avx512_bf16    AVX-512             avx512_vnni     avx512_bf16     Cooper Lake, Sapphire Rapids, Zen 4-5
 //
+// The SIMD loops (softmax, layer_norm, GELU, Adam, cross-entropy, attention's rows, decoding's searches, the
+// small products) are compiled once per level too (portable = SSE2 on x86-64, avx2, avx512) and follow it;
+// the loops the compiler vectorises itself (elementwise, ReLU, dropout) are the build's -march.
 // Every level gives the same numbers within float32's summation-order bound, and the int8 kernels the same
-// bits (int8.hpp). The xsimd loops (softmax, layer_norm, activations, Adam, attention's inner loops) are
-// compiled for the build's -march and do not follow the level (build_info().simd).
+// bits (int8.hpp).
 #pragma once
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,16 @@ std::vector<std::string> kernel_levels();
 // set_bf16_kernel).
 Level kernel_level();
 void set_kernel_level(const std::string& name);
+
+// What the SIMD loops of the level in force were compiled for: xsimd's instruction set ("sse2",
+// "fma3+avx2", "avx512bw", ...), floats a vector, and whether a multiply-add rounds once (Adam's moments equal
+// torch's fused kernels bit for bit only then).
+struct LoopArch {
+    std::string simd;
+    std::size_t float_lanes;
+    bool fused_multiply_add;
+};
+LoopArch loop_arch();
 
 // One row per product: its key ("sgemm", "small", "gemv", "few_rows", "packed", "bf16", "int8", "loops"),
 // what it is, the kernel it runs, and when (the sizes that route it there and split it over threads). Now,

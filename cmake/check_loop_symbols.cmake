@@ -1,0 +1,52 @@
+# cmake -DNM=nm -DLEVELS="portable|avx2|avx512" -DOBJECTS="<every level's objects, | between>" -DSTAMP=<file> -P this
+#
+# The SIMD loops are compiled once per level (cpp/src/kernels/simd/). A symbol that two levels' objects both
+# define as weak (an inline function or template instantiation both compiled) is kept once by the linker,
+# from either: the AVX-512 copy could then run on a CPU without AVX-512. So no weak symbol may be defined at
+# two levels. (per_level.hpp puts our own helpers in a namespace per level; xsimd's are templates on the
+# instruction set; this catches what slips through, such as a std:: algorithm left out of line.)
+string(REPLACE "|" ";" LEVELS "${LEVELS}")
+string(REPLACE "|" ";" OBJECTS "${OBJECTS}")
+set(tagged "")
+foreach(object ${OBJECTS})
+  set(level "")
+  foreach(l ${LEVELS})
+    if(object MATCHES "ct_loops_${l}\\.dir")
+      set(level ${l})
+    endif()
+  endforeach()
+  if(NOT level)
+    message(FATAL_ERROR "check_loop_symbols: no level in the path of ${object}")
+  endif()
+  execute_process(COMMAND ${NM} --defined-only -g ${object} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "check_loop_symbols: ${NM} failed on ${object}")
+  endif()
+  string(REPLACE "\n" ";" lines "${out}")
+  foreach(line ${lines})
+    if(line MATCHES "^[0-9a-fA-F]* W (.+)$")  # weak code (V, u: weak data, such as DW.ref.__gxx_personality_v0)
+      list(APPEND tagged "${CMAKE_MATCH_1} ${level}")
+    endif()
+  endforeach()
+endforeach()
+list(REMOVE_DUPLICATES tagged)  # one level's files may share an instantiation: harmless
+list(SORT tagged)
+set(previous_symbol "")
+set(previous_level "")
+set(shared "")
+foreach(entry ${tagged})
+  string(REGEX REPLACE " [^ ]+$" "" symbol "${entry}")
+  string(REGEX REPLACE "^.* " "" level "${entry}")
+  if(symbol STREQUAL previous_symbol AND NOT level STREQUAL previous_level)
+    list(APPEND shared "${symbol} (${previous_level}, ${level})")
+  endif()
+  set(previous_symbol "${symbol}")
+  set(previous_level "${level}")
+endforeach()
+if(shared)
+  list(JOIN shared "\n  " text)
+  message(FATAL_ERROR "These weak symbols are defined by the SIMD loops of two levels; the linker would keep one "
+                      "of them for both (cpp/src/kernels/simd/per_level.hpp). Put the function in the level's "
+                      "namespace, or make it internal (static, an unnamed namespace):\n  ${text}")
+endif()
+file(WRITE ${STAMP} "ok\n")
