@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 
 #include <dlfcn.h>
@@ -49,15 +48,26 @@ char* BLAS(openblas_get_corename)(void);
 
 namespace ct::blas {
 
-// Once: ct's thread count starts as OpenBLAS's own default (OPENBLAS_NUM_THREADS or the cores),
-// and OpenBLAS is then told to use one thread; the splitting happens here instead.
-void init() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-        parallel::set_default_threads(BLAS(openblas_get_num_threads)());
+namespace {
+
+// Once: OpenBLAS's own default thread count (OPENBLAS_NUM_THREADS or the cores) is read, for ct's pool to
+// start from, and OpenBLAS is then told to use one thread; the splitting happens here instead.
+int openblas_default_threads() {
+    static const int threads = [] {
+        const int t = BLAS(openblas_get_num_threads)();
         BLAS(openblas_set_num_threads)(1);
-    });
+        return t;
+    }();
+    return threads;
 }
+
+// Handed to the pool as this library is loaded, before any code of the core can run.
+[[maybe_unused]] const bool g_source_registered =
+    (parallel::set_default_threads_source(&openblas_default_threads), true);
+
+}  // namespace
+
+void init() { openblas_default_threads(); }
 
 namespace {
 
@@ -202,19 +212,6 @@ std::string blas_core_advice() {
         text += "This OpenBLAS does not recognise the CPU. Fix: export OPENBLAS_CORETYPE=" + want +
                 " before Python starts (or use a newer OpenBLAS: pip install -U scipy-openblas32).";
     return text;
-}
-
-void set_num_threads(int n) {
-    if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
-    // Each thread beyond the first is a pool worker started on the next parallel op: a hostile
-    // n (10**6) would exhaust the process's threads there, far from the call that asked for it.
-    if (n > 1024) throw ValueError("set_num_threads: n must be at most 1024, got " + std::to_string(n));
-    blas::init();
-    parallel::set_threads(n);  // BLAS products and the kernels alike (parallel.hpp)
-}
-int get_num_threads() {
-    blas::init();
-    return parallel::threads();
 }
 
 }  // namespace ct

@@ -12,7 +12,7 @@
 
 namespace ct::blas {
 
-// Hands OpenBLAS's default thread count to the pool and pins OpenBLAS to one thread (once).
+// Pins OpenBLAS to one thread (once, after reading its default for the pool: parallel.hpp).
 void init();
 
 // C = alpha * op(A) @ op(B) + beta * C, row-major; op(A) is (m, k), op(B) is (k, n).

@@ -11,7 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "blas.hpp"
+#include "ctransformer/error.hpp"
+#include "ctransformer/threads.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -170,16 +171,15 @@ private:
 };
 
 std::mutex g_config_mu;
-std::atomic<int> g_threads{0};          // 0: not set, use the default
-std::atomic<int> g_default_threads{0};  // 0: not known yet
+std::atomic<int> g_threads{0};                        // 0: not set, use the default
+std::atomic<int (*)()> g_default_source{nullptr};     // set_default_threads_source
 std::shared_ptr<Pool> g_pool;
 
 int default_threads() {
-    int d = g_default_threads.load(std::memory_order_relaxed);
-    if (d == 0) {
-        blas::init();  // learns OpenBLAS's default (OPENBLAS_NUM_THREADS or the cores)
-        d = g_default_threads.load(std::memory_order_relaxed);
-    }
+    static const int d = [] {
+        int (*source)() = g_default_source.load();
+        return source ? source() : 1;
+    }();
     return d > 0 ? d : 1;
 }
 
@@ -199,9 +199,7 @@ int threads() {
     return t > 0 ? t : default_threads();
 }
 
-void set_default_threads(int n) { g_default_threads.store(n < 1 ? 1 : n, std::memory_order_relaxed); }
-
-void set_threads(int n) { g_threads.store(n < 1 ? 1 : n, std::memory_order_relaxed); }
+void set_default_threads_source(int (*source)()) { g_default_source.store(source); }
 
 void run(std::size_t n, std::size_t pieces, ChunkFn fn, void* ctx) {
     const int t = threads();
@@ -213,3 +211,17 @@ void run(std::size_t n, std::size_t pieces, ChunkFn fn, void* ctx) {
 }
 
 }  // namespace ct::parallel
+
+namespace ct {
+
+void set_num_threads(int n) {
+    if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
+    // Each thread beyond the first is a pool worker started on the next parallel op: a hostile
+    // n (10**6) would exhaust the process's threads there, far from the call that asked for it.
+    if (n > 1024) throw ValueError("set_num_threads: n must be at most 1024, got " + std::to_string(n));
+    parallel::g_threads.store(n, std::memory_order_relaxed);  // BLAS products and the kernels alike
+}
+
+int get_num_threads() { return parallel::threads(); }
+
+}  // namespace ct

@@ -15,11 +15,12 @@ namespace ct::parallel {
 
 using ChunkFn = void (*)(void* ctx, std::size_t chunk, std::size_t begin, std::size_t end);
 
-// The threads parallel_for uses (1 = everything inline); set_num_threads sets it.
+// The threads parallel_for uses (1 = everything inline), and the BLAS's products too (blas.cpp splits them
+// over this pool); ct::set_num_threads (threads.hpp, defined in parallel.cpp) sets it.
 int threads();
-void set_threads(int n);
-// The count used until set_threads is called (blas.cpp passes OpenBLAS's own default).
-void set_default_threads(int n);
+// Until then the count is the BLAS's own default (OPENBLAS_NUM_THREADS or the cores), which the BLAS door
+// hands over when it is loaded (blas.cpp): the pool never calls into the BLAS. 1 without a BLAS.
+void set_default_threads_source(int (*source)());
 // Runs fn(ctx, chunk, begin, end) over [0, n) cut into `chunks` contiguous pieces (piece i
 // covers [n i / chunks, n (i + 1) / chunks)), each once, on any thread.
 void run(std::size_t n, std::size_t chunks, ChunkFn fn, void* ctx);
