@@ -4,8 +4,8 @@
     python benchmarks/simd_levels.py --levels x86-64,x86-64-v3 --cases kernels,tiny/train
 
 OpenBLAS picks its kernels at run time, whatever the level, and so do ctransformer's SIMD loops and products
-(softmax, layer norm, GELU, attention, losses, Adam, the small products: the kernel level, the same in every
-build on one machine), so only the code the compiler vectorises itself (elementwise, ReLU, dropout) and the
+(softmax, layer norm, GELU, ReLU, dropout, attention, losses, Adam, the small products: the kernel level, the same in every
+build on one machine), so only the element-wise arithmetic (add, mul, ... with broadcasting) and the
 rest of the core change with the build's level. `--levels default` is the portable build against this one.
 Each build runs in its own processes (a fresh process per case and round, the levels alternating
 round by round, so load from elsewhere hits each alike); medians over the rounds.
@@ -99,7 +99,7 @@ def compare(levels, case_names, rounds=3, repeats=10, log=print):
 
 
 def describe(build):
-    """The build's own level (the code the compiler vectorises: elementwise, ReLU, dropout) and its SIMD loops'
+    """The build's own level (the element-wise arithmetic and the rest of the core) and its SIMD loops'
     (the kernel level in force: kernels/simd/, the same in every build of one machine)."""
     text = f"{build['simd']}, {build['float_lanes']} floats" + ("" if build["fused_multiply_add"] else ", no FMA")
     loops = build.get("loops")

@@ -210,9 +210,9 @@ std::vector<KernelRow> table(FloatKernel fk, Int8Kernel ik, Bf16Kernel bk) {
          "split over threads from " + std::to_string(kSplitInt8Macs >> 20) + "M multiply-adds, in panels of " +
              std::to_string(kInt8Panel) + " columns"},
         {"loops", "SIMD loops", xsimd,
-         "softmax, layer_norm, GELU, Adam, cross-entropy, attention's rows, decoding's searches"},
-        {"build_loops", "loops the compiler vectorises", build_info().simd + " (the build's -march)",
-         "elementwise, ReLU, dropout"},
+         "softmax, layer_norm, GELU, ReLU, dropout, Adam, cross-entropy, attention's rows, decoding's searches"},
+        {"build_loops", "element-wise arithmetic", build_info().simd + " (the build's -march)",
+         "add, sub, mul, div with broadcasting, and the rest of the core"},
     };
 }
 

@@ -4,6 +4,7 @@
 
 #include "../parallel.hpp"
 #include "../kernels/simd/activation.hpp"
+#include "../kernels/simd/pointwise.hpp"
 #include "ctransformer/autograd.hpp"
 
 namespace ct {
@@ -13,7 +14,8 @@ namespace {
 constexpr std::size_t kGrain = 16384;      // elements per thread, cheap pointwise work
 constexpr std::size_t kGrainTanh = 4096;   // with a tanh per element
 
-// relu'(x) = 1 where the output is positive.
+// relu'(x) = 1 where the output is positive, on the kernel level's loops (kernels/simd/pointwise.cpp), split
+// over threads.
 struct ReluBackward : Node {
     Tensor out;
     const char* name() const override { return "relu"; }
@@ -24,19 +26,9 @@ struct ReluBackward : Node {
         const float* pg = g.data();
         float* d = gx.data;
         const bool acc = gx.accumulate;
-        parallel::parallel_for(g.size(), kGrain, [y, pg, d, acc](std::size_t b, std::size_t e) {
-            // Both loads unconditional, then a select: the loop vectorises (a conditional load
-            // compiled to a branch per element).
-            if (acc)
-                for (std::size_t i = b; i < e; ++i) {
-                    const float v = pg[i];
-                    d[i] += y[i] > 0.0f ? v : 0.0f;
-                }
-            else
-                for (std::size_t i = b; i < e; ++i) {
-                    const float v = pg[i];
-                    d[i] = y[i] > 0.0f ? v : 0.0f;
-                }
+        const auto relu_backward = kernels::pointwise_loops().relu_backward;
+        parallel::parallel_for(g.size(), kGrain, [&](std::size_t b, std::size_t e) {
+            relu_backward(y + b, pg + b, d + b, e - b, acc);
         });
     }
     void release_saved() override { out = Tensor(); }
@@ -66,12 +58,8 @@ Tensor relu(const Tensor& x) {
     Tensor out(Array::from_shape(x.array().shape()));
     const float* px = x.data();
     float* y = out.data();
-    parallel::parallel_for(x.numel(), kGrain, [px, y](std::size_t b, std::size_t e) {
-        for (std::size_t i = b; i < e; ++i) {
-            const float v = px[i];
-            y[i] = v > 0.0f ? v : 0.0f;
-        }
-    });
+    const auto relu_forward = kernels::pointwise_loops().relu_forward;
+    parallel::parallel_for(x.numel(), kGrain, [&](std::size_t b, std::size_t e) { relu_forward(px + b, y + b, e - b); });
     if (needs_grad({&x})) {
         auto node = std::make_shared<ReluBackward>();
         node->out = out.detach();

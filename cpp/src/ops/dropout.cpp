@@ -7,6 +7,7 @@
 #include "ctransformer/distributed/batch_shard.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/random.hpp"
+#include "../kernels/simd/pointwise.hpp"
 #include "../parallel.hpp"
 #include "../random_bits.hpp"
 
@@ -19,7 +20,8 @@ namespace {
 constexpr std::size_t kGrain = 32768;
 
 // The kept elements get the factor 1/(1-p) (computed once in float32, as torch), the rest 0;
-// the gradient is scaled by the same, from the saved keep mask (a byte per element).
+// the gradient is scaled by the same, from the saved keep mask (a byte per element), on the kernel
+// level's loops (kernels/simd/pointwise.cpp), split over threads.
 struct DropoutBackward : Node {
     std::vector<std::uint8_t> keep;
     float keep_scale;
@@ -32,11 +34,9 @@ struct DropoutBackward : Node {
         const std::uint8_t* k = keep.data();
         const float s = keep_scale;
         const bool acc = gx.accumulate;
-        parallel::parallel_for(g.size(), kGrain, [pg, d, k, s, acc](std::size_t b, std::size_t e) {
-            if (acc)
-                for (std::size_t i = b; i < e; ++i) d[i] += pg[i] * (k[i] ? s : 0.0f);
-            else
-                for (std::size_t i = b; i < e; ++i) d[i] = pg[i] * (k[i] ? s : 0.0f);
+        const auto scale_by_mask = kernels::pointwise_loops().scale_by_mask;
+        parallel::parallel_for(g.size(), kGrain, [&](std::size_t b, std::size_t e) {
+            scale_by_mask(pg + b, k + b, s, d + b, e - b, acc);
         });
     }
     void release_saved() override { keep = {}; }
@@ -56,8 +56,9 @@ Tensor dropout(const Tensor& x, float p, bool training) {
     const float* px = x.data();
     float* po = out.data();
     const std::uint8_t* k = keep.data();
-    parallel::parallel_for(x.numel(), kGrain, [px, po, k, keep_scale](std::size_t b, std::size_t e) {
-        for (std::size_t i = b; i < e; ++i) po[i] = px[i] * (k[i] ? keep_scale : 0.0f);
+    const auto scale_by_mask = kernels::pointwise_loops().scale_by_mask;
+    parallel::parallel_for(x.numel(), kGrain, [&](std::size_t b, std::size_t e) {
+        scale_by_mask(px + b, k + b, keep_scale, po + b, e - b, false);
     });
     if (needs_grad({&x})) {
         auto node = std::make_shared<DropoutBackward>();

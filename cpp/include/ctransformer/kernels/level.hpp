@@ -13,9 +13,9 @@
 //   avx512_vnni    AVX-512             avx512_vnni     emulated        Cascade Lake, Ice Lake
 //   avx512_bf16    AVX-512             avx512_vnni     avx512_bf16     Cooper Lake, Sapphire Rapids, Zen 4-5
 //
-// The SIMD loops (softmax, layer_norm, GELU, Adam, cross-entropy, attention's rows, decoding's searches, the
-// small products) are compiled once per level too (portable = SSE2 on x86-64, avx2, avx512) and follow it;
-// the loops the compiler vectorises itself (elementwise, ReLU, dropout) are the build's -march.
+// The SIMD loops (softmax, layer_norm, GELU, ReLU, dropout, Adam, cross-entropy, attention's rows, decoding's
+// searches, the small products) are compiled once per level too (portable = SSE2 on x86-64, avx2, avx512) and
+// follow it; the element-wise arithmetic (add, sub, mul, div) and the rest of the core are the build's -march.
 // Every level gives the same numbers within float32's summation-order bound, and the int8 kernels the same
 // bits (int8.hpp).
 #pragma once
