@@ -6,8 +6,19 @@
 // (cmake/check_loop_symbols.cmake).
 #pragma once
 
+// CMake sets CT_LOOP_LEVEL for each of its three compiles. A file compiled on its own (a tool, an editor, a
+// check of every -march) takes the level its flags give, so it compiles the same code CMake's would.
 #ifndef CT_LOOP_LEVEL
-#error "kernels/simd/*.cpp are compiled once per level by CMake, with CT_LOOP_LEVEL set"
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define CT_LOOP_LEVEL avx512
+#define CT_LOOP_PORTABLE 0
+#elif defined(__AVX2__) && defined(__FMA__)
+#define CT_LOOP_LEVEL avx2
+#define CT_LOOP_PORTABLE 0
+#else
+#define CT_LOOP_LEVEL portable
+#define CT_LOOP_PORTABLE 1
+#endif
 #endif
 
 // GCC 12's AVX-512 headers start some intrinsics from an "undefined" vector (GCC bug 105593).
