@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "../kernels/simd/arithmetic.hpp"
 #include "../parallel.hpp"
 #include "broadcast.hpp"
 #include "ctransformer/autograd.hpp"
@@ -10,7 +11,7 @@ namespace ct {
 
 namespace {
 
-enum class BinaryOp { Add, Sub, Mul, Div };
+using BinaryOp = kernels::Arith;
 
 const char* op_name(BinaryOp op) {
     switch (op) {
@@ -38,29 +39,6 @@ Layout layout_of(const Shape& a, const Shape& b, const Shape& out) {
     return Layout::Suffix;
 }
 
-template <class F>
-inline void for_pair(BinaryOp op, F&& f) {  // f(lambda) with the op as a compile-time choice
-    switch (op) {
-        case BinaryOp::Add: return f([](float x, float y) { return x + y; });
-        case BinaryOp::Sub: return f([](float x, float y) { return x - y; });
-        case BinaryOp::Mul: return f([](float x, float y) { return x * y; });
-        default: return f([](float x, float y) { return x / y; });
-    }
-}
-
-// d = (accumulate ? d : 0) + v(i) over [0, n), in parallel.
-template <class V>
-void write_grad(const GradBuffer& gb, std::size_t n, V v) {
-    float* d = gb.data;
-    const bool acc = gb.accumulate;
-    parallel::parallel_for(n, kGrain, [d, acc, &v](std::size_t b, std::size_t e) {
-        if (acc)
-            for (std::size_t i = b; i < e; ++i) d[i] += v(i);
-        else
-            for (std::size_t i = b; i < e; ++i) d[i] = v(i);
-    });
-}
-
 // d(a op b)/da and d(a op b)/db, summed over broadcast dimensions by the walk itself:
 // each output element adds into the input offset it was read from.
 struct BinaryBackward : Node {
@@ -77,34 +55,24 @@ struct BinaryBackward : Node {
         const float* pb = b.data();
         const float* pg = g.data();
         const std::size_t n = g.size(), inner = b.numel();
-        if (GradBuffer ga = grad_buffer(a)) {
-            switch (op) {
-                case BinaryOp::Add: case BinaryOp::Sub: write_grad(ga, n, [&](std::size_t i) { return pg[i]; }); break;
-                case BinaryOp::Mul: write_grad(ga, n, [&](std::size_t i) { return pg[i] * pb[i % inner]; }); break;
-                case BinaryOp::Div: write_grad(ga, n, [&](std::size_t i) { return pg[i] / pb[i % inner]; }); break;
-            }
-        }
+        const kernels::ArithmeticLoops& loops = kernels::arithmetic_loops();
+        if (GradBuffer ga = grad_buffer(a))
+            parallel::parallel_for(n, kGrain, [&](std::size_t s0, std::size_t s1) {
+                loops.grad_a(op, pg, pb, inner, ga.data, s0, s1, ga.accumulate);
+            });
         GradBuffer gb = grad_buffer(b);
         if (!gb) return;
-        auto db = [&](std::size_t i) {  // d(a op b)/db times g at output element i
-            switch (op) {
-                case BinaryOp::Add: return pg[i];
-                case BinaryOp::Sub: return -pg[i];
-                case BinaryOp::Mul: return pg[i] * pa[i];
-                default: return -pg[i] * pa[i] / (pb[i % inner] * pb[i % inner]);
-            }
-        };
         if (layout == Layout::Same) {
-            write_grad(gb, n, db);
+            parallel::parallel_for(n, kGrain, [&](std::size_t s0, std::size_t s1) {
+                loops.grad_b(op, pg, pa, pb, gb.data, s0, s1, gb.accumulate);
+            });
             return;
         }
         // b repeated over `outer` rows: sum the rows, each thread over its share of b's columns.
         const std::size_t outer = inner ? n / inner : 0;
         parallel::parallel_for(inner, std::max<std::size_t>(16, kGrain / std::max<std::size_t>(outer, 1)),
                                [&](std::size_t j0, std::size_t j1) {
-            if (!gb.accumulate) std::fill(gb.data + j0, gb.data + j1, 0.0f);
-            for (std::size_t o = 0; o < outer; ++o)
-                for (std::size_t j = j0; j < j1; ++j) gb.data[j] += db(o * inner + j);
+            loops.grad_b_rows(op, pg, pa, pb, outer, inner, gb.data, j0, j1, gb.accumulate);
         });
     }
     void backward(const Array& g) override {
@@ -145,17 +113,9 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op) {
     const Layout layout = layout_of(sa, sb, shape);
     if (layout != Layout::General) {
         const std::size_t n = out.numel(), inner = b.numel();
-        for_pair(op, [&](auto f) {
-            parallel::parallel_for(n, kGrain, [&](std::size_t s0, std::size_t s1) {
-                if (layout == Layout::Same)
-                    for (std::size_t i = s0; i < s1; ++i) po[i] = f(pa[i], pb[i]);
-                else
-                    for (std::size_t i = s0; i < s1;) {  // row by row of b's size
-                        const std::size_t j0 = i % inner, stop = std::min(s1, i - j0 + inner);
-                        const float* row = pb - (i - j0);
-                        for (; i < stop; ++i) po[i] = f(pa[i], row[i]);
-                    }
-            });
+        const kernels::ArithmeticLoops& loops = kernels::arithmetic_loops();
+        parallel::parallel_for(n, kGrain, [&](std::size_t s0, std::size_t s1) {
+            loops.binary(op, pa, pb, inner, po, s0, s1);
         });
         if (needs_grad({&a, &b})) attach(out, std::make_shared<BinaryBackward>(op, shape, layout), {&a, &b});
         return out;
@@ -182,19 +142,21 @@ struct ScalarBackward : Node {
     void backward(const Array& g) override {
         if (GradBuffer gx = grad_buffer(inputs[0])) {
             const float* pg = g.data();
-            const float s = dydx;
-            write_grad(gx, g.size(), [pg, s](std::size_t i) { return pg[i] * s; });
+            const kernels::ArithmeticLoops& loops = kernels::arithmetic_loops();
+            parallel::parallel_for(g.size(), kGrain, [&](std::size_t b, std::size_t e) {
+                loops.scaled(pg + b, dydx, gx.data + b, e - b, gx.accumulate);
+            });
         }
     }
 };
 
-template <class F>
-Tensor scalar_op(const Tensor& x, float dydx, F f) {
+Tensor scalar_op(const Tensor& x, BinaryOp op, float s, float dydx) {
     Tensor out(Array::from_shape(x.array().shape()));
     const float* px = x.data();
     float* po = out.data();
+    const kernels::ArithmeticLoops& loops = kernels::arithmetic_loops();
     parallel::parallel_for(x.numel(), kGrain, [&](std::size_t b, std::size_t e) {
-        for (std::size_t i = b; i < e; ++i) po[i] = f(px[i]);
+        loops.with_scalar(op, px + b, s, po + b, e - b);
     });
     if (needs_grad({&x})) attach(out, std::make_shared<ScalarBackward>(dydx), {&x});
     return out;
@@ -206,9 +168,9 @@ Tensor add(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryOp::Add
 Tensor sub(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryOp::Sub); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryOp::Mul); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryOp::Div); }
-Tensor scale(const Tensor& x, float s) { return scalar_op(x, s, [s](float v) { return v * s; }); }
-Tensor div_scalar(const Tensor& x, float s) { return scalar_op(x, 1.0f / s, [s](float v) { return v / s; }); }
-Tensor add_scalar(const Tensor& x, float s) { return scalar_op(x, 1.0f, [s](float v) { return v + s; }); }
+Tensor scale(const Tensor& x, float s) { return scalar_op(x, BinaryOp::Mul, s, s); }
+Tensor div_scalar(const Tensor& x, float s) { return scalar_op(x, BinaryOp::Div, s, 1.0f / s); }
+Tensor add_scalar(const Tensor& x, float s) { return scalar_op(x, BinaryOp::Add, s, 1.0f); }
 Tensor neg(const Tensor& x) { return scale(x, -1.0f); }
 
 }  // namespace ct
