@@ -211,7 +211,7 @@ def test_linear_of_a_few_rows_at_every_level(kernel_level, m, k, n):
 PACKED_SHAPES = [(9, 256, 256), (32, 256, 8000), (160, 256, 1024), (33, 1024, 256), (13, 17, 70), (100, 64, 39), (40, 9, 1),
                  (3, 256, 256), (5, 256, 8000), (6, 512, 2048), (7, 17, 70), (8, 64, 39)]
 # The product from which a weight's packed copy is read in a region: its second of 3 or more rows
-# (decode_packing.cpp: packing costs about 2 products).
+# (kernels/weight_cache.cpp: packing costs about 2 products).
 PACKED_FROM_USE = 2
 
 
@@ -295,6 +295,31 @@ def test_packed_weights_at_the_portable_level_give_the_blas_result():
             b = ct.functional.linear(x, w).numpy()
             assert ct.decode.PackedWeights.count == 0
     np.testing.assert_array_equal(a, b)
+
+
+def test_packed_and_bf16_copies_live_in_one_cache_each_for_its_own_region():
+    """A weight can have both copies on one thread (kernels/weight_cache.cpp): an inference product in a bf16
+    region makes its bf16 copy, float32 products inside PackedWeights (autocast switched off there) its packed
+    one. Each kind goes when its own region ends, and not when the other's does."""
+    if not packed_kernel_expected():
+        pytest.skip("no packed kernel at this kernel level")
+    from ctransformer import amp
+
+    rng = np.random.default_rng(1)
+    x = ct.tensor(rng.standard_normal((8, 64)).astype(np.float32))
+    w = ct.tensor(rng.standard_normal((96, 64)).astype(np.float32), requires_grad=True)
+    with ct.no_grad(), ct.autocast():
+        ct.functional.linear(x, w)
+        assert amp._amp.autocast_cache_size() == 1
+        with ct.decode.PackedWeights():
+            with ct.autocast(enabled=False):
+                for _ in range(PACKED_FROM_USE):
+                    ct.functional.linear(x, w)
+            assert ct.decode.PackedWeights.count == 1 and amp._amp.autocast_cache_size() == 1
+        assert ct.decode.PackedWeights.count == 0 and amp._amp.autocast_cache_size() == 1
+        with ct.decode.PackedWeights():  # a new region packs afresh
+            assert ct.decode.PackedWeights.count == 0
+    assert amp._amp.autocast_cache_size() == 0
 
 
 # --- the parity tests under every kernel core -------------------------------------------------------------------

@@ -15,7 +15,8 @@
 // instead, and Adam::step inside the region writes that weight's copy as it writes the new values, so
 // the next step in the same region (ctransformer-train holds one around its loop) packs from bf16, half
 // the bytes. As in torch, writing a parameter in place inside a region by other means leaves its cached
-// copy stale until the region ends.
+// copy stale until the region ends. The copies live in the thread's weight cache (cpp/src/kernels/
+// weight_cache.hpp), beside decoding's packed weights.
 #pragma once
 #include <memory>
 
@@ -37,15 +38,6 @@ public:
 private:
     bool previous_;
 };
-
-// op(w) as a gemm_bf16 operand: the cached bf16 copy when w is a parameter that has one, else w's fp32
-// data, rounded by the kernel. round_now: make the copy first if there is none and a region is active
-// (an inference product; a training product passes false).
-Bf16Operand operand(const Tensor& w, int ld, bool trans, bool round_now);
-
-// The bf16 copy an optimizer writes whole as it changes w (Adam::step): null unless a product of this
-// region read w. The next step's products then find it current without another pass over the weights.
-bf16_t* copy_to_write(const Tensor& w);
 
 // Forget every cached copy and free its memory. (The end of a region forgets the copies but keeps their
 // memory for the next region's.)

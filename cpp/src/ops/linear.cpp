@@ -4,7 +4,7 @@
 
 #include "../blas.hpp"
 #include "../kernels/fp32/few_rows.hpp"
-#include "../decode_packing.hpp"
+#include "../kernels/weight_cache.hpp"
 #include "../parallel.hpp"
 #include "ctransformer/autocast.hpp"
 #include "ctransformer/autograd.hpp"
@@ -32,7 +32,7 @@ struct LinearBackward : Node {
         if (GradBuffer gx = grad_buffer(x)) {  // dx (N, in) = g (N, out) @ W (out, in)
             if (O == 0 && !gx.accumulate) std::fill_n(gx.data, x.numel(), 0.0f);
             if (bf16)
-                gemm_bf16(N, I, O, alpha, Bf16Operand::fp32(g.data(), O), autocast::operand(w, I, false, false), gx.beta(),
+                gemm_bf16(N, I, O, alpha, Bf16Operand::fp32(g.data(), O), weight_cache::bf16_operand(w, I, false, false), gx.beta(),
                           gx.data, I);
             else
                 blas::gemm(false, false, N, I, O, alpha, g.data(), O, w.data(), I, gx.beta(), gx.data, I);
@@ -77,7 +77,7 @@ std::size_t linear_rows(const Tensor& x, std::size_t in_f, std::size_t out_f, co
 }
 
 // y (rows, out) = alpha x W^T (+ y when accumulate) through W's copy packed for this PackedWeights region
-// (decode_packing.hpp); threads take whole panels of 64 outputs, and products under 2^20 multiply-adds stay
+// (kernels/weight_cache.hpp); threads take whole panels of 64 outputs, and products under 2^20 multiply-adds stay
 // on one thread (as linear_int8's).
 void packed_product(std::size_t rows, const float* x, std::size_t in_f, const blas::PackedWeight& w, float alpha,
                     bool accumulate, float* y, std::size_t out_f) {
@@ -117,11 +117,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
     const bool grad = needs_grad({&x, &weight, bias});
     // Decoding's products of 3 or more rows: the weight packed once per PackedWeights region, not per product.
     const blas::PackedWeight* packed = !bf16 && !grad && in_f > 0 && rows >= std::size_t(blas::kPackedMinRows)
-                                           ? decode_packing::weight(weight)
+                                           ? weight_cache::packed(weight)
                                            : nullptr;
     if (in_f > 0 && bf16)  // an empty product adds nothing: y is already the bias (or zeros)
         gemm_bf16(int(rows), int(out_f), int(in_f), alpha, Bf16Operand::fp32(x.data(), int(in_f)),
-                  autocast::operand(weight, int(in_f), true, !grad), bias ? 1.0f : 0.0f, y, int(out_f));
+                  weight_cache::bf16_operand(weight, int(in_f), true, !grad), bias ? 1.0f : 0.0f, y, int(out_f));
     else if (packed)
         packed_product(rows, x.data(), in_f, *packed, alpha, bias != nullptr, y, out_f);
     else if (in_f > 0)

@@ -1,7 +1,5 @@
 #include "ctransformer/optim/adam.hpp"
 
-#include "ctransformer/autocast.hpp"
-
 // Rounding must follow torch's kernels op by op (see adam_coefficients; the update is
 // kernels/simd/adam.cpp): no implicit fused multiply-add.
 #if defined(__clang__)
@@ -14,6 +12,7 @@
 
 #include "../parallel.hpp"
 #include "../kernels/simd/adam.hpp"
+#include "../kernels/weight_cache.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct::optim {
@@ -103,7 +102,7 @@ void Adam::step() {
             float* pv = st.exp_avg_sq.data();
             const kernels::AdamCoefficients k = adam_coefficients(g, st.step, decoupled_);
             // In an autocast region the parameter's bf16 copy is (re)written while the new values are hot.
-            bf16_t* copy = autocast::copy_to_write(p);
+            bf16_t* copy = weight_cache::bf16_to_write(p);
             parallel::parallel_for(p.numel(), 32768, [&](std::size_t b, std::size_t e) {
                 update(pp + b, pg + b, pm + b, pv + b, e - b, k);
                 if (copy)

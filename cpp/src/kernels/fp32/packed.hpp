@@ -5,7 +5,7 @@
 // keeps 4 rows x 64 outputs in 16 accumulators (the AVX2 one 6 rows x 16 outputs in 12), one fused
 // multiply-add per row, output and value of k, in order over k: another legal summation order than the
 // BLAS's, within the same float32 bound (tests/runtime/test_blas.py), and the same in both kernels.
-// decode_packing.hpp holds the copies while a ct::decode::PackedWeights region lasts.
+// kernels/weight_cache.hpp holds the copies while a ct::decode::PackedWeights region lasts.
 #pragma once
 #include <memory>
 
