@@ -15,9 +15,9 @@ test:
 	./scripts/setup.sh test
 	.venv/bin/python -m pytest tests -q --durations=20
 
-# What other CPUs run, proven on this one: the package built for x86-64-v3 (AVX2, an AMD Zen 1) and for the
-# baseline x86-64, each tested with the run-time kernels and OpenBLAS core such a CPU picks, and the
-# baseline run under qemu on a CPU without AVX (scripts/test_levels.sh; README, "CPUs").
+# What smaller CPUs run, proven on this one: the kernel-dependent tests again in a process capped at
+# x86-64-v3 (AVX2, an AMD Zen 1) and at the baseline x86-64, each with the OpenBLAS core such a CPU picks
+# (scripts/test_levels.sh; README, "CPUs"). No build of its own: the package is one binary for every CPU.
 test-levels:
 	./scripts/setup.sh test
 	./scripts/test_levels.sh

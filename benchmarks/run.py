@@ -5,15 +5,16 @@ against CTranslate2 float32 and int8, greedy and beam 5 (cases "*/decode-b*" and
     python benchmarks/run.py --quick    # fewer repeats, no decoding of the base model at batch 32
     python benchmarks/run.py --cases small/beam5-b1,base/beam5-b32 --levels none --no-policy-check
     python benchmarks/run.py --cases gpt/train,tiny/train --no-memory
-    python benchmarks/run.py --levels x86-64-v3,x86-64   # also time ct built for other CPU levels
+    python benchmarks/run.py --levels native,x86-64-v3   # also time ct built for other CPU levels
     python benchmarks/run.py --peer-timeout 20           # no engine's call may take over 20 s (default 60)
 
 Both sides use 2 threads (torch.set_num_threads(2), ctransformer.set_num_threads(2)); torch runs with
 OMP_WAIT_POLICY=PASSIVE (set here before torch is imported; --policy-check measures what it buys).
 Times are medians of interleaved repeats after a warm-up; the ratio is torch_time / ct_time.
-Results go to benchmarks/results/<date>.json and a Markdown table is printed. On an AVX-512 build the
-run also builds ctransformer for AVX2 (x86-64-v3) and times both builds' own kernels (simd_levels.py),
-to show what AVX-512 changes; --levels names other levels, --levels none skips it.
+Results go to benchmarks/results/<date>.json and a Markdown table is printed. ct's kernels pick their level
+at run time (CTRANSFORMER_KERNEL_LEVEL=avx2 runs what an AVX2 CPU runs); --levels also builds ct with the
+rest of its core compiled for other -march levels (native, x86-64-v3) and times those builds against this
+one (simd_levels.py).
 
 The run survives any CPU: it always ends with its table and its JSON. An engine whose call takes longer
 than --peer-timeout seconds (torch's bf16 autocast without AVX512_BF16 took 18.8 s a small step on a Zen 1,
@@ -351,9 +352,9 @@ def main():
                         "past it the engine is stopped and shown as 'too slow (> N s)', and the run goes on; a "
                         "memory probe may take (steps + 1) * N (default %(default)g; 0: no limit)")
     p.add_argument("--out", help="JSON file (default benchmarks/results/<date>.json)")
-    p.add_argument("--levels", default="auto",
-                   help="-march levels to build and time ct at besides this build (comma-separated; 'none'; "
-                        "'auto' = x86-64-v3 when this build uses AVX-512)")
+    p.add_argument("--levels", default="none",
+                   help="-march levels to build and time ct at besides this build (comma-separated, e.g. "
+                        "native,x86-64-v3; default none)")
     p.add_argument("--probe-memory", nargs=2, metavar=("CASE", "SIDE"), help=argparse.SUPPRESS)
     p.add_argument("--probe-time", metavar="CASE", help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
@@ -413,8 +414,7 @@ def main():
                   f"{fmt_s(policy['PASSIVE']['ct_s'])}, unset {fmt_s(policy['default']['torch_s'])} / "
                   f"{fmt_s(policy['default']['ct_s'])}", flush=True)
 
-    levels = [] if a.levels == "none" else a.levels.split(",") if a.levels != "auto" else \
-        ["x86-64-v3"] if ct.build_info()["float_lanes"] == 16 else []
+    levels = [] if a.levels == "none" else a.levels.split(",")
     simd = None
     if levels:
         simd = recorded("the CPU-level comparison", simd_levels.compare, levels,

@@ -1,12 +1,13 @@
 """What the build's CPU level changes: ctransformer against itself, built for another x86-64 level.
 
-    python benchmarks/simd_levels.py --levels x86-64-v3          # this build vs an AVX2 build
-    python benchmarks/simd_levels.py --levels x86-64,x86-64-v3 --cases kernels,tiny/train
+    python benchmarks/simd_levels.py --levels native             # this (portable) build vs -march=native
+    python benchmarks/simd_levels.py --levels native,x86-64-v3 --cases kernels,tiny/train
 
 OpenBLAS picks its kernels at run time, whatever the level, and so do ctransformer's SIMD loops and products
-(softmax, layer norm, GELU, ReLU, dropout, attention, losses, Adam, the small products: the kernel level, the same in every
-build on one machine), so only the element-wise arithmetic (add, mul, ... with broadcasting) and the
-rest of the core change with the build's level. `--levels default` is the portable build against this one.
+(softmax, layer norm, GELU, ReLU, dropout, element-wise arithmetic, attention, losses, Adam, the small
+products: the kernel level, the same in every build on one machine), so only the rest of the core (what the
+compiler vectorises by itself outside kernels/) changes with the build's level. `--levels default` is the portable build (what
+`pip install .` builds) against this one.
 Each build runs in its own processes (a fresh process per case and round, the levels alternating
 round by round, so load from elsewhere hits each alike); medians over the rounds.
 """
@@ -120,7 +121,8 @@ def table(result):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--levels", default="x86-64-v3", help="comma-separated -march levels to compare with this build")
+    p.add_argument("--levels", default="native", help="comma-separated -march levels to compare with this build "
+                   "('native', 'default' or a -march value)")
     p.add_argument("--cases", default=",".join(DEFAULT_CASES), help="'kernels' and/or benchmark cases (benchmarks/cases.py)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeats", type=int, default=10)

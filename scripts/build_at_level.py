@@ -3,9 +3,10 @@
     python scripts/build_at_level.py --arch x86-64-v3 --out build/level-v3
     PYTHONPATH=build/level-v3/pkg python -c "import ctransformer as ct; print(ct.build_info())"
 
---arch native is what `pip install .` builds; --arch default is the compiler's own level (plain
-x86-64 on x86-64: CTRANSFORMER_NATIVE=OFF); any other value is passed to -march. The tests use it
-to check the portable build against PyTorch, the benchmarks to measure what a level buys.
+--arch default is what `pip install .` builds (CTRANSFORMER_NATIVE=OFF: plain x86-64 on x86-64, the
+kernels chosen at run time); --arch native is -march=native (CTRANSFORMER_NATIVE=ON); any other value is
+passed to -march. The benchmarks use it to measure what a level buys (benchmarks/simd_levels.py), the
+sanitizers to build an instrumented copy.
 
 --sanitize address|thread builds the same under ASan+UBSan or TSan (CTRANSFORMER_SANITIZE), for
 scripts/sanitize.sh (make sanitize); such a package needs the runtime in LD_PRELOAD to import.

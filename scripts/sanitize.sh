@@ -39,7 +39,7 @@ run_under() {
 
 if [[ $which == all || $which == address ]]; then
   start=$(date +%s)
-  "$py" scripts/build_at_level.py --arch native --out build/asan --sanitize address >/dev/null
+  "$py" scripts/build_at_level.py --arch default --out build/asan --sanitize address >/dev/null
   echo "== address: built in $(( $(date +%s) - start )) s"
   # detect_leaks=0: CPython (and torch, which the reference tests import) never frees much of what it
   # allocates at exit, by design, so LeakSanitizer would report thousands of leaks that are not ours;
@@ -61,7 +61,7 @@ fi
 
 if [[ $which == all || $which == thread ]]; then
   start=$(date +%s)
-  "$py" scripts/build_at_level.py --arch native --out build/tsan --sanitize thread >/dev/null
+  "$py" scripts/build_at_level.py --arch default --out build/tsan --sanitize thread >/dev/null
   echo "== thread: built in $(( $(date +%s) - start )) s"
   # halt_on_error=0: collect every race of the run into the logs (the run fails on any of them).
   export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"

@@ -1,16 +1,17 @@
 """Refuse, with a clear ImportError, to load an extension built for CPU features this machine lacks.
 
-``pip install .`` builds with ``-march=native`` by default: the compiled module may use every
-instruction of the machine that built it. Copied to an older CPU (a wheel shared between
-machines, a cluster with mixed nodes), it would die of SIGILL at the first such instruction.
+``pip install .`` builds for the x86-64 baseline and chooses its kernels at run time, so it runs on any
+x86-64 CPU. A build with ``-march=native`` (``-C cmake.define.CTRANSFORMER_NATIVE=ON``) or a higher
+``CTRANSFORMER_ARCH`` may use every instruction of the machine that built it: copied to an older CPU (a
+wheel shared between machines, a cluster with mixed nodes), it would die of SIGILL at the first such one.
 CMake records the features the build assumed (``_build_config.py``); here they are compared with
 the running CPU's before ``_core`` is imported.
 """
 import platform
 
-FIX = ("Rebuild it on this machine (pip install --force-reinstall . in the source tree), or build a "
-       "portable wheel: pip wheel . -C cmake.define.CTRANSFORMER_NATIVE=OFF "
-       "[-C cmake.define.CTRANSFORMER_ARCH=x86-64-v3]; see the README's 'CPUs' section.")
+FIX = ("Build it without CTRANSFORMER_NATIVE=ON and CTRANSFORMER_ARCH (pip install --force-reinstall . in "
+       "the source tree): the default build runs on every x86-64 CPU and picks its kernels at run time; see "
+       "the README's 'CPUs' section.")
 
 
 def cpu_flags(cpuinfo="/proc/cpuinfo"):
