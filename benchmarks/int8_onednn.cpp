@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "ctransformer/int8.hpp"
-#include "ctransformer/threads.hpp"
+#include "ctransformer/runtime/threads.hpp"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "ctransformer/error.hpp"
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ctpy {
 

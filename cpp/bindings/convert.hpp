@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ctpy {
 

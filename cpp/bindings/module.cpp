@@ -1,14 +1,14 @@
 // ctransformer._core: the pybind11 layer over the C++ core. The maths lives in cpp/src.
 #include "bindings.hpp"
 #include "convert.hpp"
-#include "ctransformer/allocator.hpp"
+#include "ctransformer/runtime/allocator.hpp"
 #include "ctransformer/blas_info.hpp"
 #include "ctransformer/build_info.hpp"
-#include "ctransformer/cpu_features.hpp"
+#include "ctransformer/runtime/cpu_features.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/kernels/level.hpp"
-#include "ctransformer/random.hpp"
-#include "ctransformer/threads.hpp"
+#include "ctransformer/runtime/random.hpp"
+#include "ctransformer/runtime/threads.hpp"
 
 #include <pybind11/stl.h>
 

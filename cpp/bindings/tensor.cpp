@@ -5,7 +5,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/ops.hpp"
 

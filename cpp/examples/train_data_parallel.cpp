@@ -7,12 +7,12 @@
 // is the gradient of the global batch's mean: N processes take the same steps as one.
 #include <cstdio>
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/distributed/gradient_reducer.hpp"
 #include "ctransformer/nn/embedding.hpp"
 #include "ctransformer/nn/linear.hpp"
 #include "ctransformer/ops.hpp"
-#include "ctransformer/random.hpp"
+#include "ctransformer/runtime/random.hpp"
 
 int main() {
     if (!ct::distributed::available()) {

@@ -3,11 +3,11 @@
 // Run:   build/cpp/train_toy            (prints the loss every 10 steps, then "final loss")
 #include <cstdio>
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/nn/embedding.hpp"
 #include "ctransformer/nn/linear.hpp"
 #include "ctransformer/ops.hpp"
-#include "ctransformer/random.hpp"
+#include "ctransformer/runtime/random.hpp"
 
 int main() {
     ct::manual_seed(0);

@@ -2,10 +2,10 @@
 #include "kernels/fp32/few_rows.hpp"
 #include "kernels/simd/small_gemm.hpp"
 #include "ctransformer/blas_info.hpp"
-#include "ctransformer/cpu_features.hpp"
+#include "ctransformer/runtime/cpu_features.hpp"
 #include "ctransformer/error.hpp"
-#include "ctransformer/threads.hpp"
-#include "parallel.hpp"
+#include "ctransformer/runtime/threads.hpp"
+#include "runtime/parallel.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -37,7 +37,7 @@ X86_GUARD = re.compile(r"__(AVX\w*|SSE\w*|FMA|BMI2?|x86_64)__|__i386__|_M_X64")
 
 def simd_sources():
     """Every .cpp whose code depends on the target's instruction set, the BLAS door and the pool included."""
-    files = {SRC / "blas.cpp", SRC / "parallel.cpp", SRC / "build_info.cpp", SRC / "cpu_features.cpp"}
+    files = {SRC / "blas.cpp", SRC / "runtime" / "parallel.cpp", SRC / "build_info.cpp", SRC / "runtime" / "cpu_features.cpp"}
     for path in SRC.rglob("*.cpp"):
         if SIMD_MARKERS.search(path.read_text()):
             files.add(path)

@@ -21,7 +21,7 @@
 #include <memory>
 
 #include "ctransformer/bf16.hpp"
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct::autocast {
 

@@ -1,10 +1,3 @@
-// How many threads the library uses: OpenBLAS's products and ct's own kernels (softmax,
-// layer_norm, elementwise, losses, Adam) alike.
+// Moved to ctransformer/runtime/threads.hpp (the runtime: cpp/src/runtime/); this path still works.
 #pragma once
-
-namespace ct {
-
-void set_num_threads(int n);
-int get_num_threads();
-
-}  // namespace ct
+#include "ctransformer/runtime/threads.hpp"

@@ -5,10 +5,10 @@
 #include <functional>
 #include <limits>
 
-#include "ctransformer/allocator.hpp"
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/allocator.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/decode/step_decoder.hpp"
-#include "../parallel.hpp"
+#include "../runtime/parallel.hpp"
 #include "ctransformer/decode/packed_weights.hpp"
 #include "../kernels/simd/search.hpp"
 #include "decode_checks.hpp"

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/decode/kv_cache.hpp"
 #include "ctransformer/nn/masks.hpp"
 #include "ctransformer/ops/shape.hpp"

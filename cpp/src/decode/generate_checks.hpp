@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
-#include "ctransformer/allocator.hpp"
+#include "ctransformer/runtime/allocator.hpp"
 #include "ctransformer/error.hpp"
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct::decode::detail {
 

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/decode/gpt_incremental.hpp"
 #include "ctransformer/decode/sampling.hpp"
 #include "ctransformer/error.hpp"
-#include "ctransformer/random.hpp"
+#include "ctransformer/runtime/random.hpp"
 #include "generate_checks.hpp"
 
 namespace ct::decode {

@@ -1,6 +1,6 @@
 #include "ctransformer/decode/gpt_incremental.hpp"
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct::decode {

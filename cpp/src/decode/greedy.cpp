@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/decode/step_decoder.hpp"
 #include "ctransformer/decode/packed_weights.hpp"
 #include "../kernels/simd/search.hpp"

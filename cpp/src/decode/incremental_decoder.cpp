@@ -1,6 +1,6 @@
 #include "ctransformer/decode/incremental_decoder.hpp"
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/ops/shape.hpp"
 #include "step_checks.hpp"

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <utility>
 
-#include "../parallel.hpp"
+#include "../runtime/parallel.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct::decode {

@@ -6,7 +6,7 @@
 
 #include "ctransformer/blas_info.hpp"
 #include "ctransformer/build_info.hpp"
-#include "ctransformer/cpu_features.hpp"
+#include "ctransformer/runtime/cpu_features.hpp"
 #include "ctransformer/error.hpp"
 #include "dispatch.hpp"
 #include "simd/arch.hpp"

@@ -10,7 +10,7 @@
 #include <cstddef>
 
 #include "ctransformer/bf16.hpp"
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 #include "fp32/packed.hpp"
 
 namespace ct::weight_cache {

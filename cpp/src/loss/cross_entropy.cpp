@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "../parallel.hpp"
+#include "../runtime/parallel.hpp"
 #include "../kernels/simd/cross_entropy.hpp"
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct {

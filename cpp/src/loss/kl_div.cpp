@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct {

@@ -4,7 +4,7 @@
 
 #include "ctransformer/error.hpp"
 #include "ctransformer/ops/embedding.hpp"
-#include "ctransformer/random.hpp"
+#include "ctransformer/runtime/random.hpp"
 
 namespace ct::nn {
 

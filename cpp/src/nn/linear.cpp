@@ -2,10 +2,10 @@
 
 #include <cmath>
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/ops/linear.hpp"
-#include "ctransformer/random.hpp"
+#include "ctransformer/runtime/random.hpp"
 
 namespace ct::nn {
 

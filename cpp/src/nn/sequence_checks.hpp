@@ -4,7 +4,7 @@
 #include <string>
 
 #include "ctransformer/error.hpp"
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct::nn::detail {
 

@@ -5,10 +5,10 @@
 #include <memory>
 #include <string>
 
-#include "ctransformer/allocator.hpp"
+#include "ctransformer/runtime/allocator.hpp"
 #include "ctransformer/nn/embedding.hpp"
 #include "ctransformer/nn/transformer_config.hpp"
-#include "ctransformer/random.hpp"
+#include "ctransformer/runtime/random.hpp"
 
 namespace ct::nn::detail {
 

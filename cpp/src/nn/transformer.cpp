@@ -7,7 +7,7 @@
 #include "ctransformer/ops/elementwise.hpp"
 #include "ctransformer/ops/linear.hpp"
 #include "ctransformer/ops/shape.hpp"
-#include "ctransformer/random.hpp"
+#include "ctransformer/runtime/random.hpp"
 #include "sequence_checks.hpp"
 
 namespace ct::nn {

@@ -2,10 +2,10 @@
 
 #include <cmath>
 
-#include "../parallel.hpp"
+#include "../runtime/parallel.hpp"
 #include "../kernels/simd/activation.hpp"
 #include "../kernels/simd/pointwise.hpp"
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 
 namespace ct {
 

@@ -6,11 +6,11 @@
 
 #include "../blas.hpp"
 #include "../kernels/simd/attention.hpp"
-#include "../parallel.hpp"
-#include "../random_bits.hpp"
+#include "../runtime/parallel.hpp"
+#include "../runtime/random_bits.hpp"
 #include "broadcast.hpp"
 #include "ctransformer/autocast.hpp"
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/bf16.hpp"
 #include "ctransformer/distributed/batch_shard.hpp"
 #include "ctransformer/error.hpp"
@@ -19,7 +19,7 @@
 #include "ctransformer/ops/masked_fill.hpp"
 #include "ctransformer/ops/matmul.hpp"
 #include "ctransformer/ops/softmax.hpp"
-#include "ctransformer/random.hpp"
+#include "ctransformer/runtime/random.hpp"
 
 namespace ct {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "ctransformer/error.hpp"
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct::detail {
 

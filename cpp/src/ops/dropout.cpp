@@ -3,13 +3,13 @@
 #include <cmath>
 #include <string>
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/distributed/batch_shard.hpp"
 #include "ctransformer/error.hpp"
-#include "ctransformer/random.hpp"
+#include "ctransformer/runtime/random.hpp"
 #include "../kernels/simd/pointwise.hpp"
-#include "../parallel.hpp"
-#include "../random_bits.hpp"
+#include "../runtime/parallel.hpp"
+#include "../runtime/random_bits.hpp"
 
 #include <vector>
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "../kernels/simd/arithmetic.hpp"
-#include "../parallel.hpp"
+#include "../runtime/parallel.hpp"
 #include "broadcast.hpp"
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 
 namespace ct {
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../parallel.hpp"
+#include "../runtime/parallel.hpp"
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct {

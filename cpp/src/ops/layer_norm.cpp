@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "../parallel.hpp"
+#include "../runtime/parallel.hpp"
 #include "../kernels/simd/layer_norm.hpp"
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct {

@@ -5,9 +5,9 @@
 #include "../blas.hpp"
 #include "../kernels/fp32/few_rows.hpp"
 #include "../kernels/weight_cache.hpp"
-#include "../parallel.hpp"
+#include "../runtime/parallel.hpp"
 #include "ctransformer/autocast.hpp"
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct {

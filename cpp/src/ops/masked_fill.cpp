@@ -1,7 +1,7 @@
 #include "ctransformer/ops/masked_fill.hpp"
 
 #include "broadcast.hpp"
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 
 namespace ct {
 

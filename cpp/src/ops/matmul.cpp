@@ -1,10 +1,10 @@
 #include "ctransformer/ops/matmul.hpp"
 
 #include "../blas.hpp"
-#include "../parallel.hpp"
+#include "../runtime/parallel.hpp"
 #include "broadcast.hpp"
 #include "ctransformer/autocast.hpp"
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/bf16.hpp"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 #include "ctransformer/ops/reduce.hpp"
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 
 namespace ct {
 

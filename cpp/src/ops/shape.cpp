@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "../parallel.hpp"
-#include "ctransformer/autograd.hpp"
+#include "../runtime/parallel.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct {

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <limits>
 
-#include "../parallel.hpp"
+#include "../runtime/parallel.hpp"
 #include "../kernels/simd/softmax.hpp"
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 
 namespace ct {
 

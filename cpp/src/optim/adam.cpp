@@ -10,7 +10,7 @@
 
 #include <cmath>
 
-#include "../parallel.hpp"
+#include "../runtime/parallel.hpp"
 #include "../kernels/simd/adam.hpp"
 #include "../kernels/weight_cache.hpp"
 #include "ctransformer/error.hpp"

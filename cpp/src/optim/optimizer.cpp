@@ -5,7 +5,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct::optim {

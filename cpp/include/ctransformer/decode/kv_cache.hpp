@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ctransformer/nn/kv_cache.hpp"
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct::decode {
 

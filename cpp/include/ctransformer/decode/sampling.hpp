@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "ctransformer/random.hpp"
+#include "ctransformer/runtime/random.hpp"
 
 namespace ct::decode {
 

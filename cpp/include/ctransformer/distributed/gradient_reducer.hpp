@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "ctransformer/distributed/process_group.hpp"
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct::distributed {
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

@@ -3,7 +3,7 @@
 // Reductions: 'sum', 'batchmean' (sum / N), 'mean' (sum / numel), 'none'.
 #pragma once
 #include "ctransformer/loss/cross_entropy.hpp"
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

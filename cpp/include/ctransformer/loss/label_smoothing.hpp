@@ -6,7 +6,7 @@
 #pragma once
 #include <optional>
 
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

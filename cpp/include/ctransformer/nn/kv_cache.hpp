@@ -8,7 +8,7 @@
 #pragma once
 #include <vector>
 
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct::nn {
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct::nn {
 

@@ -1,6 +1,6 @@
 // Pointwise non-linearities.
 #pragma once
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

@@ -1,7 +1,7 @@
 // Inverted dropout: zero each element with probability p, scale the survivors by 1/(1-p).
 // The mask is drawn from the library's generator (manual_seed).
 #pragma once
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

@@ -1,7 +1,7 @@
 // Elementwise arithmetic with NumPy broadcasting. Backward sums the gradient over the
 // dimensions an input was broadcast along, so it lands in the input's own shape.
 #pragma once
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <optional>
 
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

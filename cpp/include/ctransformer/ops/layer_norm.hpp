@@ -1,7 +1,7 @@
 // Layer normalisation over the last dimension:
 // y = (x - mean) / sqrt(var + eps) * weight + bias, var biased (divided by D), as torch.
 #pragma once
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

@@ -1,7 +1,7 @@
 // y = x @ W^T + b for x (..., in_features), W (out_features, in_features), b (out_features,).
 #pragma once
 #include "ctransformer/int8.hpp"
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

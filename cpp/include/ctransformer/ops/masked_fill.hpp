@@ -1,7 +1,7 @@
 // out = x where mask is false, value where mask is true (torch.masked_fill). The mask broadcasts
 // to x's shape; the gradient is zero at the filled positions.
 #pragma once
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

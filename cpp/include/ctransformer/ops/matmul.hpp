@@ -2,7 +2,7 @@
 // like torch.matmul. trans_a / trans_b transpose the last two dimensions through BLAS flags
 // instead of copying (attention's q @ k^T).
 #pragma once
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

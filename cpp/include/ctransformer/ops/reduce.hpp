@@ -1,6 +1,6 @@
 // Sums and means over every element (a 0-dim result, like torch) or over one dimension.
 #pragma once
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

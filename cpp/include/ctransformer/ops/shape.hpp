@@ -3,7 +3,7 @@
 #pragma once
 #include <vector>
 
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

@@ -1,6 +1,6 @@
 // Softmax and log-softmax along one dimension, shifted by the maximum for stability.
 #pragma once
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct {
 

@@ -4,7 +4,7 @@
 #include <limits>
 #include <vector>
 
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct::optim {
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 namespace ct::optim {
 

@@ -6,7 +6,7 @@
 #include "../../blas.hpp"
 #include "../dispatch.hpp"
 #include "../split.hpp"
-#include "../../parallel.hpp"
+#include "../../runtime/parallel.hpp"
 #include "ctransformer/bf16.hpp"
 #include "ctransformer/error.hpp"
 #include "gemm_kernels.hpp"

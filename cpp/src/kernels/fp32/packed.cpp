@@ -9,9 +9,9 @@
 #include <cstring>
 #include <string>
 
-#include "ctransformer/allocator.hpp"
+#include "ctransformer/runtime/allocator.hpp"
 #include "../dispatch.hpp"
-#include "../../parallel.hpp"
+#include "../../runtime/parallel.hpp"
 
 namespace ct::blas {
 void CachedFloats::operator()(float* p) const noexcept { detail::cached_free(p, count * sizeof(float)); }

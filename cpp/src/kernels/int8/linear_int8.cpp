@@ -4,7 +4,7 @@
 
 #include "../dispatch.hpp"
 #include "../split.hpp"
-#include "../../parallel.hpp"
+#include "../../runtime/parallel.hpp"
 #include "ctransformer/error.hpp"
 #include "kernels.hpp"
 

@@ -7,13 +7,13 @@
 #include <random>
 #include <set>
 
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/decode/sampling.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/loss/cross_entropy.hpp"
 #include "ctransformer/ops/elementwise.hpp"
 #include "ctransformer/ops/shape.hpp"
-#include "ctransformer/random.hpp"
+#include "ctransformer/runtime/random.hpp"
 #include "decode/generate_checks.hpp"
 #include "nn/stack_helpers.hpp"
 

@@ -1,9 +1,9 @@
-#include "ctransformer/tensor.hpp"
+#include "ctransformer/runtime/tensor.hpp"
 
 #include <sstream>
 
-#include "ctransformer/allocator.hpp"
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/allocator.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct {

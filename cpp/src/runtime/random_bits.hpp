@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/simd/pointwise.hpp"
+#include "../kernels/simd/pointwise.hpp"
 #include "parallel.hpp"
 
 namespace ct::detail {

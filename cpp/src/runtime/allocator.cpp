@@ -1,4 +1,4 @@
-#include "ctransformer/allocator.hpp"
+#include "ctransformer/runtime/allocator.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>

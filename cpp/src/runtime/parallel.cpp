@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ctransformer/error.hpp"
-#include "ctransformer/threads.hpp"
+#include "ctransformer/runtime/threads.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

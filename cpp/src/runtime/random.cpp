@@ -1,4 +1,4 @@
-#include "ctransformer/random.hpp"
+#include "ctransformer/runtime/random.hpp"
 
 #include <cmath>
 #include <sstream>

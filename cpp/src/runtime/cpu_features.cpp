@@ -1,4 +1,4 @@
-#include "ctransformer/cpu_features.hpp"
+#include "ctransformer/runtime/cpu_features.hpp"
 
 #include <cstdint>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "ctransformer/autograd.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 
 #include <atomic>
 #include <mutex>
