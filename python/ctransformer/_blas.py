@@ -40,12 +40,13 @@ def warn_if_slow_core(core):
 
 def show_config(core, mode="stdout"):
     info = core.build_info()
-    blas, cpu = info["blas"], info["cpu"]
+    blas, cpu, loops = info["blas"], info["cpu"], info["loops"]
     features = [name for name in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
                                   "amx_tile", "amx_bf16", "amx_int8") if cpu[name]]
     config = {
-        "Build": {"march": info["march"] or "(compiler default)", "kernels": f"{info['simd']}, "
-                  f"{info['float_lanes']} floats a vector", "fused multiply-add": info["fused_multiply_add"],
+        # the -march of everything but the kernels (which choose their level at run time: "Kernels" below)
+        "Build": {"march": info["march"] or "(compiler default)", "rest of the core": f"{info['simd']}, "
+                  f"{info['float_lanes']} floats a vector" + ("" if info["fused_multiply_add"] else ", no FMA"),
                   "mpi": info["mpi"]},
         "BLAS": {"name": blas["name"], "version": blas["version"], "source": blas["source"],
                  "library": blas["library"], "core": f"{blas['core']} ({blas['core_level'] or 'unknown level'})",
@@ -57,6 +58,8 @@ def show_config(core, mode="stdout"):
                 else "AVX_VNNI" if cpu["avx_vnni"] else "no"},
         # the kernels ctransformer runs on them (ct.set_kernel_level; ct.amp.bf16_kernel, ct.quantization.int8_kernel)
         "Kernels": {"level": f"{core.kernel_level()} (this CPU runs {', '.join(core.kernel_levels())})",
+                    "SIMD loops": f"{loops['simd']}, {loops['float_lanes']} floats a vector"
+                                  + ("" if loops["fused_multiply_add"] else ", no FMA"),
                     "bf16": core.amp.bf16_kernel(), "int8": core.quantization.int8_kernel()},
         "Products": {row["product"]: f"{row['kernel']}; {row['when']}" for row in core._kernel_table()},
     }

@@ -72,7 +72,10 @@ def test_show_config_prints_and_returns_the_same():
     config = ct.show_config(mode="dicts")
     assert config["BLAS"]["core"].startswith(BLAS["core"]) and config["BLAS"]["library"] == BLAS["library"]
     assert config["CPU"]["best SIMD level"] == CPU["simd_level"]
+    loops = ct.build_info()["loops"]
     assert config["Kernels"] == {"level": f"{ct.kernel_level()} (this CPU runs {', '.join(ct.kernel_levels())})",
+                                 "SIMD loops": f"{loops['simd']}, {loops['float_lanes']} floats a vector"
+                                               + ("" if loops["fused_multiply_add"] else ", no FMA"),
                                  "bf16": ct.amp.bf16_kernel(), "int8": ct.quantization.int8_kernel()}
     assert config["Products"]["int8 Linear"].startswith(ct.quantization.int8_kernel() + "; split over threads")
     run = run_python("import ctransformer as ct; ct.show_config()")
