@@ -134,6 +134,18 @@ class Call:
 
 # CTranslate2's own choice, then its documented switches for the backend and the instruction set.
 CONFIGS = [{}, {"CT2_USE_MKL": "1"}, {"CT2_FORCE_CPU_ISA": "AVX512"}, {"CT2_USE_MKL": "1", "CT2_FORCE_CPU_ISA": "AVX512"}]
+
+
+def configs(environ=os.environ):
+    """The settings fastest() tries: CONFIGS, or, when ct's kernels are capped at a smaller CPU's level
+    (level_cap.py), both backends with CTranslate2's ISA forced to that level (its own choice on this CPU
+    would be a bigger one)."""
+    import level_cap
+
+    isa = level_cap.PEERS.get(level_cap.level(environ), {}).get("CT2_FORCE_CPU_ISA")
+    if isa is None:
+        return CONFIGS
+    return [{"CT2_FORCE_CPU_ISA": isa}, {"CT2_USE_MKL": "1", "CT2_FORCE_CPU_ISA": isa}]
 # The CPU flags (as /proc/cpuinfo names them) CTranslate2 checks before it takes a forced ISA: its
 # cpu_supports_avx512() wants all five AVX-512 subsets below (src/cpu/cpu_info.cc); without them it refuses.
 ISA_FLAGS = {"AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"), "AVX2": ("avx2",),
@@ -167,7 +179,7 @@ def describe(config):
 
 
 def fastest(path, compute_type, intra_threads, source, options, calls=3, limit=None):
-    """A CT2Process in the configuration (of CONFIGS) whose median of `calls` timed calls (after one
+    """A CT2Process in the configuration (of configs()) whose median of `calls` timed calls (after one
     warm-up) is lowest for this source and these options; the others are closed. Its `timings` holds
     each configuration's median, or why it has none: "skipped" (a setting the CPU lacks, or one CTranslate2
     refused) or "too_slow_s" (a call past `limit` seconds); each of those is also printed.
@@ -175,7 +187,7 @@ def fastest(path, compute_type, intra_threads, source, options, calls=3, limit=N
     from measure import TooSlow
 
     best, timings, flags = None, [], cpu_flags()
-    for config in CONFIGS:
+    for config in configs():
         missing = missing_features(config, flags)
         if missing:  # CTranslate2 would refuse it; not worth a worker
             worker, entry = None, {"config": config, "skipped": "the CPU lacks " + ", ".join(missing)}

@@ -39,6 +39,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch (its OpenMP 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import level_cap  # noqa: E402
+
+# ct capped at a smaller CPU's level: the peers too, before torch, ctransformer or a CTranslate2 worker loads.
+STAND_IN = level_cap.apply()
+
 import cases  # noqa: E402
 import measure  # noqa: E402
 import simd_levels  # noqa: E402
@@ -431,6 +436,7 @@ def main():
             "policy_check": policy, "peer_timeout_s": limit,
             "quick": a.quick, "wall_s": time.time() - started, "build": ct.build_info(), "simd_levels": simd,
             "blas": ct.build_info()["blas"], "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+            "stand_in": {"kernel_level": os.environ.get("CTRANSFORMER_KERNEL_LEVEL"), **STAND_IN} if STAND_IN else None,
             "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}
     stem = datetime.datetime.now().strftime("%Y-%m-%d_%H%M") + ("_quick" if a.quick else "")
     out = a.out or measure.result_path(os.path.join(HERE, "results"), stem)
@@ -465,6 +471,12 @@ def table(results, meta):
              f"CPU: {meta.get('cpu')}. ctransformer's BLAS: {blas.get('name')} {blas.get('version')} "
              f"({blas.get('source')}), kernel core **{blas.get('core')}** (openblas_get_corename); "
              f"OPENBLAS_CORETYPE={meta.get('openblas_coretype') or '(unset)'}."]
+    if meta.get("stand_in"):
+        held = meta["stand_in"]
+        lines += ["", f"**A stand-in for a smaller CPU**, not one: ct capped by CTRANSFORMER_KERNEL_LEVEL="
+                      f"{held['kernel_level']}, its peers held to the same instruction set (benchmarks/level_cap.py: "
+                      + ", ".join(f"{k}={v}" for k, v in held.items() if k != "kernel_level")
+                      + "); the caches, clock and FMA units are still this CPU's."]
     measured = [r for r in results if "error" not in r]  # a failed case is listed at the end
     if any(r["kind"] == "train" for r in measured):
         lines += ["", "Training steps (forward + label-smoothed cross-entropy + backward + Adam/AdamW step):", "",

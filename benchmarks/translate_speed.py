@@ -33,6 +33,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/reference: seed 000 in PyTorch
 
+import level_cap  # noqa: E402
+
+STAND_IN = level_cap.apply()  # ct capped at a smaller CPU's level: its peers too (before any of them loads)
+
 import measure  # noqa: E402
 from ct2_process import Call, fastest  # noqa: E402
 
@@ -192,7 +196,8 @@ def main():
 
     meta = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": measure.cpu_model(),
             "threads": THREADS, "sentences": len(ids), "checkpoint": a.checkpoint, "rounds": a.rounds,
-            "torch": torch.__version__, "build": ct.build_info(), "loadavg_1min": os.getloadavg()[0]}
+            "torch": torch.__version__, "build": ct.build_info(), "loadavg_1min": os.getloadavg()[0],
+            "stand_in": {"kernel_level": os.environ.get("CTRANSFORMER_KERNEL_LEVEL"), **STAND_IN} if STAND_IN else None}
     out = a.out or measure.result_path(os.path.join(HERE, "results"),
                                        "translate_" + datetime.datetime.now().strftime("%Y-%m-%d_%H%M"))
     os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -200,6 +205,9 @@ def main():
         json.dump({"meta": meta, "results": rows}, f, indent=1)
     print(f"\nMulti30k test2016, {len(ids)} sentences, {THREADS} threads each, medians of {a.rounds} rounds, "
           f"{meta['cpu']}, load {meta['loadavg_1min']:.1f}\n")
+    if STAND_IN:
+        print("A stand-in for a smaller CPU: ct and its peers held to one instruction set (level_cap.py): "
+              + ", ".join(f"{k}={v}" for k, v in meta["stand_in"].items()) + "\n")
     print("| setting | engine | sentences/s | subwords/s | time / ctransformer's (int8: ctransformer int8's) "
           "| CTranslate2's voluntary context switches a call |\n|---|---|---:|---:|---:|---:|")
     for r in rows:

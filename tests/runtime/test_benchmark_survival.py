@@ -3,6 +3,7 @@ refuses, is skipped and named; an engine slower than --peer-timeout is stopped a
 an engine or case that raises is recorded; and the table shows all of it. No training, no CTranslate2:
 fakes stand in for the engines, so these run in seconds."""
 import importlib
+import os
 import pathlib
 import sys
 import time
@@ -17,14 +18,21 @@ ZEN1_FLAGS = set("fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma bmi1 bmi2 f16c".
 @pytest.fixture
 def bench(monkeypatch):
     """The benchmarks' modules, imported as run.py imports them (plain names, benchmarks/ on sys.path), and
-    gone again afterwards with the environment they set (run.py sets OMP_WAIT_POLICY)."""
+    gone again afterwards with the environment they set (run.py sets OMP_WAIT_POLICY, and the peers' caps
+    when ct's level is capped: level_cap.py). This process's own cap is not theirs: the run imports uncapped."""
     monkeypatch.setattr(sys, "path", [str(BENCHMARKS)] + sys.path)
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    ours = ("measure", "ct2_process", "run", "cases", "simd_levels", "build_at_level")
+    saved = dict(os.environ)
+    os.environ.pop("OMP_WAIT_POLICY", None)
+    os.environ.pop("CTRANSFORMER_KERNEL_LEVEL", None)
+    ours = ("measure", "ct2_process", "run", "cases", "simd_levels", "build_at_level", "level_cap")
     assert not any(name in sys.modules for name in ours)  # no other module of these names to shadow
-    yield {name: importlib.import_module(name) for name in ("measure", "ct2_process", "run")}
-    for name in ours:
-        sys.modules.pop(name, None)
+    try:
+        yield {name: importlib.import_module(name) for name in ("measure", "ct2_process", "run", "level_cap")}
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        for name in ours:
+            sys.modules.pop(name, None)
 
 
 class FakeWorker:
@@ -71,6 +79,34 @@ def test_no_setting_is_skipped_beforehand_when_the_cpu_flags_are_unknown_or_pres
     assert ct2.missing_features(avx512, None) == []
     assert ct2.missing_features(avx512, ZEN1_FLAGS | set(ct2.ISA_FLAGS["AVX512"])) == []
     assert ct2.missing_features({}, ZEN1_FLAGS) == []
+
+
+def test_ct_capped_at_avx2_holds_its_peers_to_avx2_and_no_cap_leaves_them_alone(bench, monkeypatch):
+    """A stand-in for an AVX2 CPU (issue 34): with ct's kernels capped, CTranslate2 is only tried with its ISA
+    forced to AVX2 (both backends), and torch, MKL, oneDNN and OpenBLAS get their AVX2 switches; a switch the
+    user set stays. Uncapped, or capped at an AVX-512 level, the peers choose for themselves."""
+    ct2, cap = bench["ct2_process"], bench["level_cap"]
+    assert ct2.configs({}) == ct2.CONFIGS and ct2.configs({"CTRANSFORMER_KERNEL_LEVEL": "avx512_vnni"}) == ct2.CONFIGS
+    for name in ("avx2", "x86-64-v3", "AVX2_VNNI"):
+        assert ct2.configs({"CTRANSFORMER_KERNEL_LEVEL": name}) == [
+            {"CT2_FORCE_CPU_ISA": "AVX2"}, {"CT2_USE_MKL": "1", "CT2_FORCE_CPU_ISA": "AVX2"}]
+    assert all(c["CT2_FORCE_CPU_ISA"] == "GENERIC" for c in ct2.configs({"CTRANSFORMER_KERNEL_LEVEL": "portable"}))
+
+    env = {"CTRANSFORMER_KERNEL_LEVEL": "avx2", "OPENBLAS_CORETYPE": "Zen"}
+    held = cap.apply(env)
+    assert env == {"CTRANSFORMER_KERNEL_LEVEL": "avx2", "OPENBLAS_CORETYPE": "Zen", "ATEN_CPU_CAPABILITY": "avx2",
+                   "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}  # CT2_ only through configs()
+    assert held["OPENBLAS_CORETYPE"] == "Zen" and held["CT2_FORCE_CPU_ISA"] == "AVX2"
+    env = {"CTRANSFORMER_KERNEL_LEVEL": "avx512"}
+    assert cap.apply(env) == {} and env == {"CTRANSFORMER_KERNEL_LEVEL": "avx512"}
+
+    # fastest() tries exactly the capped settings.
+    monkeypatch.setenv("CTRANSFORMER_KERNEL_LEVEL", "x86-64-v3")
+    monkeypatch.setattr(ct2, "cpu_flags", lambda: ZEN1_FLAGS)
+    monkeypatch.setattr(ct2, "CT2Process", FakeWorker)
+    FakeWorker.started = []
+    worker = ct2.fastest("model", "float32", 2, [["a"]], {"beam_size": 1}, calls=1, limit=5)
+    assert FakeWorker.started == ct2.configs() and worker.config == {"CT2_FORCE_CPU_ISA": "AVX2"}
 
 
 def test_when_no_setting_runs_the_peer_fails_with_every_reason(bench, monkeypatch):
@@ -129,5 +165,10 @@ def test_the_table_shows_too_slow_failed_and_skipped(bench):
     for failure in ("- base/train: ValueError: simulated", "- tiny/decode-b1 ct2_int8: RuntimeError: x",
                     "- bf16_gemm: RuntimeError: no bf16", "- policy_check: too slow (> 2520 s)"):
         assert failure in text
+    assert "stand-in" not in text
+    meta["stand_in"] = {"kernel_level": "avx2", "OPENBLAS_CORETYPE": "Haswell", "CT2_FORCE_CPU_ISA": "AVX2"}
+    assert ("**A stand-in for a smaller CPU**, not one: ct capped by CTRANSFORMER_KERNEL_LEVEL=avx2, its peers "
+            "held to the same instruction set (benchmarks/level_cap.py: OPENBLAS_CORETYPE=Haswell, "
+            "CT2_FORCE_CPU_ISA=AVX2)") in run.table(results, meta)
     line = run.case_line(results[0])
     assert line.startswith("small/train-bf16   ct  200.0 ms  torch too slow (> 60 s)  torch/ct n/a")
