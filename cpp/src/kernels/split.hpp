@@ -32,6 +32,12 @@ constexpr int kMinBlock = 32;  // float32: rows (or columns) per piece at least
 // float32 pieces per thread: 2 lets the caller take over half of a descheduled worker's share; more would
 // pack B (or A) once more per piece (parallel.hpp's default is 4).
 constexpr std::size_t kGemmPiecesPerThread = 2;
+// Decoding's packed float32 products (ops/linear.cpp) in up to 8 pieces per thread, claimed as threads come free:
+// with one piece each, a thread that runs slower (a core shared with another tenant's work, a worker woken
+// late) held the whole product up. Greedy decoding of the base model at batch 32, AVX2 kernels, alternating
+// processes, 3 rounds: median 1290-1348 ms against 1345-1442 with one piece per thread (Emerald Rapids under
+// KVM, 2026-11-26). The int8 products keep one piece per thread: the same change was slower there.
+constexpr std::size_t kPackedPiecesPerThread = 8;
 // Products of a few rows are bound by reading the weight, not by arithmetic: two threads reading halves of a
 // weight of 256 KiB or more beat one (every Linear of the small model's decoding step at batch 1: 23.4 -> 21.0
 // ms for 50 tokens when the 256 x 256 projections were split too). Bytes, so float32 and bf16 share it.

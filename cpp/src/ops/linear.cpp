@@ -4,6 +4,7 @@
 
 #include "../blas.hpp"
 #include "../kernels/fp32/few_rows.hpp"
+#include "../kernels/split.hpp"
 #include "../kernels/weight_cache.hpp"
 #include "../runtime/parallel.hpp"
 #include "ctransformer/autocast.hpp"
@@ -77,8 +78,8 @@ std::size_t linear_rows(const Tensor& x, std::size_t in_f, std::size_t out_f, co
 }
 
 // y (rows, out) = alpha x W^T (+ y when accumulate) through W's copy packed for this PackedWeights region
-// (kernels/weight_cache.hpp); threads take whole panels of 64 outputs, and products under 2^20 multiply-adds stay
-// on one thread (as linear_int8's).
+// (kernels/weight_cache.hpp); threads claim pieces of whole panels of 64 outputs (kernels/split.hpp), and products
+// under 2^20 multiply-adds stay on one thread (as linear_int8's).
 void packed_product(std::size_t rows, const float* x, std::size_t in_f, const blas::PackedWeight& w, float alpha,
                     bool accumulate, float* y, std::size_t out_f) {
     const auto run = [&](std::size_t c0, std::size_t c1) {
@@ -88,7 +89,7 @@ void packed_product(std::size_t rows, const float* x, std::size_t in_f, const bl
     if (rows * in_f * out_f < (std::size_t(1) << 20) && in_f * out_f < (std::size_t(1) << 16)) return run(0, out_f);
     parallel::parallel_for((out_f + 63) / 64, 1, [&](std::size_t a, std::size_t b) {
         run(a * 64, std::min(out_f, b * 64));
-    }, 1);
+    }, kernels::kPackedPiecesPerThread);
 }
 
 }  // namespace
