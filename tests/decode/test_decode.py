@@ -262,6 +262,24 @@ def test_seed000_greedy_equals_torch_reference(variant):
         assert_same_greedy_ids(expected, expected_logits, ids, logits, what=f"vs torch (use_cache={use_cache})")
 
 
+def test_the_encoder_skips_the_pads_and_a_wholly_masked_sentence_keeps_its_rows():
+    """Decoding runs the encoder's feed-forward on the rows its source mask leaves visible (the pads are read by
+    no query), which torch's encoder computes too: the logits stay torch's. A sentence whose every position is
+    masked attends to all of them alike (a softmax of equal -1e9 scores), so its rows are read and must be
+    computed: here row 1 is all padding, and its logits, which read those rows, are torch's (with those rows
+    skipped too they moved by 0.73; the margins are assert_same_greedy_ids's)."""
+    model = seed000_model("untied", seed=7)
+    ref = R0.Transformer(VOCAB, VOCAB, PAD, PAD, **SMALL, **VARIANTS["untied"]).eval()
+    ct_to_torch(model, ref)
+    src, src_mask = seed000_batch(seed=7)
+    src[1, :] = PAD
+    src_mask = ct.nn.get_pad_mask(src, PAD)
+    expected, expected_logits = torch_greedy_seed000(ref, torch.from_numpy(src), torch.from_numpy(src_mask), 12, START)
+    for use_cache in (True, False):
+        ids, logits = ct.decode.greedy_decode(model, src, src_mask, 12, START, use_cache=use_cache, return_logits=True)
+        assert_same_greedy_ids(expected, expected_logits, ids, logits, what=f"vs torch (use_cache={use_cache})")
+
+
 def test_seed003_greedy_equals_torch_reference():
     model = seed003_model(seed=5)
     ref = R3.Transformer().eval()

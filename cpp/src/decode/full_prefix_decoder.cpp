@@ -14,7 +14,7 @@ FullPrefixDecoder::FullPrefixDecoder(const nn::Transformer& model, const IndexAr
     : model_(model) {
     NoGradGuard no_grad;
     if (src_mask) src_mask_ = *src_mask;
-    memory_ = model.encode(src, src_mask).output;
+    memory_ = model.encode(src, src_mask, false, true).output;   // (incremental_decoder.cpp: the pads skipped)
     prefix_.shape = {src.shape.empty() ? 0 : src.shape[0], 0};
 }
 

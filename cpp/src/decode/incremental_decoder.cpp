@@ -12,8 +12,9 @@ IncrementalDecoder::IncrementalDecoder(const nn::Transformer& model, const Index
     NoGradGuard no_grad;
     for (std::size_t r = 0; r < rows_; ++r) source_.push_back(r);
     if (src_mask) src_mask_ = *src_mask;
-    // The cross-attentions' keys/values of the encoder output are projected here, once per source.
-    cache_ = model.decoder->start_cache(model.encode(src, src_mask).output);
+    // The cross-attentions' keys/values of the encoder output are projected here, once per source. The rows the
+    // source mask hides are read by no query, so the encoder's feed-forward skips them (a padded batch's pads).
+    cache_ = model.decoder->start_cache(model.encode(src, src_mask, false, true).output);
 }
 
 Tensor IncrementalDecoder::step(const std::vector<std::int64_t>& ids) {

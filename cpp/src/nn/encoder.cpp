@@ -1,8 +1,11 @@
 #include "ctransformer/nn/encoder.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "ctransformer/error.hpp"
+#include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/ops/elementwise.hpp"
 #include "sequence_checks.hpp"
 #include "stack_helpers.hpp"
@@ -48,7 +51,31 @@ Encoder::Encoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
     }
 }
 
-EncoderOutput Encoder::forward(const IndexArray& src_seq, const Mask* src_mask, bool return_attns) const {
+namespace {
+
+// The rows of (b x len) whose outputs are read when src_mask (b or 1, 1, len) hides its zero positions from every
+// query and nothing else reads them; empty when every row is read (nothing to skip) or the mask is of another
+// shape. A sentence whose positions are all hidden attends to all of them alike (a softmax of equal scores),
+// so its rows are all read.
+std::vector<std::size_t> read_rows_of(const Mask* mask, std::size_t b, std::size_t len) {
+    std::vector<std::size_t> rows;
+    if (!mask || mask->shape.size() != 3 || mask->shape[1] != 1 || mask->shape[2] != len ||
+        (mask->shape[0] != 1 && mask->shape[0] != b))
+        return rows;
+    for (std::size_t s = 0; s < b; ++s) {
+        const std::uint8_t* m = mask->data.data() + (mask->shape[0] == 1 ? 0 : s * len);
+        const bool any = std::any_of(m, m + len, [](std::uint8_t v) { return v != 0; });
+        for (std::size_t j = 0; j < len; ++j)
+            if (m[j] || !any) rows.push_back(s * len + j);
+    }
+    if (rows.size() == b * len) rows.clear();
+    return rows;
+}
+
+}  // namespace
+
+EncoderOutput Encoder::forward(const IndexArray& src_seq, const Mask* src_mask, bool return_attns,
+                               bool masked_rows_unread) const {
     detail::check_token_ids(src_seq, config.n_src_vocab, config.n_position, "Encoder.forward", "src_seq");
     EncoderOutput result;
     Tensor x = src_word_emb->forward(src_seq);
@@ -56,8 +83,10 @@ EncoderOutput Encoder::forward(const IndexArray& src_seq, const Mask* src_mask, 
     x = position_enc->forward(x);
     if (dropout) x = dropout->forward(x);
     if (layer_norm) x = layer_norm->forward(x);
+    const std::vector<std::size_t> read =
+        masked_rows_unread && !grad_enabled() ? read_rows_of(src_mask, x.size(0), x.size(1)) : std::vector<std::size_t>{};
     for (const auto& layer : layers) {
-        auto [out, attn] = layer->forward(x, src_mask);
+        auto [out, attn] = layer->forward(x, src_mask, read.empty() ? nullptr : &read);
         x = out;
         if (return_attns) result.slf_attns.push_back(attn);
     }

@@ -1,5 +1,10 @@
 #include "ctransformer/nn/encoder_layer.hpp"
 
+#include <algorithm>
+
+#include "ctransformer/error.hpp"
+#include "ctransformer/runtime/autograd.hpp"
+
 namespace ct::nn {
 
 EncoderLayer::EncoderLayer(std::size_t d_model, std::size_t d_inner, std::size_t n_head, std::size_t d_k,
@@ -11,9 +16,19 @@ EncoderLayer::EncoderLayer(std::size_t d_model, std::size_t d_inner, std::size_t
     register_module(post_norm_names ? "pos_ffn" : "fc", pos_ffn);
 }
 
-std::pair<Tensor, Tensor> EncoderLayer::forward(const Tensor& enc_input, const Mask* slf_attn_mask) const {
+std::pair<Tensor, Tensor> EncoderLayer::forward(const Tensor& enc_input, const Mask* slf_attn_mask,
+                                                const std::vector<std::size_t>* read_rows) const {
     auto [out, attn] = slf_attn->forward(enc_input, enc_input, enc_input, slf_attn_mask);
-    return {pos_ffn->forward(out), attn};
+    if (!read_rows) return {pos_ffn->forward(out), attn};
+    // The feed-forward is row by row: run it on the rows read, gathered, and put them back in place (the
+    // attention's output is this layer's own, with no graph to keep).
+    if (grad_enabled()) throw ValueError("EncoderLayer.forward: read_rows is for inference (no_grad) only");
+    const std::size_t d = out.size(-1), n = read_rows->size();
+    Tensor rows(Array::from_shape({n, d}));
+    for (std::size_t i = 0; i < n; ++i) std::copy_n(out.data() + (*read_rows)[i] * d, d, rows.data() + i * d);
+    const Tensor y = pos_ffn->forward(rows);
+    for (std::size_t i = 0; i < n; ++i) std::copy_n(y.data() + i * d, d, out.data() + (*read_rows)[i] * d);
+    return {out, attn};
 }
 
 }  // namespace ct::nn

@@ -56,9 +56,10 @@ Transformer::Transformer(const TransformerConfig& c) : config(validated(c)) {
     if (c.emb_src_trg_weight_sharing) encoder->src_word_emb->weight = decoder->trg_word_emb->weight;
 }
 
-EncoderOutput Transformer::encode(const IndexArray& src_seq, const Mask* src_mask, bool return_attns) const {
+EncoderOutput Transformer::encode(const IndexArray& src_seq, const Mask* src_mask, bool return_attns,
+                                  bool masked_rows_unread) const {
     detail::check_token_ids(src_seq, config.n_src_vocab, config.n_position, "Transformer.encode", "src_seq");
-    return encoder->forward(src_seq, src_mask, return_attns);
+    return encoder->forward(src_seq, src_mask, return_attns, masked_rows_unread);
 }
 
 DecoderOutput Transformer::decode(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor& enc_output,

@@ -25,7 +25,11 @@ public:
     Encoder(const TransformerConfig& config, bool scale_emb);
 
     // src_seq (b, len) ids; src_mask (b or 1, 1 or len, len), nonzero = may attend, or null.
-    EncoderOutput forward(const IndexArray& src_seq, const Mask* src_mask, bool return_attns = false) const;
+    // masked_rows_unread (decoding, no graph): the caller reads no output row whose position src_mask hides
+    // from every query (a padding mask's pads), so the feed-forward skips them; those rows then hold other
+    // finite values than a full forward's. A sentence with no position left unmasked keeps all its rows.
+    EncoderOutput forward(const IndexArray& src_seq, const Mask* src_mask, bool return_attns = false,
+                          bool masked_rows_unread = false) const;
     std::string type_name() const override { return "Encoder"; }
 
     const TransformerConfig config;

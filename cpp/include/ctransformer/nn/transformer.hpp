@@ -38,7 +38,9 @@ public:
     // src pad mask, and target pad mask AND the no-peek mask.
     TransformerOutput forward(const IndexArray& src_seq, const IndexArray& trg_seq, bool return_attns = false) const;
     // The halves, for decoding step by step.
-    EncoderOutput encode(const IndexArray& src_seq, const Mask* src_mask, bool return_attns = false) const;
+    // masked_rows_unread: as Encoder::forward's (decoding reads no row its source mask hides).
+    EncoderOutput encode(const IndexArray& src_seq, const Mask* src_mask, bool return_attns = false,
+                         bool masked_rows_unread = false) const;
     DecoderOutput decode(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor& enc_output,
                          const Mask* src_mask, bool return_attns = false) const;
     // dec_output (b, lt, d_model) -> logits (b, lt, n_trg_vocab), times d_model^-0.5 when scale_prj.
