@@ -19,6 +19,7 @@ using kernels::Int8Kernel;
 struct Entry {
     k8::Kernel run;
     k8::QuantizeRow quantize_row;
+    bool reads_abs = false;   // the kernel reads Problem::qx_abs
 };
 
 // The kernel level's choice, or set_int8_kernel's (kernels/dispatch.hpp).
@@ -27,7 +28,7 @@ Entry current() {
 #if defined(__x86_64__)
         case Int8Kernel::Avx512Vnni: return {k8::avx512_vnni, k8::quantize_row_avx512};
         case Int8Kernel::AvxVnni: return {k8::avx_vnni, k8::quantize_row_avx2};
-        case Int8Kernel::Avx2: return {k8::avx2, k8::quantize_row_avx2};
+        case Int8Kernel::Avx2: return {k8::avx2, k8::quantize_row_avx2, true};
 #endif
         default: return {k8::portable, k8::quantize_row_portable};
     }
@@ -59,10 +60,17 @@ void quantize_activations(std::size_t m, const float* x, std::size_t ldx, std::s
     });
 }
 
-void run_split(const k8::Problem& p) {
+void run_split(k8::Problem p) {
     const std::size_t out = p.w->out_features, panels = (out + kPanel - 1) / kPanel;
     const std::size_t macs_per_panel = std::max<std::size_t>(1, p.m * p.w->in_features * kPanel);
-    const k8::Kernel run = current().run;
+    const Entry kernel = current();
+    const k8::Kernel run = kernel.run;
+    std::vector<std::int8_t> magnitude;
+    if (kernel.reads_abs) {   // q lies in [-127, 127], so |q| fits
+        magnitude.resize(p.m * p.lda);
+        for (std::size_t i = 0; i < magnitude.size(); ++i) magnitude[i] = std::int8_t(p.qx[i] < 0 ? -p.qx[i] : p.qx[i]);
+        p.qx_abs = magnitude.data();
+    }
     const std::size_t grain = std::max<std::size_t>(1, (kSplitMacs / 2) / macs_per_panel);
     if (p.m * p.w->in_features * out < kSplitMacs) {
         run(p, 0, out);
