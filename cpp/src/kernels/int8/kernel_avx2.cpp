@@ -37,11 +37,12 @@ CT_INT8_TARGET void quantize_row_avx2(const float* x, std::size_t cols, std::int
     }
     const __m256 inv = _mm256_set1_ps(r.inv);
     for (i = 0; i + 8 <= cols; i += 8) {
-        // |x inv| <= 127 rounds to an int32 that fits a byte: pack without saturation concerns
+        // |x inv| <= 127 rounds to an int32 that fits a byte, so the saturating packs change nothing: 32 -> 16
+        // -> 8 bits within each 128-bit half (lanes 0-3 in the low half's first 4 bytes, 4-7 in the high's).
         const __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
-        alignas(32) std::int32_t out[8];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out), v);
-        for (int j = 0; j < 8; ++j) q[i + j] = std::int8_t(out[j]);
+        const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(v, v), _mm256_setzero_si256());
+        const __m128i eight = _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), eight);
     }
     for (; i < cols; ++i) q[i] = std::int8_t(__builtin_nearbyintf(x[i] * r.inv));
 }
