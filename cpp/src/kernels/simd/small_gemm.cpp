@@ -19,15 +19,15 @@ void row_times_rows(int n, int k, float alpha, const float* a, std::size_t a_ste
     const auto load = [&](const float* p, std::size_t v) {
         return FULL || v + 1 < NV ? simd::B::load_unaligned(p) : simd::load(p, last);
     };
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (std::size_t v = 0; v < NV; ++v) cr[v] = load(ci + v * simd::W, v);
     for (int p = 0; p < k; ++p) {
         const simd::B aip(alpha * a[std::size_t(p) * a_step]);
         const float* bp = b + std::size_t(p) * std::size_t(ldb);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (std::size_t v = 0; v < NV; ++v) cr[v] = cr[v] + aip * load(bp + v * simd::W, v);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (std::size_t v = 0; v < NV; ++v) simd::store(ci + v * simd::W, cr[v], FULL || v + 1 < NV ? simd::W : last);
 }
 
@@ -63,7 +63,7 @@ void gemm_direct(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
     const auto A = [&](int i, int p) { return trans_a ? a[std::size_t(p) * lda + i] : a[std::size_t(i) * lda + p]; };
     for (int i = 0; i < m; ++i) {
         float* ci = c + std::size_t(i) * std::size_t(ldc);
-        if (!trans_b && std::size_t(n) <= 4 * simd::W) {
+        if (!trans_b && std::size_t(n) <= 8 * simd::W) {
             // row i of op(A): a row of A, or (trans_a) a column, lda apart
             const float* ar = trans_a ? a + i : a + std::size_t(i) * std::size_t(lda);
             const std::size_t step = trans_a ? std::size_t(lda) : 1;
@@ -71,7 +71,12 @@ void gemm_direct(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
                 case 1: row_times_rows<1>(n, k, alpha, ar, step, b, ldb, ci); break;
                 case 2: row_times_rows<2>(n, k, alpha, ar, step, b, ldb, ci); break;
                 case 3: row_times_rows<3>(n, k, alpha, ar, step, b, ldb, ci); break;
-                default: row_times_rows<4>(n, k, alpha, ar, step, b, ldb, ci); break;
+                case 4: row_times_rows<4>(n, k, alpha, ar, step, b, ldb, ci); break;
+                // a head of 64 values is 8 vectors at AVX2 (4 at AVX-512): still in registers
+                case 5: row_times_rows<5>(n, k, alpha, ar, step, b, ldb, ci); break;
+                case 6: row_times_rows<6>(n, k, alpha, ar, step, b, ldb, ci); break;
+                case 7: row_times_rows<7>(n, k, alpha, ar, step, b, ldb, ci); break;
+                default: row_times_rows<8>(n, k, alpha, ar, step, b, ldb, ci); break;
             }
         } else if (!trans_b) {  // C[i] += (alpha A[i, p]) B[p], over the contiguous rows of B
             for (int p = 0; p < k; ++p) {
