@@ -37,11 +37,15 @@ def level(environ=os.environ):
 
 
 def apply(environ=os.environ):
-    """Set the peers' switches for ct's capped level in `environ` (those not already set); returns what the
-    peers are held to ({} when ct is not capped below AVX-512). CT2_FORCE_CPU_ISA is returned but not set:
-    CTranslate2's workers take their CT2_ settings from ct2_process.configs() alone."""
+    """Set the peers' switches for ct's capped level in `environ` (those not already set); returns the run's
+    record of it, ct's own cap ("kernel_level") and what the peers are held to ({} when ct is not capped below
+    AVX-512). CT2_FORCE_CPU_ISA is returned but not set: CTranslate2's workers take their CT2_ settings from
+    ct2_process.configs() alone."""
     held = PEERS.get(level(environ), {})
+    if not held:
+        return {}
     for name, value in held.items():
         if not name.startswith("CT2_"):
             environ.setdefault(name, value)
-    return {name: (value if name.startswith("CT2_") else environ[name]) for name, value in held.items()}
+    return {"kernel_level": environ["CTRANSFORMER_KERNEL_LEVEL"],
+            **{name: (value if name.startswith("CT2_") else environ[name]) for name, value in held.items()}}

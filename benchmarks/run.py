@@ -436,7 +436,7 @@ def main():
             "policy_check": policy, "peer_timeout_s": limit,
             "quick": a.quick, "wall_s": time.time() - started, "build": ct.build_info(), "simd_levels": simd,
             "blas": ct.build_info()["blas"], "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
-            "stand_in": {"kernel_level": os.environ.get("CTRANSFORMER_KERNEL_LEVEL"), **STAND_IN} if STAND_IN else None,
+            "stand_in": STAND_IN or None,
             "loadavg_1min": {"start": load_before[0], "end": os.getloadavg()[0]}}
     stem = datetime.datetime.now().strftime("%Y-%m-%d_%H%M") + ("_quick" if a.quick else "")
     out = a.out or measure.result_path(os.path.join(HERE, "results"), stem)

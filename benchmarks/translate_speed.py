@@ -197,7 +197,7 @@ def main():
     meta = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "cpu": measure.cpu_model(),
             "threads": THREADS, "sentences": len(ids), "checkpoint": a.checkpoint, "rounds": a.rounds,
             "torch": torch.__version__, "build": ct.build_info(), "loadavg_1min": os.getloadavg()[0],
-            "stand_in": {"kernel_level": os.environ.get("CTRANSFORMER_KERNEL_LEVEL"), **STAND_IN} if STAND_IN else None}
+            "stand_in": STAND_IN or None}
     out = a.out or measure.result_path(os.path.join(HERE, "results"),
                                        "translate_" + datetime.datetime.now().strftime("%Y-%m-%d_%H%M"))
     os.makedirs(os.path.dirname(out), exist_ok=True)
