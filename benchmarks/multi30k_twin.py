@@ -70,8 +70,7 @@ def main():
     ct_to_torch(model, ref)
     ref.train()
     torch_opt = torch.optim.Adam(ref.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    torch_sched = torch.optim.lr_scheduler.LambdaLR(
-        torch_opt, lambda step: ct.training.rate(step, cfg["d_model"], cfg["lr_factor"], cfg["warmup"]))
+    torch_sched = torch.optim.lr_scheduler.LambdaLR(torch_opt, task.learning_rate)   # the task's schedule, either kind
 
     def torch_step(step):
         src, tgt = task.batcher.arrays(task.batcher.at_step(step)[2])
@@ -105,7 +104,8 @@ def main():
                "torch_over_ct": torch_step_s / ct_step, "cpu": measure.cpu_model(), "threads": THREADS,
                "torch": torch.__version__, "build": ct.build_info(), "loadavg_1min": os.getloadavg()[0],
                "config": {k: cfg[k] for k in ("d_model", "d_inner", "n_layers", "n_head", "vocab_size",
-                                              "batch_tokens", "dropout", "warmup", "lr_factor", "scale_emb_or_prj")}}
+                                              "batch_tokens", "dropout", "schedule", "lr", "warmup_fraction",
+                                              "final_lr_fraction", "warmup", "lr_factor", "scale_emb_or_prj")}}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "twin.json"), "w") as f:
         json.dump({"summary": summary, "history": history}, f, indent=1)

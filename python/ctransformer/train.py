@@ -20,7 +20,8 @@ import time
 import numpy as np
 
 import ctransformer as ct
-from ctransformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ctransformer import budget
+from ctransformer.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_contents, save_checkpoint
 from ctransformer.data.parallel_corpus import CorpusError
 from ctransformer.kept_models import KeptModels
 from ctransformer.tasks import TASKS, Run
@@ -74,9 +75,11 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
     the history of logged metrics, the final evaluation and the wall time. With a checkpoint, the loop
     keeps the best and the last validated models beside it by the task's best_metric
     (ctransformer.kept_models; result["best"]), and evaluates their average at the end too.
-    `max_minutes` is a time budget (fairseq's --stop-time-hours): training ends after the first step that
-    exceeds it, and the run is then saved and evaluated as if `steps` had been that step. Every schedule here depends on
-    the step only, so a budget changes where a run stops, never what it did before.
+    `max_minutes` is a time budget (fairseq's --stop-time-hours). A task whose schedule fits its steps
+    (``fits_budget``: multi30k's "fitted" schedule) first measures its step and plans the steps the budget buys
+    (ctransformer.budget), and is then the run ``steps=<that count>`` would be; result["plan"] says how it
+    counted. For every task, training ends after the first step that exceeds the budget, and the run is then
+    saved and evaluated as if `steps` had been that step.
 
     `distributed` trains on every process of an MPI job (mpirun -np N): the same global batches,
     each process running its rows, gradients averaged during backward (ctransformer.distributed).
@@ -104,13 +107,30 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
     ct.manual_seed(cfg["seed"])
     rng = np.random.default_rng(cfg["seed"])
     model, optimizer, scheduler = task.build()
+    if resume and (not checkpoint or not os.path.exists(checkpoint)):
+        raise FileNotFoundError(f"train: --resume needs an existing --checkpoint file, got {checkpoint!r}")
+    # A task whose schedule fits the run's steps (fits_budget) lays it over the steps a time budget buys,
+    # measured now (ctransformer.budget); a resumed run keeps the plan its checkpoint stored.
+    plan, began = None, time.perf_counter()
+    if getattr(task, "fits_budget", False):
+        if resume:
+            plan = read_checkpoint_contents(checkpoint)["extra"].get("plan")
+        elif max_minutes is not None:
+            agree = (lambda steps: int(dist.broadcast_bytes(str(steps).encode()))) if distributed else None
+            plan = budget.plan(task, model, optimizer, scheduler, rng, train_step, max_minutes, agree=agree)
+            log(f"time budget of {max_minutes:g} min: a step takes {plan['step_seconds']:.3f} s and a validation "
+                f"~{plan['validation_seconds']:.1f} s ({plan['validations']} of them), measured in "
+                f"{plan['probe_seconds']:.1f} s; planned {plan['steps']} steps")
+        if plan is not None:
+            cfg["steps"] = plan["steps"]
+            scheduler = task.schedule(optimizer)
+        if hasattr(task, "describe_schedule"):
+            log(task.describe_schedule())
     # The best and last validated models, kept beside the checkpoint by rank 0.
     kept = KeptModels(checkpoint, task.best_metric(), cfg.get("average_last", 0), cfg, task.model_extra()) \
         if checkpoint and rank0 else None
     history, start = [], 0
     if resume:
-        if not checkpoint or not os.path.exists(checkpoint):
-            raise FileNotFoundError(f"train: --resume needs an existing --checkpoint file, got {checkpoint!r}")
         info = load_checkpoint(checkpoint, model, optimizer, scheduler, config=cfg)
         start, history = info["step"], list(info["extra"]["history"])
         rng.bit_generator.state = info["extra"]["numpy_rng"]
@@ -128,7 +148,8 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
         if not rank0:
             return
         extra = {**task.checkpoint_extra(), **(kept.state() if kept else {}), "history": history,
-                 "numpy_rng": rng.bit_generator.state, "ct_rng": ct.get_rng_state()}
+                 "numpy_rng": rng.bit_generator.state, "ct_rng": ct.get_rng_state(),
+                 **({"plan": plan} if plan is not None else {})}
         save_checkpoint(checkpoint, model, optimizer, scheduler, step=step, config=cfg, extra=extra)
 
     total = cfg["steps"]
@@ -139,7 +160,7 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
 
         bar = tqdm(total=total, initial=start, desc=task_name, unit="step", dynamic_ncols=True,
                    disable=not sys.stderr.isatty() and os.environ.get("CTRANSFORMER_PROGRESS") != "1")
-    began = time.perf_counter()
+    loop_began = time.perf_counter()   # throughput from here; the budget from before the plan's probe
     tokens = 0
     model.train()
     # precision bf16: one autocast region around the loop, so the parameters' bf16 copies live from step to
@@ -149,7 +170,7 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
             metrics = train_step(task, model, optimizer, scheduler, rng, step)
             tokens += metrics.pop("tokens")
             if bar:
-                bar.set_postfix_str(f"{tokens / (time.perf_counter() - began):.0f} tok/s", refresh=False)
+                bar.set_postfix_str(f"{tokens / (time.perf_counter() - loop_began):.0f} tok/s", refresh=False)
             # The time budget is agreed on by every process each step (a collective), before logging: the step
             # that ends a run is logged and evaluated as its last one (final=True), so the model a run ends
             # with is always validated, and a task choosing a best checkpoint sees it.
@@ -175,10 +196,10 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
                 break
     if bar:
         bar.close()
-    elapsed = time.perf_counter() - began
+    elapsed = time.perf_counter() - loop_began
     if checkpoint:
         save(stop)
-    result = {"history": history, "train_seconds": elapsed, "steps": stop}
+    result = {"history": history, "train_seconds": elapsed, "steps": stop, **({"plan": plan} if plan else {})}
     if ddp is not None:
         stats = ddp.communication_stats()
         result["communication"] = {"processes": world, "buckets": stats["buckets"], "bytes_per_step": stats["bytes"],
@@ -252,8 +273,8 @@ def main(argv=None):
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: all cores)")
     parser.add_argument("--max-minutes", type=float, default=None,
-                        help="time budget: stop after the first step past it, save and evaluate (schedules are "
-                             "per step, so this only moves the end)")
+                        help="time budget: multi30k measures its step and lays its schedule over the steps the budget "
+                             "buys; every task stops after the first step past it, saves and evaluates")
     parser.add_argument("--distributed", action="store_true",
                         help="train on every process of an MPI job (mpirun -np N ctransformer-train TASK --distributed): "
                              "the same global batches, split over the processes, gradients averaged during backward")

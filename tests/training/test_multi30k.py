@@ -205,7 +205,7 @@ def test_batcher_bad_input():
 # --- the multi30k task on a small corpus made here ----------------------------------------------------------
 
 TINY = {"vocab_size": 300, "d_model": 32, "d_inner": 64, "n_layers": 1, "n_head": 4, "batch_tokens": 600,
-        "lr_factor": 0.5, "warmup": 30, "log_every": 10, "val_sentences": 20, "eval_batch_size": 20,
+        "schedule": "noam", "lr_factor": 0.5, "warmup": 30, "log_every": 10, "val_sentences": 20, "eval_batch_size": 20,
         "beam_size": 2, "max_len_ratio": 1.2, "n_position": 64, "max_len": 60, "average_last": 2}
 
 
@@ -289,6 +289,67 @@ def test_a_run_stopped_by_its_time_budget_validates_its_last_model(corpus_files,
     assert last["step"] == 1 and "val_bleu" in last and "val_loss" in last, result["history"]
     assert result["best"]["step"] == 1
     assert os.path.isfile(path[: -len(".safetensors")] + ".best.safetensors")
+
+
+def test_budget_plan_counts_steps_and_validations():
+    from ctransformer.budget import plan_steps
+
+    # 60 s, 10 of them spent measuring: 50 s buy 100 steps of 0.5 s, less the 2 validations of 5 s = 80
+    assert plan_steps(1.0, 0.5, 5.0, lambda steps: [steps // 2, steps], spent_seconds=10.0) == 80
+    assert plan_steps(1.0, 0.5, 0.0, lambda steps: [], spent_seconds=0.0) == 120
+    # validations every 10 steps: s * 0.5 + (s // 10) * 5 <= 60 -> s = 60
+    assert plan_steps(1.0, 0.5, 5.0, lambda steps: list(range(10, steps + 1, 10))) == 60
+    assert plan_steps(1e-9, 0.5, 5.0, lambda steps: [steps]) == 1     # at least one step
+
+
+def test_fitted_schedule_warms_up_peaks_and_anneals_over_the_steps(corpus_files):
+    from ctransformer.tasks.multi30k import Multi30k
+
+    task = Multi30k(_tiny(corpus_files, schedule="fitted", steps=200, lr=2e-3, warmup_fraction=0.1,
+                          final_lr_fraction=0.05, average_last=4, average_span=0.2))
+    model, optimizer, scheduler = task.build()
+    lrs = []
+    for _ in range(200):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        scheduler.step()
+    assert lrs[0] == pytest.approx(2e-3 / 21) and lrs[19] == pytest.approx(2e-3 * 20 / 21)
+    assert lrs[20] == pytest.approx(2e-3) and max(lrs) == lrs[20]
+    assert lrs[199] == pytest.approx(1e-4)          # the last step runs at lr * final_lr_fraction
+    assert lrs == [task.learning_rate(step) for step in range(200)]      # what a twin in torch is given
+    assert all(a >= b for a, b in zip(lrs[20:], lrs[21:]))
+    # the last 20% of the run in 4 parts, a kept model at the end of each
+    assert task.kept_steps() == [170, 180, 190, 200]
+    assert task.validation_steps(200) == [170, 180, 190, 200]
+    assert Multi30k(_tiny(corpus_files, schedule="fitted", steps=3, average_last=5)).kept_steps() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_budgeted_run_is_the_run_of_the_steps_it_planned(corpus_files, tmp_path, precision):
+    """--max-minutes with the fitted schedule measures its step (and puts back everything the measuring
+    steps changed), plans a count, and is then bitwise the --steps run of that count; a resumed run keeps the
+    plan from its checkpoint (issue 35)."""
+    from ctransformer.train import train
+
+    cfg = _tiny(corpus_files, schedule="fitted", precision=precision, log_every=1, val_sentences=4, beam_size=1,
+                average_last=2)
+    path = str(tmp_path / "budget.safetensors")
+    messages = []
+    _, _, first = train("multi30k", cfg, checkpoint=path, progress=False, log=messages.append, max_minutes=0.02,
+                        max_steps=4)
+    plan = first["plan"]
+    assert plan["steps"] > 4 and plan["step_seconds"] > 0 and plan["validations"] == 2, plan
+    assert any(m.startswith("time budget of 0.02 min") and f"planned {plan['steps']} steps" in m for m in messages)
+    _, model_b, rest = train("multi30k", cfg, checkpoint=path, resume=True, progress=False, log=_quiet)
+    assert rest["steps"] == plan["steps"] and rest["plan"] == plan
+    _, model_a, straight = train("multi30k", {**cfg, "steps": plan["steps"]}, checkpoint=str(tmp_path / "a.safetensors"),
+                                 progress=False, log=_quiet)
+    assert "plan" not in straight
+    keys = ("step", "loss", "lr", "val_loss")
+    assert [h["step"] for h in first["history"]] == [1, 2, 3, 4]
+    assert [[h.get(k) for k in keys] for h in rest["history"]] == [[h.get(k) for k in keys] for h in straight["history"]]
+    a, b = model_a.state_dict(), model_b.state_dict()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
 def test_checkpoint_carries_a_tied_model_and_its_vocab(trained):

@@ -55,13 +55,19 @@ class Multi30k(Task):
         # a 0.1 model of this size, the common experience on Multi30k.
         "d_model": 256, "d_inner": 1024, "n_layers": 3, "n_head": 4, "dropout": 0.2, "n_position": 200,
         "scale_emb_or_prj": "emb",
-        # Optimisation: lr = lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), peaking at
-        # 1.1e-3 at step 800 with these values. Seed 000's 4000 warmup steps would be most of an hour
-        # here (119 batches of 4096 tokens an epoch, ~1 s a step on 2 cores); an hour is ~2900 steps
-        # (--max-minutes 60), of which these 800 warm up.
+        # Optimisation. schedule "fitted" lays the learning rate over the run's steps (--steps, or the steps a
+        # --max-minutes budget buys, ctransformer.budget): a linear warmup over warmup_fraction of them to lr,
+        # then a cosine decay to lr * final_lr_fraction at the last step. A short run then still reaches its
+        # peak and anneals, where a schedule written in steps would end a slow machine's half hour before
+        # its warmup did. schedule "noam" is seed 000's, written in steps:
+        # lr = lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+        "schedule": "fitted", "lr": 1e-3, "warmup_fraction": 0.1, "final_lr_fraction": 0.1,
         "lr_factor": 0.5, "warmup": 800, "label_smoothing": 0.1, "grad_clip": 0.0,
-        # Validation: every epoch (eval_every 0) or every N steps; val_sentences > 0 scores the first N.
+        # Validation: schedule "fitted" validates at the average_last models it keeps for averaging, spread
+        # evenly over the last average_span of the run; "noam" at every epoch's end. eval_every N > 0 adds
+        # a validation every N steps. val_sentences > 0 scores the first N.
         "eval_every": 0, "val_beam_size": 1, "val_sentences": 0, "best_metric": "bleu", "average_last": 5,
+        "average_span": 0.2,
         # Translation settings: the final evaluation's, and ctransformer-translate's defaults.
         "beam_size": ct.decode.DEFAULT_BEAM_SIZE, "length_penalty": ct.decode.DEFAULT_ALPHA, "max_len_ratio": 1.5,
         "eval_batch_size": 64,
@@ -95,6 +101,12 @@ class Multi30k(Task):
             raise ValueError(f"multi30k: max_len ({cfg['max_len']}) + 1 must fit in n_position ({cfg['n_position']})")
         if cfg["best_metric"] not in ("bleu", "loss"):
             raise ValueError(f"multi30k: best_metric must be 'bleu' or 'loss', got {cfg['best_metric']!r}")
+        if cfg["schedule"] not in ("fitted", "noam"):
+            raise ValueError(f"multi30k: schedule must be 'fitted' or 'noam', got {cfg['schedule']!r}")
+        if not (0 <= cfg["warmup_fraction"] < 1 and 0 <= cfg["final_lr_fraction"] <= 1 and 0 < cfg["average_span"] <= 1):
+            raise ValueError(f"multi30k: warmup_fraction must be in [0, 1), final_lr_fraction in [0, 1] and average_span "
+                             f"in (0, 1], got {cfg['warmup_fraction']!r}, {cfg['final_lr_fraction']!r}, "
+                             f"{cfg['average_span']!r}")
         empty = self._load_data()
         text = self.train_corpus.src + self.train_corpus.tgt
         self.vocab = cached_subword_vocab(text, self._vocab_path(text), cfg["vocab_size"], cfg["subword_model"],
@@ -115,10 +127,86 @@ class Multi30k(Task):
             cfg["steps"] = cfg["epochs"] * len(self.batcher)
         model = build_model(cfg, len(self.vocab))
         optimizer = ct.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-        scheduler = ct.optim.LambdaLR(optimizer, ct.optim.NoamLambda(cfg["d_model"], cfg["lr_factor"], cfg["warmup"]))
+        self.restart_clocks()
+        self._minutes_before = 0.0
+        return model, optimizer, self.schedule(optimizer)
+
+    # --- the schedule over the run's steps ---------------------------------------------------------------
+    @property
+    def fits_budget(self):
+        """A --max-minutes run plans its steps first (ctransformer.budget) when the schedule is laid over them."""
+        return self.cfg["schedule"] == "fitted"
+
+    def schedule(self, optimizer):
+        """The learning-rate scheduler of this configuration, laid over cfg["steps"] when "fitted"."""
+        cfg = self.cfg
+        if cfg["schedule"] == "noam":
+            for group in optimizer.param_groups:
+                group["lr"] = 1.0
+            return ct.optim.LambdaLR(optimizer, ct.optim.NoamLambda(cfg["d_model"], cfg["lr_factor"], cfg["warmup"]))
+        for group in optimizer.param_groups:
+            group["lr"] = cfg["lr"]
+        warmup = round(cfg["warmup_fraction"] * cfg["steps"])     # learning_rate(step) is the same formula
+        # nanoGPT's cosine_with_warmup counts iterations from 0: lr * (it + 1) / (warmup + 1) while warming
+        # up, then the cosine from lr down to min_lr at it = steps - 1, the run's last step
+        return ct.optim.CosineWarmupLR(optimizer, warmup_iters=warmup, lr_decay_iters=max(cfg["steps"] - 1, warmup + 1),
+                                       min_lr=cfg["lr"] * cfg["final_lr_fraction"])
+
+    def learning_rate(self, step):
+        """The rate schedule() gives optimizer step `step` (0-based): for a twin written in another framework."""
+        cfg = self.cfg
+        if cfg["schedule"] == "noam":
+            return ct.optim.rate(step, cfg["d_model"], cfg["lr_factor"], cfg["warmup"])
+        warmup = round(cfg["warmup_fraction"] * cfg["steps"])
+        return ct.optim.cosine_with_warmup(step, warmup, max(cfg["steps"] - 1, warmup + 1), cfg["lr"],
+                                           cfg["lr"] * cfg["final_lr_fraction"])
+
+    def describe_schedule(self):
+        cfg = self.cfg
+        if cfg["schedule"] == "noam":
+            return (f"schedule noam over {cfg['steps']} steps: warmup {cfg['warmup']}, lr_factor {cfg['lr_factor']:g} "
+                    f"(peak {ct.optim.rate(cfg['warmup'], cfg['d_model'], cfg['lr_factor'], cfg['warmup']):.3g})")
+        return (f"schedule fitted to {cfg['steps']} steps: warmup {round(cfg['warmup_fraction'] * cfg['steps'])} to "
+                f"lr {cfg['lr']:g}, cosine to {cfg['lr'] * cfg['final_lr_fraction']:.3g}; models kept for averaging "
+                f"after steps {', '.join(map(str, self.kept_steps()))}")
+
+    def kept_steps(self, steps=None):
+        """The steps whose models the fitted schedule validates and keeps for averaging: average_last of them,
+        evenly spread over the last average_span of `steps` (cfg["steps"] by default), ending at the last."""
+        steps = self.cfg["steps"] if steps is None else steps
+        count = max(1, self.cfg["average_last"])
+        spacing = max(1, round(self.cfg["average_span"] * steps / count))
+        return sorted({steps - i * spacing for i in range(count) if steps - i * spacing > 0})
+
+    def validation_steps(self, steps):
+        """Every step after which a run of `steps` steps validates (ctransformer.budget counts them)."""
+        due = set(self.kept_steps(steps)) if self.cfg["schedule"] == "fitted" else \
+            set(range(len(self.batcher), steps + 1, len(self.batcher))) | {steps}
+        if self.cfg["eval_every"]:
+            due |= set(range(self.cfg["eval_every"], steps + 1, self.cfg["eval_every"]))
+        return sorted(due)
+
+    def validation_seconds(self, model, sentences=64):
+        """The measured time of one validation, its translations timed on the first `sentences` and scaled
+        (an untrained model translates to its length limit, so this errs long)."""
+        began = time.perf_counter()
+        model.eval()
+        with ct.no_grad():
+            for indices in self.valid_batcher.epoch(0):
+                src, tgt = self.valid_batcher.arrays(indices)
+                model(src, tgt[:, :-1])
+            loss_seconds = time.perf_counter() - began
+            n = min(sentences, len(self.valid_corpus))
+            began = time.perf_counter()
+            self.translator(model, self.cfg["val_beam_size"]).translate(self.valid_corpus.src[:n])
+        model.train()
+        total = self.cfg["val_sentences"] or len(self.valid_corpus)
+        return loss_seconds + (time.perf_counter() - began) * total / n
+
+    def restart_clocks(self):
+        """Throughput and wall time count from here (after build, and after ctransformer.budget's probe)."""
         self._tokens, self._clock = 0, time.perf_counter()
-        self._began, self._minutes_before = None, 0.0     # wall time of training, validation included
-        return model, optimizer, scheduler
+        self._began = None      # wall time of training, validation included, from the first batch
 
     # --- checkpoint hooks ------------------------------------------------------------------------------
     def model_extra(self):
@@ -159,7 +247,9 @@ class Multi30k(Task):
         return loss, {}
 
     def log_due(self, step):
-        """Validate (and so log) at the end of every epoch, or every eval_every steps."""
+        """Validate (and so log) at the steps validation_steps names."""
+        if self.cfg["schedule"] == "fitted":
+            return step in self.kept_steps() or bool(self.cfg["eval_every"]) and step % self.cfg["eval_every"] == 0
         every = self.cfg["eval_every"] or len(self.batcher)
         return step % every == 0
 
