@@ -1,6 +1,6 @@
 # The README's two commands, plus a few conveniences. Each sets up what it needs first
 # (scripts/setup.sh: Debian packages, .venv, pip install .).
-.PHONY: train test test-levels sanitize demo bench notebooks
+.PHONY: train test test-levels sanitize demo bench notebooks docs docs-serve
 
 TASK ?= copy
 ARGS ?=
@@ -17,13 +17,13 @@ test:
 
 # What smaller CPUs run, proven on this one: the kernel-dependent tests again in a process capped at
 # x86-64-v3 (AVX2, an AMD Zen 1) and at the baseline x86-64, each with the OpenBLAS core such a CPU picks
-# (scripts/test_levels.sh; README, "CPUs"). No build of its own: the package is one binary for every CPU.
+# (scripts/test_levels.sh; docs/install.md, "CPUs"). No build of its own: the package is one binary for every CPU.
 test-levels:
 	./scripts/setup.sh test
 	./scripts/test_levels.sh
 
 # The core rebuilt under AddressSanitizer+UBSan and ThreadSanitizer, running part of the suite;
-# any report fails (scripts/sanitize.sh; README, "Sanitizers").
+# any report fails (scripts/sanitize.sh; docs/proof.md, "Sanitizers").
 sanitize:
 	./scripts/setup.sh test
 	./scripts/sanitize.sh all
@@ -32,6 +32,15 @@ sanitize:
 demo:
 	./scripts/setup.sh
 	.venv/bin/python -m ctransformer.demo
+
+# The guide and API reference as a site (mkdocs.yml): site/index.html. docs-serve: live at http://127.0.0.1:8000.
+docs:
+	./scripts/setup.sh test
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict
+
+docs-serve:
+	./scripts/setup.sh test
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs serve
 
 # ctransformer against PyTorch on this machine, in one run.
 bench:

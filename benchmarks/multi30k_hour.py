@@ -13,7 +13,7 @@
 2. Draws val BLEU and val loss against wall time (docs/images/multi30k_hour.png), translates test2016
    with the best of the last/averaged models by validation BLEU, and prints the BLEU with its
    signature and ten sample translations beside their references (the first ten of test2016) as
-   Markdown for the README.
+   Markdown for the guide (docs/translation.md).
 """
 import argparse
 import json

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Render the blog's plots (seed 002), computed by ctransformer, to PNG files for the README.
+"""Render the blog's plots (seed 002), computed by ctransformer, to PNG files for the guide (docs/images).
 
     python scripts/render_plots.py [--out docs/images] [--attention-steps N]
 

@@ -33,25 +33,31 @@ void bind_functional(py::module_& f) {
         py::gil_scoped_release release;
         return ct::linear(x, w, pb);
     }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), "input @ weight.T + bias.");
-    f.def("add", [](const Tensor& a, py::object b) { return ct::add(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"));
-    f.def("sub", [](const Tensor& a, py::object b) { return ct::sub(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"));
-    f.def("mul", [](const Tensor& a, py::object b) { return ct::mul(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"));
-    f.def("div", [](const Tensor& a, py::object b) { return ct::div(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"));
+    f.def("add", [](const Tensor& a, py::object b) { return ct::add(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"),
+          "input + other, broadcasting as NumPy does; other may be a Tensor, an array or a number.");
+    f.def("sub", [](const Tensor& a, py::object b) { return ct::sub(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"),
+          "input - other, broadcasting as NumPy does.");
+    f.def("mul", [](const Tensor& a, py::object b) { return ct::mul(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"),
+          "input * other element by element, broadcasting as NumPy does.");
+    f.def("div", [](const Tensor& a, py::object b) { return ct::div(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"),
+          "input / other element by element, broadcasting as NumPy does.");
     f.def("scale", &ct::scale, py::arg("input"), py::arg("factor"), release_gil(), "input * factor for a Python number.");
-    f.def("relu", &ct::relu, py::arg("input"), release_gil());
+    f.def("relu", &ct::relu, py::arg("input"), release_gil(), "max(input, 0); its gradient is 0 where input <= 0.");
     f.def("gelu", &ct::gelu, py::arg("input"), release_gil(),
           "GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).");
-    f.def("dropout", &ct::dropout, py::arg("input"), py::arg("p") = 0.5f, py::arg("training") = true, release_gil());
+    f.def("dropout", &ct::dropout, py::arg("input"), py::arg("p") = 0.5f, py::arg("training") = true, release_gil(),
+          "Zero each element with probability p and scale the rest by 1 / (1 - p) while training; input unchanged "
+          "otherwise. The mask comes from the library's generator (ct.manual_seed).");
     f.def("softmax", [](const Tensor& x, py::object dim) {
         const std::int64_t d = to_dim(dim, x.dim(), "softmax: dim");
         py::gil_scoped_release release;
         return ct::softmax(x, d);
-    }, py::arg("input"), py::arg("dim"));
+    }, py::arg("input"), py::arg("dim"), "exp(input) / sum(exp(input)) along dim, computed from the row's maximum.");
     f.def("log_softmax", [](const Tensor& x, py::object dim) {
         const std::int64_t d = to_dim(dim, x.dim(), "log_softmax: dim");
         py::gil_scoped_release release;
         return ct::log_softmax(x, d);
-    }, py::arg("input"), py::arg("dim"));
+    }, py::arg("input"), py::arg("dim"), "input - log(sum(exp(input))) along dim: log-probabilities, without overflow.");
     f.def("layer_norm", [](const Tensor& x, py::object w, py::object b, float eps) {
         Tensor weight, bias;
         const Tensor* pw = optional_tensor(w, weight, "weight");
@@ -119,23 +125,25 @@ void bind_functional(py::module_& f) {
         const std::vector<std::int64_t> s = to_sizes(shape, "reshape: shape");
         py::gil_scoped_release release;
         return ct::reshape(x, s);
-    }, py::arg("input"), py::arg("shape"));
+    }, py::arg("input"), py::arg("shape"), "The same elements in another shape; one size may be -1 (inferred).");
     f.def("transpose", [](const Tensor& x, ctpy::Int dim0, ctpy::Int dim1) {
         const std::int64_t a = to_dim(dim0, x.dim(), "transpose: dim0"), b = to_dim(dim1, x.dim(), "transpose: dim1");
         py::gil_scoped_release release;
         return ct::transpose(x, a, b);
-    }, py::arg("input"), py::arg("dim0"), py::arg("dim1"));
+    }, py::arg("input"), py::arg("dim0"), py::arg("dim1"), "input with dimensions dim0 and dim1 swapped.");
     f.def("permute", [](const Tensor& x, py::object dims) {
         const std::vector<std::int64_t> d = to_dims(dims, x.dim(), "permute: dims");
         py::gil_scoped_release release;
         return ct::permute(x, d);
-    }, py::arg("input"), py::arg("dims"));
+    }, py::arg("input"), py::arg("dims"), "input with its dimensions in the order dims gives.");
     f.def("sum", [](const Tensor& x, py::object dim, bool keepdim) {
         return dim.is_none() ? ct::sum(x) : ct::sum(x, to_dim(dim, x.dim(), "sum: dim"), keepdim);
-    }, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
+    }, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false,
+       "The sum of every element (dim None), or along dim, keeping it as size 1 when keepdim.");
     f.def("mean", [](const Tensor& x, py::object dim, bool keepdim) {
         return dim.is_none() ? ct::mean(x) : ct::mean(x, to_dim(dim, x.dim(), "mean: dim"), keepdim);
-    }, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
+    }, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false,
+       "The mean of every element (dim None), or along dim, keeping it as size 1 when keepdim.");
     f.def("cross_entropy", [](const Tensor& logits, py::object target, ctpy::Int ignore_index_obj,
                               const std::string& reduction, float label_smoothing) {
         const std::int64_t ignore_index = to_int(ignore_index_obj, "cross_entropy: ignore_index");

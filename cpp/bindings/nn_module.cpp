@@ -128,7 +128,9 @@ void bind_nn_module(py::module_& nn) {
         py::gil_scoped_release release;
         return e.forward(idx);
     };
-    py::class_<Embedding, Module, std::shared_ptr<Embedding>>(nn, "Embedding")
+    py::class_<Embedding, Module, std::shared_ptr<Embedding>>(nn, "Embedding",
+                                                           "torch.nn.Embedding: a (num_embeddings, embedding_dim) table whose "
+                                                           "rows the integer ids pick; the padding_idx row gets no gradient.")
         .def(py::init([](ctpy::Int num_embeddings, ctpy::Int embedding_dim, py::object padding_idx) {
             const std::size_t n = to_size(num_embeddings, "Embedding: num_embeddings");
             const std::size_t d = to_size(embedding_dim, "Embedding: embedding_dim");
@@ -143,7 +145,9 @@ void bind_nn_module(py::module_& nn) {
         .def_readonly("embedding_dim", &Embedding::embedding_dim)
         .def_readonly("padding_idx", &Embedding::padding_idx);
 
-    py::class_<LayerNorm, Module, std::shared_ptr<LayerNorm>>(nn, "LayerNorm")
+    py::class_<LayerNorm, Module, std::shared_ptr<LayerNorm>>(nn, "LayerNorm",
+                                                           "torch.nn.LayerNorm over the last dimension (normalized_shape), "
+                                                           "with a weight and a bias.")
         .def(py::init([](ctpy::Int normalized_shape, float eps) {
             const std::size_t d = to_size(normalized_shape, "LayerNorm: normalized_shape");
             return std::make_shared<LayerNorm>(d, eps);
@@ -153,7 +157,9 @@ void bind_nn_module(py::module_& nn) {
         .def_readwrite("bias", &LayerNorm::bias)
         .def_readonly("eps", &LayerNorm::eps);
 
-    py::class_<Dropout, Module, std::shared_ptr<Dropout>>(nn, "Dropout")
+    py::class_<Dropout, Module, std::shared_ptr<Dropout>>(nn, "Dropout",
+                                                       "torch.nn.Dropout: functional.dropout with probability p while the "
+                                                       "module is training, the identity after eval().")
         .def(py::init<float>(), py::arg("p") = 0.5f)
         .def("forward", &Dropout::forward, py::arg("input"), py::call_guard<py::gil_scoped_release>())
         .def_readonly("p", &Dropout::p);

@@ -11,7 +11,7 @@ import platform
 
 FIX = ("Build it without CTRANSFORMER_NATIVE=ON and CTRANSFORMER_ARCH (pip install --force-reinstall . in "
        "the source tree): the default build runs on every x86-64 CPU and picks its kernels at run time; see "
-       "the README's 'CPUs' section.")
+       "docs/install.md, 'CPUs and portable builds'.")
 
 
 def cpu_flags(cpuinfo="/proc/cpuinfo"):

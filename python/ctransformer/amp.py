@@ -116,8 +116,6 @@ def set_bf16_kernel(name):
     _amp.set_bf16_kernel(name)
 
 
-round_to_bf16 = _amp.round_to_bf16
-widen_bf16 = _amp.widen_bf16
-gemm_bf16 = _amp.gemm_bf16
+from ._core.amp import gemm_bf16, round_to_bf16, widen_bf16  # noqa: E402
 
 __all__ = ["autocast", "BF16EmulationWarning", "is_autocast_enabled", "bf16_kernel", "set_bf16_kernel", "round_to_bf16", "widen_bf16", "gemm_bf16"]

@@ -11,13 +11,12 @@ or dropout stays active.
 import contextlib
 
 from ._core import decode as _decode
+from ._core.decode import GPTCache, PackedWeights, StepDecoder
 from .amp import autocast
 
 COMPUTE_TYPES = ("default", "float32", "int8", "bfloat16")
-
-StepDecoder = _decode.StepDecoder
-GPTCache = _decode.GPTCache
-PackedWeights = _decode.PackedWeights
+"""What a decoding call's compute_type may be: the model's own precision ("default"), or float32, int8 or
+bfloat16 for this call."""
 
 __all__ = ["greedy_decode", "beam_search", "generate", "length_penalty", "StepDecoder", "GPTCache", "PackedWeights",
            "DEFAULT_BEAM_SIZE", "DEFAULT_ALPHA", "COMPUTE_TYPES", "using_compute_type"]
@@ -70,8 +69,10 @@ def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, 
                                      use_cache=use_cache, return_logits=return_logits)
 
 
-DEFAULT_BEAM_SIZE = _decode.DEFAULT_BEAM_SIZE   # 4: the core's default (decode/beam_search.hpp), here once
-DEFAULT_ALPHA = _decode.DEFAULT_ALPHA           # 0.6: GNMT's length penalty
+DEFAULT_BEAM_SIZE = _decode.DEFAULT_BEAM_SIZE
+"""beam_search's default beam size (4), the core's (decode/beam_search.hpp), stated there once."""
+DEFAULT_ALPHA = _decode.DEFAULT_ALPHA
+"""beam_search's default length penalty alpha (0.6), GNMT's."""
 
 
 def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size=DEFAULT_BEAM_SIZE,

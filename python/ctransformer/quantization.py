@@ -15,16 +15,9 @@ run where a gradient would be needed, and ``dequantize()`` returns it to float32
 parameters are kept (a tied embedding reads them), so ``state_dict()`` is unchanged; the int8 weights are
 ``linear.int8_weight``, and quantised checkpoints hold them (``ctransformer.checkpoint``).
 """
-from ._core import quantization as _q
-
-Int8Weight = _q.Int8Weight
-quantize_weight = _q.quantize_weight
-quantize_rows = _q.quantize_rows
-linear_int8 = _q.linear
-matmul_s32 = _q.matmul_s32
-int8_kernel = _q.int8_kernel
-set_int8_kernel = _q.set_int8_kernel
-int8_kernels_available = _q.int8_kernels_available
+from ._core.quantization import Int8Weight, int8_kernel, int8_kernels_available, matmul_s32, quantize_rows, \
+    quantize_weight, set_int8_kernel
+from ._core.quantization import linear as linear_int8
 
 DTYPES = ("qint8", "int8")
 

@@ -142,6 +142,6 @@ def test_render_plots_script(render_plots, tmp_path, capsys):
 
 @pytest.mark.parametrize("name", BLOG_PLOTS + ["positional_encoding", "toy_cross_attention"])
 def test_committed_images(name):
-    """docs/images holds the script's PNGs for the README."""
+    """docs/images holds the script's PNGs for the guide."""
     width, height = png_size(ROOT / "docs" / "images" / f"{name}.png")
     assert width > 100 and height > 100

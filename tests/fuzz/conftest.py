@@ -2,7 +2,7 @@
 
 - "ci" (the default): 100 examples per test, derandomized (the examples follow from
   each test's code, not a random seed), so a CI run is repeatable; the whole folder takes about a
-  quarter of a minute on 2 cores (README, "Fuzzing").
+  quarter of a minute on 2 cores (docs/proof.md, "Fuzzing").
 - "long": `python -m pytest tests/fuzz --hypothesis-profile=long`, 1,000 examples per test (over
   10,000 in all), random each run: for hunting, not for CI.
 """

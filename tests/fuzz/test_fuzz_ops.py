@@ -178,7 +178,7 @@ def test_dim_out_of_range_raises_index_error_naming_dim(op, ndim, dim):
 def test_reductions_like_torch(op, keepdim, data):
     array = data.draw(float_arrays(data.draw(shapes(min_dims=0, max_dims=4, max_side=5))))
     # A 0-d input is reduced whole only: torch also takes dim 0 / -1 there, ct raises IndexError
-    # (a known difference, README "Fuzzing").
+    # (a known difference, docs/proof.md, "Fuzzing").
     dims = st.integers(-array.ndim, array.ndim - 1) if array.ndim else st.nothing()
     dim = data.draw(st.one_of(st.none(), dims))
     t = torch.from_numpy(c_array(array))

@@ -1,7 +1,7 @@
 """Issue 12: real translation — corpus reading, subwords, token batches, the multi30k task, translate CLI.
 
 Everything here is small and fast (tiny models, a few hundred subwords, a few hundred pairs); the
-hour-long Multi30k run and its BLEU are a script's business (README, "Translating Multi30k").
+hour-long Multi30k run and its BLEU are a script's business (docs/translation.md).
 """
 import gzip
 import json

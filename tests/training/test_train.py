@@ -1,6 +1,6 @@
 """Scripted training (issue 4): short runs that must still learn, exact resume, the CLI.
 
-The full-length runs and their figures are in the README (`python -m ctransformer.train TASK`); here
+The full-length runs and their figures are in docs/training.md (`python -m ctransformer.train TASK`); here
 each task runs briefly with its own recipe and a smaller budget, and the assertions are about
 learning (the loss falls well below its starting value), not about final quality.
 """

@@ -7,15 +7,21 @@ import ctransformer._core
 import typing
 __all__: list[str] = ['add', 'cross_entropy', 'div', 'dropout', 'embedding', 'gelu', 'kl_div', 'layer_norm', 'linear', 'log_softmax', 'masked_fill', 'matmul', 'mean', 'mul', 'multi_head_attention', 'permute', 'relu', 'reshape', 'scale', 'scaled_dot_product_attention', 'softmax', 'sub', 'sum', 'transpose']
 def add(input: ctransformer._core.Tensor, other: typing.Any) -> ctransformer._core.Tensor:
-    ...
+    """
+    input + other, broadcasting as NumPy does; other may be a Tensor, an array or a number.
+    """
 def cross_entropy(input: ctransformer._core.Tensor, target: typing.Any, ignore_index: typing.SupportsInt | typing.SupportsIndex = -100, reduction: str = 'mean', label_smoothing: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> ctransformer._core.Tensor:
     """
     Cross-entropy of (N, C) logits against (N,) integer targets.
     """
 def div(input: ctransformer._core.Tensor, other: typing.Any) -> ctransformer._core.Tensor:
-    ...
+    """
+    input / other element by element, broadcasting as NumPy does.
+    """
 def dropout(input: ctransformer._core.Tensor, p: typing.SupportsFloat | typing.SupportsIndex = 0.5, training: bool = True) -> ctransformer._core.Tensor:
-    ...
+    """
+    Zero each element with probability p and scale the rest by 1 / (1 - p) while training; input unchanged otherwise. The mask comes from the library's generator (ct.manual_seed).
+    """
 def embedding(input: typing.Any, weight: ctransformer._core.Tensor, padding_idx: typing.Any = None) -> ctransformer._core.Tensor:
     """
     Rows of weight for the integer ids in input; no gradient reaches the padding_idx row.
@@ -37,7 +43,9 @@ def linear(input: ctransformer._core.Tensor, weight: ctransformer._core.Tensor, 
     input @ weight.T + bias.
     """
 def log_softmax(input: ctransformer._core.Tensor, dim: typing.Any) -> ctransformer._core.Tensor:
-    ...
+    """
+    input - log(sum(exp(input))) along dim: log-probabilities, without overflow.
+    """
 def masked_fill(input: ctransformer._core.Tensor, mask: typing.Any, value: typing.SupportsFloat | typing.SupportsIndex) -> ctransformer._core.Tensor:
     """
     value where mask is True, input elsewhere.
@@ -47,19 +55,29 @@ def matmul(input: ctransformer._core.Tensor, other: ctransformer._core.Tensor) -
     input @ other for rank >= 2 operands; batch dimensions broadcast.
     """
 def mean(input: ctransformer._core.Tensor, dim: typing.Any = None, keepdim: bool = False) -> ctransformer._core.Tensor:
-    ...
+    """
+    The mean of every element (dim None), or along dim, keeping it as size 1 when keepdim.
+    """
 def mul(input: ctransformer._core.Tensor, other: typing.Any) -> ctransformer._core.Tensor:
-    ...
+    """
+    input * other element by element, broadcasting as NumPy does.
+    """
 def multi_head_attention(q: ctransformer._core.Tensor, k: ctransformer._core.Tensor, v: ctransformer._core.Tensor, n_head: typing.SupportsInt | typing.SupportsIndex, scale: typing.Any = None, mask: typing.Any = None, fill_value: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, causal: bool = False, dropout_p: typing.SupportsFloat | typing.SupportsIndex = 0.0, training: bool = True, kv_length: typing.Any = None) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
     """
     Attention over heads interleaved in the last dimension: q (b, Lq, n_head*d_k), k (b, Lk, n_head*d_k), v (b, Lk, n_head*d_v), as projections produce them (no split/merge copies). scale defaults to d_k**-0.5; mask (True = may attend) broadcasts to (b, n_head, Lq, Lk); causal also masks keys after each query. kv_length reads only the first kv_length positions of k and v (Lk = kv_length; a decoding cache with room to grow; no gradient for k and v then). Returns (output (b, Lq, n_head*d_v), attention_weights (b, n_head, Lq, Lk)).
     """
 def permute(input: ctransformer._core.Tensor, dims: typing.Any) -> ctransformer._core.Tensor:
-    ...
+    """
+    input with its dimensions in the order dims gives.
+    """
 def relu(input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
-    ...
+    """
+    max(input, 0); its gradient is 0 where input <= 0.
+    """
 def reshape(input: ctransformer._core.Tensor, shape: typing.Any) -> ctransformer._core.Tensor:
-    ...
+    """
+    The same elements in another shape; one size may be -1 (inferred).
+    """
 def scale(input: ctransformer._core.Tensor, factor: typing.SupportsFloat | typing.SupportsIndex) -> ctransformer._core.Tensor:
     """
     input * factor for a Python number.
@@ -69,10 +87,18 @@ def scaled_dot_product_attention(q: ctransformer._core.Tensor, k: ctransformer._
     Returns (output, attention_weights). mask is True where a query may attend to a key; it broadcasts to (..., Lq, Lk), e.g. from (b, 1, Lk) or (b, 1, Lq, Lk).
     """
 def softmax(input: ctransformer._core.Tensor, dim: typing.Any) -> ctransformer._core.Tensor:
-    ...
+    """
+    exp(input) / sum(exp(input)) along dim, computed from the row's maximum.
+    """
 def sub(input: ctransformer._core.Tensor, other: typing.Any) -> ctransformer._core.Tensor:
-    ...
+    """
+    input - other, broadcasting as NumPy does.
+    """
 def sum(input: ctransformer._core.Tensor, dim: typing.Any = None, keepdim: bool = False) -> ctransformer._core.Tensor:
-    ...
+    """
+    The sum of every element (dim None), or along dim, keeping it as size 1 when keepdim.
+    """
 def transpose(input: ctransformer._core.Tensor, dim0: typing.SupportsInt | typing.SupportsIndex, dim1: typing.SupportsInt | typing.SupportsIndex) -> ctransformer._core.Tensor:
-    ...
+    """
+    input with dimensions dim0 and dim1 swapped.
+    """

@@ -6,12 +6,6 @@ no_res=False, no_pos=False)`` with ``forward(word_idx, targets=None)``,
 top_k=None, use_cache=True)`` (key/value-cached by default, see ``ctransformer.decode.generate``;
 ``use_cache=False`` is the seed's loop); its blocks are ``TransformerLayer`` (``SelfAttention`` and ``FFN``).
 """
-from .._core.nn import gpt as _gpt
-
-GPT = _gpt.GPT
-TransformerLayer = _gpt.TransformerLayer
-TransformerLayerList = _gpt.TransformerLayerList
-SelfAttention = _gpt.SelfAttention
-FFN = _gpt.FFN
+from .._core.nn.gpt import FFN, GPT, SelfAttention, TransformerLayer, TransformerLayerList
 
 __all__ = ["GPT", "TransformerLayer", "TransformerLayerList", "SelfAttention", "FFN"]

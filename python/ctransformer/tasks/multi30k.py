@@ -51,7 +51,7 @@ class Multi30k(Task):
         # (logits times d_model^-0.5): with 'prj' the Xavier-initialised embedding (std ~0.016 at 8000 x 256)
         # is a whisper beside the +-1 sinusoids. Measured, 160 steps of warmup 150 / lr_factor 0.3 on
         # Multi30k: val loss 5.36 / 4.77 at steps 80 / 160 with 'emb', 8.25 / 6.37 with 'prj'.
-        # dropout 0.2: the hour run's (benchmarks/multi30k_hour.py, README); 30 epochs of 29000 pairs overfit
+        # dropout 0.2: the hour run's (benchmarks/multi30k_hour.py, docs/translation.md); 30 epochs of 29000 pairs overfit
         # a 0.1 model of this size, the common experience on Multi30k.
         "d_model": 256, "d_inner": 1024, "n_layers": 3, "n_head": 4, "dropout": 0.2, "n_position": 200,
         "scale_emb_or_prj": "emb",

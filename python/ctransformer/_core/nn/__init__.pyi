@@ -130,6 +130,9 @@ class Linear(Module):
     def out_features(self) -> int:
         ...
 class Embedding(Module):
+    """
+    torch.nn.Embedding: a (num_embeddings, embedding_dim) table whose rows the integer ids pick; the padding_idx row gets no gradient.
+    """
     weight: ctransformer._core.Tensor
     def __init__(self, num_embeddings: typing.SupportsInt | typing.SupportsIndex, embedding_dim: typing.SupportsInt | typing.SupportsIndex, padding_idx: typing.Any = None) -> None:
         ...
@@ -145,6 +148,9 @@ class Embedding(Module):
     def padding_idx(self) -> int | None:
         ...
 class LayerNorm(Module):
+    """
+    torch.nn.LayerNorm over the last dimension (normalized_shape), with a weight and a bias.
+    """
     bias: ctransformer._core.Tensor
     weight: ctransformer._core.Tensor
     def __init__(self, normalized_shape: typing.SupportsInt | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05) -> None:
@@ -155,6 +161,9 @@ class LayerNorm(Module):
     def eps(self) -> float:
         ...
 class Dropout(Module):
+    """
+    torch.nn.Dropout: functional.dropout with probability p while the module is training, the identity after eval().
+    """
     def __init__(self, p: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
         ...
     def forward(self, input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
