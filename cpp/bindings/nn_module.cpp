@@ -86,7 +86,7 @@ void bind_nn_module(py::module_& nn) {
             return m;
         }, py::arg("dtype") = "int8",
            "Give every Linear an int8 copy of its weight (one scale per output row) and run it in int8 from now on "
-           "(inference only; the float32 parameters are kept). Returns self.")
+           "(no gradient through them, as torch's dynamic quantisation; the float32 parameters are kept). Returns self.")
         .def("dequantize", [](std::shared_ptr<Module> m) { m->dequantize(); return m; },
              "Drop the int8 copies: every Linear computes in float32 again. Returns self.")
         .def_property_readonly("quantization", [](const Module& m) -> py::object {

@@ -10,8 +10,9 @@ of it is in tests/ops/test_ops_int8.py):
 - ``y = float32(sum_k q_x q_w) * (scale_x * alpha * scale_w) + b``, the sum exact in int32.
 
 The kernel is chosen at run time from the CPU: AVX-512 VNNI, AVX-VNNI, AVX2 or portable C++
-(``int8_kernel()``); all give the same numbers. A quantised model is for inference: a Linear refuses to
-run where a gradient would be needed, and ``dequantize()`` returns it to float32. The float32
+(``int8_kernel()``); all give the same numbers. A quantised model runs forward anywhere, with or without
+``no_grad()``, but has no gradient, as torch's dynamically quantised modules: no graph is recorded through
+an int8 Linear, and a ``backward()`` that reaches one raises; ``dequantize()`` returns it to float32. The float32
 parameters are kept (a tied embedding reads them), so ``state_dict()`` is unchanged; the int8 weights are
 ``linear.int8_weight``, and quantised checkpoints hold them (``ctransformer.checkpoint``).
 """

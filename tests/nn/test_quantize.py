@@ -143,17 +143,31 @@ def test_load_state_dict_requantises():
         np.testing.assert_array_equal(model(src, trg).numpy(), other(src, trg).numpy())
 
 
-def test_a_quantised_model_refuses_to_train():
+def test_a_quantised_model_runs_anywhere_and_refuses_backward():
+    """As torch's dynamically quantised modules: forward with grad mode on gives the no_grad numbers, and no
+    gradient flows through an int8 Linear. A backward that reaches one raises, even beside a float32 path
+    (x + lin(x) must not quietly backward through the residual alone)."""
     _, model = pair()
-    model.quantize("int8").train()
+    model.quantize("int8").eval()
     src, trg = batch()
-    with pytest.raises(ValueError, match="quantised to int8, for inference only.*dequantize"):
-        model(src, trg)
-    lin = ct.nn.Linear(4, 3).quantize("int8")
-    with pytest.raises(ValueError, match="quantised to int8"):
-        lin(ct.tensor(np.ones((2, 4), np.float32)))
+    logits = model(src, trg)
     with ct.no_grad():
-        assert lin(ct.tensor(np.ones((2, 4), np.float32))).shape == (2, 3)
+        np.testing.assert_array_equal(logits.numpy(), model(src, trg).numpy())
+    with pytest.raises(ValueError, match="quantised to int8 and has no gradient.*dequantize"):
+        logits.sum().backward()
+    lin = ct.nn.Linear(4, 4).quantize("int8")
+    x = ct.tensor(np.ones((2, 4), np.float32), requires_grad=True)
+    y = lin(x)
+    with ct.no_grad():
+        np.testing.assert_array_equal(y.numpy(), lin(x).numpy())
+    with pytest.raises(ValueError, match="has no gradient"):
+        ct.functional.add(x, y).sum().backward()
+    assert lin.weight.grad is None          # the error is the whole answer: no gradient reached the weight
+    with pytest.raises(ValueError, match="has no gradient"):       # the parameter alone needs a gradient
+        lin(ct.tensor(np.ones((2, 4), np.float32))).sum().backward()
+    model.dequantize()
+    model(src, trg).sum().backward()                                 # float32 again: it trains
+    assert model.trg_word_prj.weight.grad is not None
     with pytest.raises(ValueError, match="dtype must be 'int8'"):
         model.quantize("int4")
 

@@ -24,10 +24,7 @@ Linear::Linear(std::size_t in, std::size_t out, bool with_bias)
 
 Tensor Linear::forward(const Tensor& x, float alpha) const {
     const Tensor* b = has_bias ? &bias : nullptr;
-    if (int8_weight_ && needs_grad({&x, &weight, b}))  // the fp32 weight's gradient would be silently missing
-        throw ValueError("Linear: this Linear is quantised to int8, for inference only: run it under "
-                         "ctransformer.no_grad(), or call dequantize() on the model to train it");
-    return int8_weight_ ? linear_int8(x, *int8_weight_, b, alpha) : linear(x, weight, b, alpha);
+    return int8_weight_ ? linear_int8(x, *int8_weight_, b, alpha, &weight) : linear(x, weight, b, alpha);
 }
 
 void Linear::quantize_self(bool int8) {

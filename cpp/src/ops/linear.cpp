@@ -134,20 +134,35 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
     return out;
 }
 
-Tensor linear_int8(const Tensor& x, const Int8Weight& weight, const Tensor* bias, float alpha) {
+namespace {
+
+// An int8 product has no gradient, as torch's dynamically quantised Linear has none. Its output keeps no
+// graph of what fed it (nothing upstream is retained), and a backward that reaches it raises: without this
+// node, x + linear_int8(x) would backward through the residual alone and leave the weights' gradients
+// silently missing.
+struct Int8LinearBackward : Node {
+    const char* name() const override { return "Int8LinearBackward"; }
+    void backward(const Array&) override {
+        throw ValueError("backward: this Linear is quantised to int8 and has no gradient (as torch's dynamically "
+                         "quantised Linear): call dequantize() on the model to train it");
+    }
+};
+
+}  // namespace
+
+Tensor linear_int8(const Tensor& x, const Int8Weight& weight, const Tensor* bias, float alpha,
+                   const Tensor* float_weight) {
     const std::size_t out_f = weight.out_features, in_f = weight.in_features;
     Shape out_shape;
     const std::size_t rows = linear_rows(x, in_f, out_f, bias, out_shape);
-    if (needs_grad({&x, bias}))
-        throw ValueError("linear: this Linear is quantised to int8, for inference only: run it under "
-                         "ctransformer.no_grad(), or call dequantize() on the model to train it");
     Tensor out(Array::from_shape(out_shape));
     if (in_f == 0) {  // an empty product: the bias, or zeros
         for (std::size_t r = 0; r < rows; ++r)
             for (std::size_t o = 0; o < out_f; ++o) out.data()[r * out_f + o] = bias ? bias->data()[o] : 0.0f;
-        return out;
+    } else {
+        linear_int8(rows, x.data(), in_f, weight, alpha, bias ? bias->data() : nullptr, out.data(), out_f);
     }
-    linear_int8(rows, x.data(), in_f, weight, alpha, bias ? bias->data() : nullptr, out.data(), out_f);
+    if (needs_grad({&x, bias, float_weight})) attach(out, std::make_shared<Int8LinearBackward>(), {});
     return out;
 }
 

@@ -10,8 +10,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias = nullpt
 // buffer), e.g. seed 000's logits * d_model^-0.5.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float alpha);
 
-// The same with the weight in int8 (int8.hpp), for inference: refused (ValueError) where a gradient would
-// be needed, since nothing is recorded.
-Tensor linear_int8(const Tensor& x, const Int8Weight& weight, const Tensor* bias, float alpha = 1.0f);
+// The same with the weight in int8 (int8.hpp). It runs anywhere but has no gradient (torch's dynamic
+// quantisation): where x, the bias or float_weight (the float32 parameter the int8 weight was made from, if
+// any) needs a gradient, the output records no graph through the product, and a backward reaching it raises.
+Tensor linear_int8(const Tensor& x, const Int8Weight& weight, const Tensor* bias, float alpha = 1.0f,
+                   const Tensor* float_weight = nullptr);
 
 }  // namespace ct

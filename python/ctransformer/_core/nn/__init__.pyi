@@ -85,7 +85,7 @@ class Module:
         """
     def quantize(self, dtype: str = 'int8') -> Module:
         """
-        Give every Linear an int8 copy of its weight (one scale per output row) and run it in int8 from now on (inference only; the float32 parameters are kept). Returns self.
+        Give every Linear an int8 copy of its weight (one scale per output row) and run it in int8 from now on (no gradient through them, as torch's dynamic quantisation; the float32 parameters are kept). Returns self.
         """
     def state_dict(self) -> dict:
         """
