@@ -9,9 +9,15 @@ to float32 rounding (tests/decode/test_decode.py). The model is used as it is: c
 or dropout stays active.
 """
 import contextlib
+import numbers
+
+import numpy as np
 
 from ._core import decode as _decode
 from ._core.decode import GPTCache, PackedWeights, StepDecoder
+from ._core.nn import Module as _Module
+from ._core.nn import Transformer as _Transformer
+from ._core.nn.gpt import GPT as _GPT
 from .amp import autocast
 
 COMPUTE_TYPES = ("default", "float32", "int8", "bfloat16")
@@ -22,14 +28,32 @@ __all__ = ["greedy_decode", "beam_search", "generate", "length_penalty", "StepDe
            "DEFAULT_BEAM_SIZE", "DEFAULT_ALPHA", "COMPUTE_TYPES", "using_compute_type"]
 
 
+def _check_model(model, caller, expected, kind=None):
+    if not isinstance(model, kind or _Module):
+        raise TypeError(f"{caller}: model must be a {expected}, got {type(model).__name__}")
+
+
+def _check_number(caller, **values):
+    for name, value in values.items():
+        if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{caller}: {name} must be a number, got {type(value).__name__}")
+
+
+def _check_flags(caller, **flags):
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{caller}: {name} must be True or False, got {type(value).__name__}")
+
+
 @contextlib.contextmanager
-def using_compute_type(model, compute_type):
+def using_compute_type(model, compute_type, caller="using_compute_type"):
     """The model computing in compute_type for one call, as CTranslate2's compute_type: "default" (as the
     model is, under whatever ct.autocast region encloses the call), "float32", "int8"
     (ctransformer.quantization; a float32 model is quantised for the call) or "bfloat16" (the products under
     ctransformer.autocast). The model is left as it was."""
-    if compute_type not in COMPUTE_TYPES:
-        raise ValueError(f"compute_type must be one of {COMPUTE_TYPES}, got {compute_type!r}")
+    _check_model(model, caller, "ctransformer model (a ct.nn.Module)")
+    if not isinstance(compute_type, str) or compute_type not in COMPUTE_TYPES:
+        raise ValueError(f"{caller}: compute_type must be one of {COMPUTE_TYPES}, got {compute_type!r}")
     was = model.quantization
     if compute_type == "int8" and was is None:
         model.quantize("int8")
@@ -64,7 +88,9 @@ def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, 
     r's step t predicting ids[r, t + 1] (NaN after the row ended).
     compute_type: "default" (the model as it is), "float32", "int8" or "bfloat16", as CTranslate2's.
     """
-    with using_compute_type(model, compute_type):
+    _check_model(model, "greedy_decode", "ct.nn.Transformer", _Transformer)
+    _check_flags("greedy_decode", use_cache=use_cache, return_logits=return_logits)
+    with using_compute_type(model, compute_type, "greedy_decode"):
         return _decode.greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol,
                                      use_cache=use_cache, return_logits=return_logits)
 
@@ -93,7 +119,10 @@ def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_si
     returns the k best: (ids (b, k, max_len), scores (b, k)), best first, -inf where fewer finished.
     src_mask, use_cache and compute_type as in greedy_decode.
     """
-    with using_compute_type(model, compute_type):
+    _check_model(model, "beam_search", "ct.nn.Transformer", _Transformer)
+    _check_flags("beam_search", use_cache=use_cache)
+    _check_number("beam_search", alpha=alpha)
+    with using_compute_type(model, compute_type, "beam_search"):
         return _decode.beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size, alpha,
                                    n_best=n_best, use_cache=use_cache)
 
@@ -110,7 +139,10 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, *, use_cac
     are the same as use_cache=False (``GPT.generate(..., use_cache=False)``, the seed's loop).
     compute_type as in greedy_decode.
     """
-    with using_compute_type(model, compute_type):
+    _check_model(model, "generate", "ct.nn.GPT", _GPT)
+    _check_flags("generate", use_cache=use_cache)
+    _check_number("generate", temperature=temperature)
+    with using_compute_type(model, compute_type, "generate"):
         return _decode.generate(model, idx, max_new_tokens, temperature, top_k, use_cache=use_cache)
 
 

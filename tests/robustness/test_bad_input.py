@@ -305,3 +305,41 @@ def test_huge_indices_are_out_of_range_not_a_cast_error():
     for rows in [[2**64], [-1], [5]]:
         with pytest.raises(IndexError, match="row"):
             d.select(rows)
+
+
+# --- decoding's entry points: a wrong type in any argument is an error naming that argument ----------------
+
+def _decoding_models():
+    transformer = ct.nn.Transformer(n_src_vocab=11, n_trg_vocab=11, src_pad_idx=0, trg_pad_idx=0, d_word_vec=16,
+                                    d_model=16, d_inner=32, n_layers=1, n_head=2, d_k=8, d_v=8).eval()
+    gpt = ct.nn.GPT(11, 8, 1, 16, 2, 32, 0.0).eval()
+    return transformer, gpt
+
+
+def _decoding_calls():
+    transformer, gpt = _decoding_models()
+    src = np.ones((2, 5), np.int64)
+    mask = ct.nn.get_pad_mask(src, 0)
+    common = dict(src=src, src_mask=mask, max_len=6, start_symbol=1, end_symbol=2)
+    wrong = dict(model="model", src="abc", src_mask=3, max_len="10", start_symbol=1.5, end_symbol="x", use_cache="yes",
+                 compute_type=3)
+    for name, fn, good, extra in [
+            ("greedy_decode", ct.decode.greedy_decode, dict(model=transformer, **common), dict(return_logits="no")),
+            ("beam_search", ct.decode.beam_search, dict(model=transformer, **common),
+             dict(beam_size="4", alpha="0.6", n_best=1.5)),
+            ("generate", ct.decode.generate, dict(model=gpt, idx=np.ones((1, 2), np.int64), max_new_tokens=3),
+             dict(model=transformer, idx="x", max_new_tokens="3", temperature="hot", top_k=1.5, use_cache="yes",
+                  compute_type=3))]:
+        cases = extra if name == "generate" else {**wrong, **extra}
+        for argument, value in cases.items():
+            yield pytest.param(fn, good, argument, value, id=f"{name}-{argument}")
+
+
+@pytest.mark.parametrize("fn,good,argument,value", list(_decoding_calls()))
+def test_decoding_names_the_argument_of_the_wrong_type(fn, good, argument, value):
+    """Issue 36: ct.decode.greedy_decode("model", ...) failed inside the wrapper with an AttributeError; every
+    argument of the wrong type now raises TypeError or ValueError naming it."""
+    with pytest.raises((TypeError, ValueError), match=rf"\b{argument}\b") as error:
+        fn(**{**good, argument: value})
+    assert "incompatible function arguments" not in str(error.value)
+    fn(**good)       # and the right types run
