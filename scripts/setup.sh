@@ -12,8 +12,9 @@ extras="${1:-}"
 # (mpirun ... --distributed); the build finds it and links it in.
 packages=(g++ libxtensor-dev openmpi-bin libopenmpi-dev)
 # The tests also compile the SIMD kernels for aarch64, so an x86-only intrinsic cannot slip in; and run the
-# baseline build on an emulated CPU without AVX (qemu-user: make test-levels).
-[[ ",$extras," == *",test,"* ]] && packages+=(g++-aarch64-linux-gnu qemu-user)
+# baseline build on an emulated CPU without AVX (qemu-user: make test-levels); and open the built guide in a
+# headless browser (chromium: tests/docs/test_guide.py).
+[[ ",$extras," == *",test,"* ]] && packages+=(g++-aarch64-linux-gnu qemu-user chromium)
 need=()
 for pkg in "${packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")

@@ -69,3 +69,38 @@ def test_every_public_name_is_in_the_api_reference(site, module):
     assert names, f"{module} has no __all__"
     missing = [name for name in names if f'id="{module}.{name}"' not in api]
     assert not missing, f"docs/api.md leaves out {module}: {', '.join(missing)}"
+
+
+def test_the_site_opens_in_a_browser_with_its_search(site):
+    """Headless Chromium opens the API page from a web server: the reference is in the rendered page, the
+    search box is there, and the page's scripts fetched the search worker and the index that holds the API's
+    names (issue 36)."""
+    import functools
+    import http.server
+    import json
+    import threading
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.fail("chromium is not installed: scripts/setup.sh test installs it (apt-get install chromium)")
+    requested = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format, *args):
+            requested.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(site)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/api/?q=greedy_decode"
+        page = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
+                               "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert 'id="ctransformer.decode.greedy_decode"' in page and 'id="ctransformer.nn.Transformer"' in page
+    assert 'class="md-search__input' in page, "no search box in the rendered page"
+    assert any(path.startswith("/assets/javascripts/workers/search") for path in requested), requested
+    assert "/search/search_index.json" in requested, requested
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    assert any("greedy_decode" in doc["location"] for doc in index["docs"])
