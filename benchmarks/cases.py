@@ -75,6 +75,10 @@ def gpt_batch(c, seed=0):
     return idx, targets
 
 
+# ct.nn.GPT names its sizes as the Transformer does; the torch reference keeps the seed's names.
+CT_NAMES = {"num_layer": "n_layers", "embed_dim": "d_model", "num_head": "n_head", "feedforward_dim": "d_inner"}
+
+
 def gpt_args(c):
     return dict(vocab_size=c["vocab"], max_seq_len=c["block"], num_layer=c["n_layer"], embed_dim=c["n_embd"],
                 num_head=c["n_head"], feedforward_dim=4 * c["n_embd"], dropout=0.0)
@@ -101,7 +105,7 @@ def build_gpt_train(side, share, torch_model=None):
         return step, model
     import ctransformer as ct
     ct.manual_seed(0)
-    model = ct.nn.GPT(**gpt_args(c))
+    model = ct.nn.GPT(**{CT_NAMES.get(k, k): v for k, v in gpt_args(c).items()})
     if share and torch_model is not None:
         model.load_state_dict({k: v.detach().numpy() for k, v in torch_model.state_dict().items()})
     opt = ct.optim.AdamW(model.configure_optimizers(c["weight_decay"]), lr=c["lr"], betas=c["betas"])

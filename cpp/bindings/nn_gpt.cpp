@@ -24,6 +24,21 @@ py::array_t<std::int64_t> ids_to_numpy(const ct::IndexArray& ids) {
     return out;
 }
 
+// A GPT size given by its Transformer name (n_layers, ...) or by the seed's (num_layer, ...), which warns.
+std::size_t gpt_size(py::object value, const char* name, const py::object& seed_value, const char* seed_name) {
+    const bool seeds = !seed_value.is_none();
+    if (seeds) {
+        if (!value.is_none())
+            throw ct::TypeError(std::string("GPT: got both ") + name + " and " + seed_name + ", the seed's name for it");
+        const std::string message = std::string("GPT: ") + seed_name + " is the seed's name for " + name +
+                                    "; pass " + name + " (the Transformer's name)";
+        if (PyErr_WarnEx(PyExc_FutureWarning, message.c_str(), 1) != 0) throw py::error_already_set();
+        value = seed_value;
+    }
+    if (value.is_none()) throw ct::TypeError(std::string("GPT: missing the argument ") + name);
+    return to_size(value, std::string("GPT: ") + (seeds ? seed_name : name));   // the name the caller used
+}
+
 py::tuple gpt_forward(const GPT& model, py::object word_idx, py::object targets) {
     const ct::IndexArray idx = to_index_array(word_idx, "word_idx");
     std::optional<ct::IndexArray> tgt;
@@ -111,27 +126,34 @@ void bind_nn_gpt(py::module_& nn) {
 
     py::class_<GPT, Module, std::shared_ptr<GPT>>(gpt, "GPT", R"doc(Seed 004's decoder-only GPT.
 
-GPT(vocab_size, max_seq_len, num_layer, embed_dim, num_head, feedforward_dim, dropout,
-    no_res=False, no_pos=False)
+GPT(vocab_size, max_seq_len, n_layers, d_model, n_head, d_inner, dropout, no_res=False, no_pos=False)
 
-Token + learned position embeddings, dropout, ``num_layer`` pre-norm TransformerLayers, a final
-LayerNorm and a bias-free ``language_model_head`` whose weight is the token embedding's weight.
-Weights ~ N(0, 0.02), biases 0, attention output projections ~ N(0, 0.02 / sqrt(2 num_layer)),
-drawn from the generator seeded by ``ctransformer.manual_seed``.)doc")
-        .def(py::init([](ctpy::Int vocab_size, ctpy::Int max_seq_len, ctpy::Int num_layer, ctpy::Int embed_dim,
-                         ctpy::Int num_head, ctpy::Int feedforward_dim, float dropout, bool no_res, bool no_pos) {
+The sizes take the Transformer's names; the seed's (num_layer, embed_dim, num_head, feedforward_dim) are
+accepted as keywords and warn (FutureWarning). Token + learned position embeddings, dropout, ``n_layers``
+pre-norm TransformerLayers, a final LayerNorm and a bias-free ``language_model_head`` whose weight is the
+token embedding's weight. Weights ~ N(0, 0.02), biases 0, attention output projections
+~ N(0, 0.02 / sqrt(2 n_layers)), drawn from the generator seeded by ``ctransformer.manual_seed``.)doc")
+        .def(py::init([](ctpy::Int vocab_size, ctpy::Int max_seq_len, py::object n_layers, py::object d_model,
+                         py::object n_head, py::object d_inner, py::object dropout, bool no_res, bool no_pos,
+                         py::object num_layer, py::object embed_dim, py::object num_head, py::object feedforward_dim) {
                  const std::size_t v = to_size(vocab_size, "GPT: vocab_size");
                  const std::size_t t = to_size(max_seq_len, "GPT: max_seq_len");
-                 const std::size_t l = to_size(num_layer, "GPT: num_layer");
-                 const std::size_t e = to_size(embed_dim, "GPT: embed_dim");
-                 const std::size_t h = to_size(num_head, "GPT: num_head");
-                 const std::size_t f = to_size(feedforward_dim, "GPT: feedforward_dim");
+                 const std::size_t l = gpt_size(n_layers, "n_layers", num_layer, "num_layer");
+                 const std::size_t e = gpt_size(d_model, "d_model", embed_dim, "embed_dim");
+                 const std::size_t h = gpt_size(n_head, "n_head", num_head, "num_head");
+                 const std::size_t f = gpt_size(d_inner, "d_inner", feedforward_dim, "feedforward_dim");
+                 if (dropout.is_none()) throw ct::TypeError("GPT: missing the argument dropout");
+                 if (!py::isinstance<py::float_>(dropout) && !py::isinstance<py::int_>(dropout))
+                     throw ct::TypeError("GPT: dropout must be a number, got " + type_name(dropout));
+                 const float p = dropout.cast<float>();
                  py::gil_scoped_release release;
-                 return std::make_shared<GPT>(v, t, l, e, h, f, dropout, no_res, no_pos);
+                 return std::make_shared<GPT>(v, t, l, e, h, f, p, no_res, no_pos);
              }),
-             py::arg("vocab_size"), py::arg("max_seq_len"), py::arg("num_layer"), py::arg("embed_dim"),
-             py::arg("num_head"), py::arg("feedforward_dim"), py::arg("dropout"), py::arg("no_res") = false,
-             py::arg("no_pos") = false)
+             py::arg("vocab_size"), py::arg("max_seq_len"), py::arg("n_layers") = py::none(),
+             py::arg("d_model") = py::none(), py::arg("n_head") = py::none(), py::arg("d_inner") = py::none(),
+             py::arg("dropout") = py::none(), py::arg("no_res") = false, py::arg("no_pos") = false, py::kw_only(),
+             py::arg("num_layer") = py::none(), py::arg("embed_dim") = py::none(), py::arg("num_head") = py::none(),
+             py::arg("feedforward_dim") = py::none())
         .def("forward", &gpt_forward, py::arg("word_idx"), py::arg("targets") = py::none(),
              R"doc(word_idx: integer array (batch, seq_len), seq_len <= max_seq_len.
 
@@ -191,10 +213,14 @@ whole context re-run per token; both give the same ids.)doc")
         .def_readonly("language_model_head", &GPT::language_model_head)
         .def_readonly("vocab_size", &GPT::vocab_size)
         .def_readonly("max_seq_len", &GPT::max_seq_len)
-        .def_readonly("num_layer", &GPT::num_layer)
-        .def_readonly("embed_dim", &GPT::embed_dim)
-        .def_readonly("num_head", &GPT::num_head)
-        .def_readonly("feedforward_dim", &GPT::feedforward_dim)
+        .def_readonly("n_layers", &GPT::num_layer)
+        .def_readonly("d_model", &GPT::embed_dim)
+        .def_readonly("n_head", &GPT::num_head)
+        .def_readonly("d_inner", &GPT::feedforward_dim)
+        .def_readonly("num_layer", &GPT::num_layer, "The seed's name for n_layers.")
+        .def_readonly("embed_dim", &GPT::embed_dim, "The seed's name for d_model.")
+        .def_readonly("num_head", &GPT::num_head, "The seed's name for n_head.")
+        .def_readonly("feedforward_dim", &GPT::feedforward_dim, "The seed's name for d_inner.")
         .def_readonly("no_res", &GPT::no_res)
         .def_readonly("no_pos", &GPT::no_pos)
         .def_readonly_static("ignore_index", &GPT::ignore_index);

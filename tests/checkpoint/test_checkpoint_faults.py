@@ -26,7 +26,7 @@ import pytest
 import ctransformer as ct
 from ctransformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
-CFG = dict(vocab_size=64, max_seq_len=32, num_layer=2, embed_dim=64, num_head=4, feedforward_dim=128)
+CFG = dict(vocab_size=64, max_seq_len=32, n_layers=2, d_model=64, n_head=4, d_inner=128)
 
 class Weights:
     """What save_checkpoint needs of a model: a state_dict of NumPy arrays, here all equal to k."""
@@ -216,7 +216,7 @@ def test_another_models_config_is_refused(saved):
 def test_another_models_shapes_are_refused(tmp_path):
     path = tmp_path / "ckpt.safetensors"
     ct.manual_seed(0)
-    save_checkpoint(path, ct.nn.GPT(**{**CFG, "embed_dim": 32}, dropout=0.0))
+    save_checkpoint(path, ct.nn.GPT(**{**CFG, "d_model": 32}, dropout=0.0))
     expect_error(path, "does not fit")
 
 

@@ -69,24 +69,25 @@ def test_layer_norm_constructor(normalized_shape, eps):
     assert out.shape == (2, normalized_shape)
 
 
-GPT_FIELDS = dict(vocab_size=11, max_seq_len=8, num_layer=1, embed_dim=8, num_head=2, feedforward_dim=16)
+GPT_FIELDS = dict(vocab_size=11, max_seq_len=8, n_layers=1, d_model=8, n_head=2, d_inner=16)
 
 
 @given(field=st.sampled_from(sorted(GPT_FIELDS)), value=st.one_of(sizes, st.integers(7, 9)),
        dropout=st.one_of(st.just(0.0), hostile_floats))
 def test_gpt_constructor_with_one_hostile_field(field, value, dropout):
     # From 2**34 layers the weights exceed any machine's memory and are refused up front, naming
-    # num_layer; between 1000 and that, the model may be buildable but takes minutes, or passes the
+    # the layer count; between 1000 and that, the model may be buildable but takes minutes, or passes the
     # fuzz run's address-space cap mid-build (a MemoryError naming the allocation, not the field).
-    assume(not (field == "num_layer" and 1000 < value < 2**34))
+    assume(not (field == "n_layers" and 1000 < value < 2**34))
     cfg = {**GPT_FIELDS, field: value}
     try:
         model = ct.nn.GPT(**cfg, dropout=dropout)
     except CLEAR_ERRORS as error:
-        assert_names(error, field, "dropout", "Dropout", "bytes", "embed_dim", "num_head", "shape")
+        # the core's own checks name the sizes as the seed does (embed_dim, num_head, num_layer)
+        assert_names(error, field, "dropout", "Dropout", "bytes", "embed_dim", "num_head", "num_layer", "shape")
         return
     assert 0 <= dropout <= 1, f"dropout {dropout} accepted"
-    if cfg["num_head"] == 0 or cfg["embed_dim"] % cfg["num_head"]:
+    if cfg["n_head"] == 0 or cfg["d_model"] % cfg["n_head"]:
         pytest.fail(f"GPT accepted {cfg}")
     # Zero layers, or zero-sized vocabularies and widths, are degenerate but well defined.
     assume(max(cfg.values()) <= 64 and cfg["max_seq_len"] > 0 and cfg["vocab_size"] > 0)

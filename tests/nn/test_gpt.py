@@ -15,7 +15,7 @@ import torch
 
 import ctransformer as ct
 from helpers import assert_close, assert_releases_gil
-from reference.gpt_pairs import BIG, SMALL, make_pair, prompts
+from reference.gpt_pairs import BIG, SMALL, ct_config, make_pair, prompts
 from reference.gpt_reference import GPT as TorchGPT
 from reference.gpt_reference import greedy
 
@@ -100,7 +100,7 @@ def test_names_order_tying_and_parameter_count():
     assert list(cm.state_dict()) == list(tm.state_dict())
     assert [n for n, _ in cm.named_parameters()] == [n for n, _ in tm.named_parameters()]
     assert cm.num_parameters() == sum(p.numel() for p in tm.parameters())
-    big_t, big_c = TorchGPT(**BIG, dropout=0.0), ct.nn.GPT(**BIG, dropout=0.0)
+    big_t, big_c = TorchGPT(**BIG, dropout=0.0), ct.nn.GPT(**ct_config(BIG), dropout=0.0)
     assert big_c.num_parameters() == sum(p.numel() for p in big_t.parameters())
     # One tensor behind both names: writing through one is seen through the other.
     head, emb = cm.language_model_head.weight, cm.word_token_embedding.weight
@@ -220,7 +220,7 @@ def test_generate_records_no_graph_and_keeps_grad_mode():
 def test_init_statistics_as_the_seed():
     cfg = dict(vocab_size=2000, max_seq_len=128, num_layer=4, embed_dim=128, num_head=4, feedforward_dim=512)
     ct.manual_seed(0)
-    cm = ct.nn.GPT(**cfg, dropout=0.1)
+    cm = ct.nn.GPT(**ct_config(cfg), dropout=0.1)
     torch.manual_seed(0)
     tm = TorchGPT(**cfg, dropout=0.1)
     proj_std = 0.02 / math.sqrt(2 * cfg["num_layer"])
@@ -249,7 +249,7 @@ def test_init_statistics_as_the_seed():
     assert np.all(c["bias"] == 0) and np.all(c["norm_weight"] == 1)
     # Reproducible from the library generator.
     ct.manual_seed(0)
-    again = ct.nn.GPT(**cfg, dropout=0.1).state_dict()
+    again = ct.nn.GPT(**ct_config(cfg), dropout=0.1).state_dict()
     for name, value in cm.state_dict().items():
         np.testing.assert_array_equal(value, again[name], err_msg=name)
 
@@ -292,7 +292,7 @@ def test_forward_and_backward_release_the_gil():
 
 @pytest.fixture(scope="module")
 def small_model():
-    return ct.nn.GPT(**SMALL, dropout=0.0)
+    return ct.nn.GPT(**ct_config(SMALL), dropout=0.0)
 
 
 @pytest.mark.parametrize("call,error,words", [
@@ -333,3 +333,31 @@ def test_bad_config():
 def test_long_prompt_is_cropped_in_generate(small_model):
     out = small_model.generate(np.ones((2, 30), np.int64), 2, top_k=3)
     assert out.shape == (2, 32)
+
+
+def test_gpt_takes_the_transformers_size_names_and_the_seeds_with_a_warning():
+    """n_layers, d_model, n_head, d_inner as ct.nn.Transformer names them; the seed's num_layer, embed_dim,
+    num_head, feedforward_dim still work as keywords, warn, and build the same model (issue 36)."""
+    import warnings
+
+    ct.manual_seed(3)
+    new = ct.nn.GPT(vocab_size=50, max_seq_len=16, n_layers=2, d_model=32, n_head=4, d_inner=64, dropout=0.0)
+    ct.manual_seed(3)
+    with pytest.warns(FutureWarning, match="num_layer is the seed's name for n_layers") as caught:
+        old = ct.nn.GPT(**SMALL, dropout=0.0)
+    assert len(caught) == 4
+    for key, value in new.state_dict().items():
+        np.testing.assert_array_equal(value, old.state_dict()[key], err_msg=key)
+    assert (new.n_layers, new.d_model, new.n_head, new.d_inner) == (2, 32, 4, 64)
+    assert (new.num_layer, new.embed_dim, new.num_head, new.feedforward_dim) == (2, 32, 4, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ct.nn.GPT(50, 16, 2, 32, 4, 64, 0.0)          # positional, the seed's order: no warning
+    with pytest.raises(TypeError, match="got both n_layers and num_layer"):
+        ct.nn.GPT(50, 16, 2, 32, 4, 64, 0.0, num_layer=2)
+    with pytest.raises(TypeError, match="missing the argument d_inner"):
+        ct.nn.GPT(vocab_size=50, max_seq_len=16, n_layers=2, d_model=32, n_head=4, dropout=0.0)
+    with pytest.raises(TypeError, match="missing the argument dropout"):
+        ct.nn.GPT(50, 16, 2, 32, 4, 64)
+    with pytest.raises(TypeError, match="dropout must be a number"):
+        ct.nn.GPT(50, 16, 2, 32, 4, 64, "0.1")

@@ -179,7 +179,7 @@ def test_quantize_dynamic_copies_by_default():
     assert ct.quantize_dynamic(model, dtype="int8", inplace=True) is model and model.quantization == "int8"
     with pytest.raises(ValueError, match="dtype"):
         ct.quantize_dynamic(model, dtype="float16")
-    gpt = ct.nn.GPT(vocab_size=20, max_seq_len=8, num_layer=1, embed_dim=16, num_head=2, feedforward_dim=32,
+    gpt = ct.nn.GPT(vocab_size=20, max_seq_len=8, n_layers=1, d_model=16, n_head=2, d_inner=32,
                     dropout=0.0)
     with pytest.raises(TypeError, match="inplace=True"):
         ct.quantize_dynamic(gpt)

@@ -13,6 +13,15 @@ SMALL = dict(vocab_size=50, max_seq_len=16, num_layer=2, embed_dim=32, num_head=
 BIG = dict(vocab_size=512, max_seq_len=64, num_layer=6, embed_dim=384, num_head=6, feedforward_dim=1536)
 
 
+# The seed's size names (the torch reference's) and ctransformer's, the Transformer's.
+CT_NAMES = {"num_layer": "n_layers", "embed_dim": "d_model", "num_head": "n_head", "feedforward_dim": "d_inner"}
+
+
+def ct_config(cfg):
+    """`cfg` (the seed's names) with ctransformer's names for ct.nn.GPT."""
+    return {CT_NAMES.get(key, key): value for key, value in cfg.items()}
+
+
 def make_pair(cfg, dropout=0.0, direction="torch->ct", seed=0, sharp=False, **flags):
     """A torch reference and a ctransformer GPT holding the same weights.
 
@@ -22,7 +31,7 @@ def make_pair(cfg, dropout=0.0, direction="torch->ct", seed=0, sharp=False, **fl
     torch.manual_seed(seed)
     ct.manual_seed(seed)
     tm = TorchGPT(**cfg, dropout=dropout, **flags)
-    cm = ct.nn.GPT(**cfg, dropout=dropout, **flags)
+    cm = ct.nn.GPT(**ct_config(cfg), dropout=dropout, **flags)
     if sharp:
         rng = np.random.default_rng(seed)
         state = {}

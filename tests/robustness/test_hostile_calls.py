@@ -26,8 +26,8 @@ import ctransformer as ct
 
 def gpt(max_seq_len=16):
     ct.manual_seed(0)
-    return ct.nn.GPT(vocab_size=50, max_seq_len=max_seq_len, num_layer=1, embed_dim=16, num_head=2,
-                     feedforward_dim=32, dropout=0.0).eval()
+    return ct.nn.GPT(vocab_size=50, max_seq_len=max_seq_len, n_layers=1, d_model=16, n_head=2,
+                     d_inner=32, dropout=0.0).eval()
 
 def transformer(n_position=200):
     ct.manual_seed(0)
@@ -306,7 +306,7 @@ def test_checkpoint_with_tampered_metadata_names_the_file(tmp_path):
 
 def _small_gpt(seed=0):
     ct.manual_seed(seed)
-    return ct.nn.GPT(vocab_size=40, max_seq_len=12, num_layer=2, embed_dim=32, num_head=4, feedforward_dim=64,
+    return ct.nn.GPT(vocab_size=40, max_seq_len=12, n_layers=2, d_model=32, n_head=4, d_inner=64,
                      dropout=0.0)
 
 
@@ -318,7 +318,7 @@ def test_two_threads_backward_on_one_model_accumulate_correctly():
     """Gradients from two threads equal the serial sum. Tolerance: the two backward passes may add their
     contributions in either order, so |d| <= 1e-5 + 1e-5 |g| (the race seen in issue 13 was up to 0.015)."""
     ct.manual_seed(0)
-    model = ct.nn.GPT(vocab_size=40, max_seq_len=12, num_layer=2, embed_dim=64, num_head=4, feedforward_dim=256,
+    model = ct.nn.GPT(vocab_size=40, max_seq_len=12, n_layers=2, d_model=64, n_head=4, d_inner=256,
                       dropout=0.0)
     rng = np.random.default_rng(0)
     batches = [rng.integers(1, 40, (16, 12)) for _ in range(2)]

@@ -23,7 +23,7 @@ import pytest
 
 import ctransformer as ct
 
-CFG = dict(vocab_size=40, max_seq_len=16, num_layer=2, embed_dim=32, num_head=4, feedforward_dim=64)
+CFG = dict(vocab_size=40, max_seq_len=16, n_layers=2, d_model=32, n_head=4, d_inner=64)
 WARMUP, TOTAL = 100, 1000
 RSS_BOUND = 8 << 20
 
@@ -111,8 +111,8 @@ def run_capped(code, room=4 << 30):
     ("zeros", "ct.zeros([100, 1024, 1024, 256])"),
     ("ones", "ct.ones([25 << 30])"),
     ("linear weight", "ct.nn.Linear(1 << 18, 100 << 10)"),
-    ("gpt embedding", "ct.nn.GPT(vocab_size=800 << 20, max_seq_len=8, num_layer=1, embed_dim=32, num_head=4, "
-                      "feedforward_dim=32, dropout=0.0)"),
+    ("gpt embedding", "ct.nn.GPT(vocab_size=800 << 20, max_seq_len=8, n_layers=1, d_model=32, n_head=4, "
+                      "d_inner=32, dropout=0.0)"),
 ])
 def test_a_huge_request_raises_memory_error_naming_the_bytes(what, code):
     done = run_capped(f"""

@@ -14,7 +14,7 @@ import numpy as np
 
 import ctransformer as ct
 
-CFG = dict(vocab_size=40, max_seq_len=12, num_layer=2, embed_dim=32, num_head=4, feedforward_dim=64)
+CFG = dict(vocab_size=40, max_seq_len=12, n_layers=2, d_model=32, n_head=4, d_inner=64)
 STEPS = 12
 
 

@@ -98,16 +98,16 @@ class GPT(ctransformer._core.nn.Module):
     """
     Seed 004's decoder-only GPT.
     
-    GPT(vocab_size, max_seq_len, num_layer, embed_dim, num_head, feedforward_dim, dropout,
-        no_res=False, no_pos=False)
+    GPT(vocab_size, max_seq_len, n_layers, d_model, n_head, d_inner, dropout, no_res=False, no_pos=False)
     
-    Token + learned position embeddings, dropout, ``num_layer`` pre-norm TransformerLayers, a final
-    LayerNorm and a bias-free ``language_model_head`` whose weight is the token embedding's weight.
-    Weights ~ N(0, 0.02), biases 0, attention output projections ~ N(0, 0.02 / sqrt(2 num_layer)),
-    drawn from the generator seeded by ``ctransformer.manual_seed``.
+    The sizes take the Transformer's names; the seed's (num_layer, embed_dim, num_head, feedforward_dim) are
+    accepted as keywords and warn (FutureWarning). Token + learned position embeddings, dropout, ``n_layers``
+    pre-norm TransformerLayers, a final LayerNorm and a bias-free ``language_model_head`` whose weight is the
+    token embedding's weight. Weights ~ N(0, 0.02), biases 0, attention output projections
+    ~ N(0, 0.02 / sqrt(2 n_layers)), drawn from the generator seeded by ``ctransformer.manual_seed``.
     """
     ignore_index: typing.ClassVar[int] = 0
-    def __init__(self, vocab_size: typing.SupportsInt | typing.SupportsIndex, max_seq_len: typing.SupportsInt | typing.SupportsIndex, num_layer: typing.SupportsInt | typing.SupportsIndex, embed_dim: typing.SupportsInt | typing.SupportsIndex, num_head: typing.SupportsInt | typing.SupportsIndex, feedforward_dim: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex, no_res: bool = False, no_pos: bool = False) -> None:
+    def __init__(self, vocab_size: typing.SupportsInt | typing.SupportsIndex, max_seq_len: typing.SupportsInt | typing.SupportsIndex, n_layers: typing.Any = None, d_model: typing.Any = None, n_head: typing.Any = None, d_inner: typing.Any = None, dropout: typing.Any = None, no_res: bool = False, no_pos: bool = False, *, num_layer: typing.Any = None, embed_dim: typing.Any = None, num_head: typing.Any = None, feedforward_dim: typing.Any = None) -> None:
         ...
     def configure_optimizers(self, weight_decay: typing.SupportsFloat | typing.SupportsIndex) -> list:
         """
@@ -139,19 +139,35 @@ class GPT(ctransformer._core.nn.Module):
         Redraw every weight as the constructor does.
         """
     @property
+    def d_inner(self) -> int:
+        ...
+    @property
+    def d_model(self) -> int:
+        ...
+    @property
     def drop(self) -> ctransformer._core.nn.Dropout:
         ...
     @property
     def embed_dim(self) -> int:
-        ...
+        """
+        The seed's name for d_model.
+        """
     @property
     def feedforward_dim(self) -> int:
-        ...
+        """
+        The seed's name for d_inner.
+        """
     @property
     def language_model_head(self) -> ctransformer._core.nn.Linear:
         ...
     @property
     def max_seq_len(self) -> int:
+        ...
+    @property
+    def n_head(self) -> int:
+        ...
+    @property
+    def n_layers(self) -> int:
         ...
     @property
     def no_pos(self) -> bool:
@@ -164,10 +180,14 @@ class GPT(ctransformer._core.nn.Module):
         ...
     @property
     def num_head(self) -> int:
-        ...
+        """
+        The seed's name for n_head.
+        """
     @property
     def num_layer(self) -> int:
-        ...
+        """
+        The seed's name for n_layers.
+        """
     @property
     def transformer(self) -> TransformerLayerList:
         ...
