@@ -1,4 +1,4 @@
-// ctransformer._core.loss: loss modules with state (seed 002's LabelSmoothing).
+// ctransformer._core.loss: loss modules with state (the Annotated Transformer's LabelSmoothing).
 #include "bindings.hpp"
 #include "convert.hpp"
 #include "ctransformer/error.hpp"

@@ -1,5 +1,5 @@
-// ctransformer.nn.gpt: seed 004's decoder-only GPT and its parts (SelfAttention, FFN,
-// TransformerLayer), named as the seed so they sit apart from the encoder-decoder's modules.
+// ctransformer.nn.gpt: the decoder-only GPT and its parts (SelfAttention, FFN,
+// TransformerLayer), named as in the GPT reference so they sit apart from the encoder-decoder's modules.
 #include <pybind11/stl.h>
 
 #include "bindings.hpp"

@@ -1,4 +1,4 @@
-// ctransformer.nn: the encoder-decoder Transformer of seeds 000/001 and 003 and its parts.
+// ctransformer.nn: the encoder-decoder Transformer (the post-norm one and the small pre-norm model) and its parts.
 // Token ids arrive as NumPy integer arrays, masks as NumPy boolean arrays (True = may attend);
 // the maths runs with the GIL released.
 #include <pybind11/stl.h>

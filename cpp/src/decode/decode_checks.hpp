@@ -29,7 +29,7 @@ inline void check_source(const nn::Transformer& model, const IndexArray& src, co
         if (s.size() != 3 || (s[0] != b && s[0] != 1) || s[1] != 1 || s[2] != ls)
             throw ValueError(fn + ": src_mask must have shape (batch = " + std::to_string(b) + " or 1, 1, src_len = " +
                              std::to_string(ls) + ") to match src " + shape_str(src.shape) + ", got " + shape_str(s));
-        // With a -inf fill (seed 003) a row that may attend nowhere makes softmax 0/0 = NaN.
+        // With a -inf fill (the pre-norm model) a row that may attend nowhere makes softmax 0/0 = NaN.
         if (std::isinf(c.mask_fill))
             for (std::size_t r = 0; r < s[0]; ++r)
                 if (std::none_of(src_mask->data.begin() + std::ptrdiff_t(r * ls),

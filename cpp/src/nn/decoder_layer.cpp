@@ -8,7 +8,7 @@ DecoderLayer::DecoderLayer(std::size_t d_model, std::size_t d_inner, std::size_t
     enc_attn_ = std::make_shared<MultiHeadAttention>(n_head, d_model, d_k, d_v, dropout, o);
     pos_ffn_ = std::make_shared<PositionwiseFeedForward>(d_model, d_inner, dropout, o);
     const bool post_norm_names = o.layout == Layout::PostNorm;
-    register_module(post_norm_names ? "slf_attn" : "mhl", slf_attn_);   // "mhl": seed 003's spelling
+    register_module(post_norm_names ? "slf_attn" : "mhl", slf_attn_);   // "mhl": the pre-norm model's spelling
     register_module(post_norm_names ? "enc_attn" : "mh2", enc_attn_);
     register_module(post_norm_names ? "pos_ffn" : "fc", pos_ffn_);
 }

@@ -42,7 +42,7 @@ Encoder::Encoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
         for (auto& l : layers) stack->append(l);
         register_module("layer_stack", stack);
         if (layer_norm) register_module("layer_norm", layer_norm);
-    } else {   // seed 003: the embedding lives in the model's embed_x; the encoder holds the layers
+    } else {   // pre-norm layout: the embedding lives in the model's embed_x; the encoder holds the layers
         embed = std::make_shared<PositionEmbedding>(src_word_emb, position_enc);
         if (dropout) register_module("dropout", dropout);
         for (std::size_t i = 0; i < layers.size(); ++i)

@@ -18,7 +18,7 @@ MultiHeadAttention::MultiHeadAttention(std::size_t n, std::size_t dm, std::size_
     w_ks = std::make_shared<Linear>(dm, n * dk, o.qkv_bias);
     w_vs = std::make_shared<Linear>(dm, n * dv, o.qkv_bias);
     fc = std::make_shared<Linear>(n * dv, dm, o.proj_bias);
-    // temperature = d_k ** 0.5 (seed 000) = 8 ** 0.5 for seed 003's heads of 8.
+    // temperature = d_k ** 0.5 (the post-norm reference) = 8 ** 0.5 for the small pre-norm model's heads of 8.
     attention = std::make_shared<ScaledDotProductAttention>(float(std::sqrt(double(dk))), o.attn_dropout, o.mask_fill,
                                                             o.scale_after_matmul);
     dropout = std::make_shared<Dropout>(p);
@@ -31,7 +31,7 @@ MultiHeadAttention::MultiHeadAttention(std::size_t n, std::size_t dm, std::size_
         register_module("attention", attention);
         register_module("dropout", dropout);
         register_module("layer_norm", layer_norm);
-    } else {                              // seed 003's MultiHead
+    } else {                              // the pre-norm model's MultiHead
         register_module("fc_Q", w_qs);
         register_module("fc_K", w_ks);
         register_module("fc_V", w_vs);
@@ -62,7 +62,7 @@ std::pair<Tensor, Tensor> MultiHeadAttention::forward(const Tensor& q, const Ten
         throw ValueError(std::string(fn) + ": k and v must have the same length, got " + std::to_string(len_k) + " and " +
                          std::to_string(len_v));
     Tensor qn = q, kn = k, vn = v;
-    if (options.norm_first) {   // seed 003: one LayerNorm on each of Q, K and V (computed once per distinct input)
+    if (options.norm_first) {   // pre-norm: one LayerNorm on each of Q, K and V (computed once per distinct input)
         qn = layer_norm->forward(q);
         kn = k.same_as(q) ? qn : layer_norm->forward(k);
         vn = v.same_as(q) ? qn : v.same_as(k) ? kn : layer_norm->forward(v);

@@ -22,8 +22,8 @@ Array PositionalEncoding::sinusoid_table(std::size_t n_position, std::size_t d_h
     Array table = new_array({1, n_position, d_hid}, "PositionalEncoding (n_position x d_hid table)");
     for (std::size_t pos = 0; pos < n_position; ++pos)
         for (std::size_t j = 0; j < d_hid; ++j) {
-            // seed 000: position / np.power(10000, 2 * (hid_j // 2) / d_hid)
-            // seed 003: pos / 1e4 ** (i / d_model)
+            // the post-norm reference: position / np.power(10000, 2 * (hid_j // 2) / d_hid)
+            // the pre-norm reference: pos / 1e4 ** (i / d_model)
             const double exponent = formula == PositionalFormula::Paired ? double(2 * (j / 2)) / double(d_hid)
                                                                          : double(j) / double(d_hid);
             const double angle = double(pos) / std::pow(10000.0, exponent);

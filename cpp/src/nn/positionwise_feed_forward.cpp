@@ -19,7 +19,7 @@ PositionwiseFeedForward::PositionwiseFeedForward(std::size_t din, std::size_t dh
         register_module("w_2", w_2);
         register_module("layer_norm", layer_norm);
         register_module("dropout", dropout);
-    } else {   // seed 003: fc = Sequential(Linear, ReLU, Linear, Dropout), then norm
+    } else {   // pre-norm: fc = Sequential(Linear, ReLU, Linear, Dropout), then norm
         auto seq = std::make_shared<Sequential>();
         seq->add(0, w_1);
         seq->add(2, w_2);

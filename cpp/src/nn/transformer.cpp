@@ -38,7 +38,7 @@ Transformer::Transformer(const TransformerConfig& c) : config(validated(c)) {
         register_module("encoder", encoder);
         register_module("decoder", decoder);
         register_module("trg_word_prj", trg_word_prj);
-    } else {   // seed 003's Transformer: embed_x, embed_y, encoder, decoder, fc_out
+    } else {   // the small pre-norm model: embed_x, embed_y, encoder, decoder, fc_out
         register_module("embed_x", encoder->embed);
         register_module("embed_y", decoder->embed);
         register_module("encoder", encoder);
@@ -46,7 +46,7 @@ Transformer::Transformer(const TransformerConfig& c) : config(validated(c)) {
         register_module("fc_out", trg_word_prj);
     }
 
-    // Seed 000: `for p in self.parameters(): if p.dim() > 1: nn.init.xavier_uniform_(p)`, before tying.
+    // The post-norm reference: `for p in self.parameters(): if p.dim() > 1: nn.init.xavier_uniform_(p)`, before tying.
     if (c.xavier_init)
         for (Tensor& p : parameters())
             if (p.dim() > 1) xavier_uniform_(p);

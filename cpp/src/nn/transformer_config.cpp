@@ -4,7 +4,8 @@
 
 namespace ct::nn {
 
-// Seed 000: scale_emb = (scale_emb_or_prj == 'emb') if trg_emb_prj_weight_sharing else False, same for prj.
+// The post-norm reference: scale_emb = (scale_emb_or_prj == 'emb') if trg_emb_prj_weight_sharing else False,
+// same for prj.
 bool TransformerConfig::scale_emb() const { return trg_emb_prj_weight_sharing && scale_emb_or_prj == "emb"; }
 bool TransformerConfig::scale_prj() const { return trg_emb_prj_weight_sharing && scale_emb_or_prj == "prj"; }
 

@@ -32,7 +32,7 @@ struct Hypothesis {
 // Beam search's defaults, here once: the C++ signature, the binding, and through it ctransformer.decode,
 // the Translator and the multi30k task (ctransformer.decode.DEFAULT_BEAM_SIZE / DEFAULT_ALPHA) read them.
 namespace defaults {
-inline constexpr std::size_t beam_size = 4;   // as the seeds' beam search (seed 001)
+inline constexpr std::size_t beam_size = 4;   // as jadore801120's beam search
 inline constexpr double alpha = 0.6;           // GNMT's length penalty (Wu et al. 2016)
 }  // namespace defaults
 

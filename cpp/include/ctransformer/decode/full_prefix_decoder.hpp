@@ -1,4 +1,4 @@
-// FullPrefixDecoder: seed 002's greedy_decode loop as a StepDecoder (use_cache = false). Each step
+// FullPrefixDecoder: the Annotated Transformer's greedy_decode loop as a StepDecoder (use_cache = false). Each step
 // decodes the whole prefix under the no-peek mask and keeps the last position's logits; the encoder
 // output is computed once. The reference the cached decoder is held to, and the benchmark baseline.
 #pragma once

@@ -1,4 +1,4 @@
-// GPT generation with the key/value cache: the same tokens as GPT::generate (seed 004's loop, which
+// GPT generation with the key/value cache: the same tokens as GPT::generate (the GPT reference's loop, which
 // re-runs the whole context for every new token), at one position's work per token.
 //
 // Cropping. The context is cropped to its last max_seq_len ids, as GPT::generate does. The GPT's

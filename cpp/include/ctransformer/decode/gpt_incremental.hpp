@@ -1,4 +1,4 @@
-// GPTIncremental: seed 004's GPT fed a few positions at a time, with each layer's self-attention
+// GPTIncremental: the GPT fed a few positions at a time, with each layer's self-attention
 // keys/values cached. It holds the model's Cache (nn/gpt/gpt.hpp), and step(ids) runs the model's own
 // layers with it (GPT::hidden): ids sit at positions length() .. length() + s - 1, each layer appends
 // their keys/values and attends over every cached position (the causal mask puts the s queries at

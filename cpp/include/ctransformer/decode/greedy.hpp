@@ -1,5 +1,5 @@
-// Greedy decoding (seed 002's greedy_decode) for a batch: encode once, then extend every row with
-// the arg-max of its next-token logits.
+// Greedy decoding (the Annotated Transformer's greedy_decode) for a batch: encode once, then extend every
+// row with the arg-max of its next-token logits.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -19,7 +19,7 @@ struct GreedyOutput {
 // Row r gets ids[r, 0] = start_symbol and ids[r, t] = argmax (first maximum) of the logits after
 // ids[r, :t]. With end_symbol, a row that produced it is done: its later positions hold the model's
 // trg_pad_idx, it is dropped from the batch being decoded, and decoding stops when every row is done.
-// use_cache: key/value-cached steps (IncrementalDecoder) or seed 002's full-prefix loop.
+// use_cache: key/value-cached steps (IncrementalDecoder) or the Annotated Transformer's full-prefix loop.
 // Runs without recording a graph; the model is used as it is (call eval() first).
 GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, const Mask* src_mask,
                            std::size_t max_len, std::int64_t start_symbol,

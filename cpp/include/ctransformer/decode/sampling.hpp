@@ -1,4 +1,4 @@
-// Drawing the next token from a row of logits, as seed 004's generate: softmax(logits / temperature)
+// Drawing the next token from a row of logits, as the GPT reference's generate: softmax(logits / temperature)
 // restricted to the top_k largest (every logit >= the k-th largest stays, ties included), one
 // multinomial draw from the library generator. Shared by GPT::generate and the cached generate, so
 // equal logits and an equal generator state give equal tokens.

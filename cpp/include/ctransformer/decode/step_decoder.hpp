@@ -3,7 +3,7 @@
 //
 // The source is encoded once, when the decoder is made. Two implementations with one contract:
 //   IncrementalDecoder (use_cache = true): key/value caches, one position's work per step;
-//   FullPrefixDecoder (use_cache = false): seed 002's loop, the whole prefix decoded at every step.
+//   FullPrefixDecoder (use_cache = false): the Annotated Transformer's loop, the whole prefix decoded each step.
 // Both give the same logits up to float32 rounding (tests/decode/test_decode.py).
 #pragma once
 #include <cstdint>
@@ -22,7 +22,7 @@ public:
     virtual std::size_t length() const = 0;
     // Feeds ids[r] as row r's token at position length(); returns the logits (rows, n_trg_vocab) of that
     // position, i.e. the prediction of the next token. The target self-attention is causal (the no-peek
-    // mask, no target pad mask: seed 002's greedy_decode).
+    // mask, no target pad mask: the Annotated Transformer's greedy_decode).
     virtual Tensor step(const std::vector<std::int64_t>& ids) = 0;
     // Keep rows[0], rows[1], ... (repeats allowed), in that order.
     virtual void select(const std::vector<std::size_t>& rows) = 0;

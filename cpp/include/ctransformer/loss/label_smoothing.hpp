@@ -1,4 +1,4 @@
-// LabelSmoothing of seed 002 (The Annotated Transformer), one autograd node.
+// LabelSmoothing of the Annotated Transformer, one autograd node.
 // For log-probabilities x (N, size) and targets t (N,) the target distribution is
 //   true_dist[i, c] = smoothing / (size - 2), true_dist[i, t_i] = 1 - smoothing,
 //   true_dist[:, padding_idx] = 0, and the whole row 0 where t_i == padding_idx;

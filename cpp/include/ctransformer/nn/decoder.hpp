@@ -1,4 +1,4 @@
-// Decoder (seed 000, Models.py): the Encoder's front on the target ids, then DecoderLayers
+// Decoder (jadore801120's Models.py): the Encoder's front on the target ids, then DecoderLayers
 // (masked self-attention, encoder-decoder attention, feed-forward). Cached decoding runs the same
 // forward with a Cache (decode/incremental_decoder.hpp): target positions fed a few at a time.
 #pragma once
@@ -17,7 +17,7 @@ struct DecoderOutput {
 
 class Decoder : public Module {
 public:
-    // The seed's signature, with seed 000's options.
+    // jadore801120's signature, with the post-norm options.
     Decoder(std::size_t n_trg_vocab, std::size_t d_word_vec, std::size_t n_layers, std::size_t n_head,
             std::size_t d_k, std::size_t d_v, std::size_t d_model, std::size_t d_inner, std::int64_t pad_idx,
             std::size_t n_position = 200, float dropout = 0.1f, bool scale_emb = false);
@@ -48,7 +48,7 @@ public:
     const bool scale_emb;
     std::shared_ptr<Embedding> trg_word_emb;
     std::shared_ptr<PositionalEncoding> position_enc;
-    std::shared_ptr<PositionEmbedding> embed;        // seed-003 layout only: registered by the Transformer
+    std::shared_ptr<PositionEmbedding> embed;        // pre-norm layout only: registered by the Transformer
     std::shared_ptr<Dropout> dropout;
     std::vector<std::shared_ptr<DecoderLayer>> layers;
     std::shared_ptr<LayerNorm> layer_norm;

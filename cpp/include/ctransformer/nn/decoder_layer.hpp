@@ -1,5 +1,5 @@
-// DecoderLayer (seed 000, Layers.py): masked self-attention, encoder-decoder attention with
-// K = V = the encoder output, then the feed-forward. Seed 003 names them mhl, mh2 and fc.
+// DecoderLayer (jadore801120's Layers.py): masked self-attention, encoder-decoder attention with
+// K = V = the encoder output, then the feed-forward. The pre-norm model names them mhl, mh2 and fc.
 //
 // Cached decoding runs the same forward with a Cache: the self-attention keeps the keys/values of
 // every target position fed so far, and the encoder-decoder attention reads the encoder output's,

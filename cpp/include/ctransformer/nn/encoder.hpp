@@ -1,6 +1,6 @@
-// Encoder (seed 000, Models.py): Embedding(n_src_vocab, d_word_vec, padding_idx=pad) -> optional
+// Encoder (jadore801120's Models.py): Embedding(n_src_vocab, d_word_vec, padding_idx=pad) -> optional
 // * sqrt(d_model) -> + positional encoding -> dropout -> LayerNorm(1e-6) -> n_layers EncoderLayers.
-// The embedding front follows TransformerConfig (seed 003: embedding + PE only, its layers pre-norm).
+// The embedding front follows TransformerConfig (the pre-norm model: embedding + PE only, its layers pre-norm).
 #pragma once
 #include <memory>
 #include <vector>
@@ -17,7 +17,7 @@ struct EncoderOutput {
 
 class Encoder : public Module {
 public:
-    // The seed's signature, with seed 000's options.
+    // jadore801120's signature, with the post-norm options.
     Encoder(std::size_t n_src_vocab, std::size_t d_word_vec, std::size_t n_layers, std::size_t n_head,
             std::size_t d_k, std::size_t d_v, std::size_t d_model, std::size_t d_inner, std::int64_t pad_idx,
             float dropout = 0.1f, std::size_t n_position = 200, bool scale_emb = false);
@@ -36,7 +36,7 @@ public:
     const bool scale_emb;
     std::shared_ptr<Embedding> src_word_emb;
     std::shared_ptr<PositionalEncoding> position_enc;
-    std::shared_ptr<PositionEmbedding> embed;        // seed-003 layout only: registered by the Transformer
+    std::shared_ptr<PositionEmbedding> embed;        // pre-norm layout only: registered by the Transformer
     std::shared_ptr<Dropout> dropout;                // null unless config.embed_dropout
     std::vector<std::shared_ptr<EncoderLayer>> layers;
     std::shared_ptr<LayerNorm> layer_norm;           // null unless config.embed_layer_norm

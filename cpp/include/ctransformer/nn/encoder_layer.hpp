@@ -1,5 +1,5 @@
-// EncoderLayer (seed 000, Layers.py): self-attention, then the position-wise feed-forward.
-// Seed 003 names its parts mh and fc; seed 000 slf_attn and pos_ffn.
+// EncoderLayer (jadore801120's Layers.py): self-attention, then the position-wise feed-forward.
+// The pre-norm model names its parts mh and fc; the post-norm one slf_attn and pos_ffn.
 #pragma once
 #include <memory>
 #include <utility>

@@ -1,4 +1,4 @@
-// Attention masks as seed 000 builds them (Models.py): nonzero = may attend.
+// Attention masks as jadore801120's reference builds them (Models.py): nonzero = may attend.
 #pragma once
 #include <cstdint>
 

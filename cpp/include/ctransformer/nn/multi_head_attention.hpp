@@ -1,7 +1,7 @@
-// MultiHeadAttention(n_head, d_model, d_k, d_v, dropout) (seed 000, SubLayers.py), and seed 003's
+// MultiHeadAttention(n_head, d_model, d_k, d_v, dropout) (jadore801120's SubLayers.py), and the pre-norm model's
 // MultiHead through SublayerOptions:
-//   post-norm (seed 000): LN(q + dropout(fc(concat_h attention(w_qs q, w_ks k, w_vs v))))
-//   pre-norm  (seed 003): q + dropout(fc(concat_h attention(w_qs LN(q), w_ks LN(k), w_vs LN(v))))
+//   post-norm: LN(q + dropout(fc(concat_h attention(w_qs q, w_ks k, w_vs v))))
+//   pre-norm:  q + dropout(fc(concat_h attention(w_qs LN(q), w_ks LN(k), w_vs LN(v))))
 // q, k and v are separate inputs (self-attention passes one tensor three times). Cached decoding
 // runs the same code: forward() with a KeyValue cache appends k's and v's keys/values to the
 // positions held and attends over all of them (the self-attention); attend() reads keys/values
@@ -30,7 +30,7 @@ public:
     std::pair<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask* mask = nullptr,
                                       KeyValue* cache = nullptr) const;
     // The keys and values of kv_input (b, L, d_model), (b, L, n_head * d_k / d_v), length L: w_ks / w_vs
-    // of LN(kv_input) pre-norm (seed 003's one LayerNorm on Q, K and V), of kv_input post-norm.
+    // of LN(kv_input) pre-norm (the pre-norm model's one LayerNorm on Q, K and V), of kv_input post-norm.
     KeyValue project_kv(const Tensor& kv_input) const;
     // forward() over keys/values projected before (project_kv, then maybe rows selected or mapped): the
     // queries q (b, Lq, d_model) attend over kv's kv.length positions, read in place (query row i reads
@@ -41,8 +41,8 @@ public:
 
     const std::size_t n_head, d_model, d_k, d_v;
     const SublayerOptions options;
-    // Seed 000 names: w_qs, w_ks, w_vs, fc, attention, dropout, layer_norm.
-    // Seed 003 names: fc_Q, fc_K, fc_V, out_fc, norm, DropOut (and attention, parameter-free).
+    // Post-norm names: w_qs, w_ks, w_vs, fc, attention, dropout, layer_norm.
+    // Pre-norm names: fc_Q, fc_K, fc_V, out_fc, norm, DropOut (and attention, parameter-free).
     std::shared_ptr<Linear> w_qs, w_ks, w_vs, fc;
     std::shared_ptr<ScaledDotProductAttention> attention;
     std::shared_ptr<Dropout> dropout;

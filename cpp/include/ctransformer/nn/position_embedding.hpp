@@ -1,5 +1,5 @@
-// Seed 003's PositionEmbedding: a token embedding "embed" plus its sinusoid table, a buffer "pe".
-// In the seed-003 layout the Transformer registers one per side (embed_x, embed_y); they share their
+// The small pre-norm model's PositionEmbedding: a token embedding "embed" plus its sinusoid table, a buffer "pe".
+// In the pre-norm layout the Transformer registers one per side (embed_x, embed_y); they share their
 // Embedding and PositionalEncoding with the Encoder / Decoder, which run them.
 #pragma once
 #include <memory>

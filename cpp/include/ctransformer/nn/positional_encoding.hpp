@@ -1,6 +1,6 @@
-// PositionalEncoding(d_hid, n_position): adds a fixed sinusoid table to its input (seed 000).
+// PositionalEncoding(d_hid, n_position): adds a fixed sinusoid table to its input (the post-norm Transformer).
 // The table is a BUFFER "pos_table" of shape (1, n_position, d_hid): in the state dict, never a
-// parameter, never trained. It is computed in float64 and then cast to float32, as the seed's NumPy code.
+// parameter, never trained. It is computed in float64 and then cast to float32, as jadore801120's NumPy code.
 #pragma once
 #include "ctransformer/nn/module.hpp"
 #include "ctransformer/nn/transformer_config.hpp"

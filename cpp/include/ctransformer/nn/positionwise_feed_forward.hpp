@@ -1,7 +1,7 @@
-// PositionwiseFeedForward(d_in, d_hid, dropout) (seed 000, SubLayers.py), and seed 003's
+// PositionwiseFeedForward(d_in, d_hid, dropout) (jadore801120's SubLayers.py), and the pre-norm model's
 // FullyConnectedOutput through SublayerOptions:
-//   post-norm (seed 000): LN(x + dropout(w_2(relu(w_1(x)))))
-//   pre-norm  (seed 003): x + dropout(w_2(relu(w_1(LN(x)))))
+//   post-norm: LN(x + dropout(w_2(relu(w_1(x)))))
+//   pre-norm:  x + dropout(w_2(relu(w_1(LN(x)))))
 #pragma once
 #include <memory>
 
@@ -21,8 +21,8 @@ public:
 
     const std::size_t d_in, d_hid;
     const SublayerOptions options;
-    // Seed 000 names: w_1, w_2, layer_norm, dropout.
-    // Seed 003 names: fc.0 (w_1), fc.2 (w_2), fc.3 (dropout), norm.
+    // Post-norm names: w_1, w_2, layer_norm, dropout.
+    // Pre-norm names: fc.0 (w_1), fc.2 (w_2), fc.3 (dropout), norm.
     std::shared_ptr<Linear> w_1, w_2;
     std::shared_ptr<LayerNorm> layer_norm;
     std::shared_ptr<Dropout> dropout;

@@ -1,6 +1,6 @@
-// ScaledDotProductAttention(temperature, attn_dropout) (seed 000, Modules.py):
+// ScaledDotProductAttention(temperature, attn_dropout) (jadore801120's Modules.py):
 //   attn = dropout(softmax(masked_fill(q / temperature @ k^T, mask == 0, fill))), output = attn @ v.
-// With scale_after_matmul the scores are (q @ k^T) / temperature, as seed 003 writes it.
+// With scale_after_matmul the scores are (q @ k^T) / temperature, as the pre-norm reference writes it.
 #pragma once
 #include <memory>
 #include <utility>

@@ -1,6 +1,6 @@
 // Sequential: children named "0", "1", ... as torch.nn.Sequential, kept for state-dict names such
-// as seed 003's FullyConnectedOutput.fc.0.weight. Its owner runs the children itself (their
-// forwards differ), so it has no forward; an index may be skipped (seed 003's parameter-free ReLU
+// as the pre-norm model's FullyConnectedOutput.fc.0.weight. Its owner runs the children itself (their
+// forwards differ), so it has no forward; an index may be skipped (the pre-norm model's parameter-free ReLU
 // at "1" is applied by the owner).
 #pragma once
 #include <memory>

@@ -1,7 +1,7 @@
-// Transformer (seed 000, Models.py): the encoder-decoder model, post-norm by default, and the small
-// pre-norm model of the toy translation task (seed 003) through TransformerConfig::small_pre_norm().
+// Transformer (jadore801120's Models.py): the encoder-decoder model, post-norm by default, and the small
+// pre-norm model of the toy translation task through TransformerConfig::small_pre_norm().
 //
-// Seed 000's construction, step by step: build every module with torch's default init, then
+// The post-norm reference's construction, step by step: build every module with torch's default init, then
 // xavier_uniform_ every parameter of rank > 1 in parameters() order, then tie by assignment
 // (trg_word_prj.weight = decoder.trg_word_emb.weight; encoder.src_word_emb.weight = the same), so
 // the shared weight is ONE tensor with one gradient, listed once by parameters() and under every
@@ -50,7 +50,7 @@ public:
     const TransformerConfig config;
     std::shared_ptr<Encoder> encoder;
     std::shared_ptr<Decoder> decoder;
-    std::shared_ptr<Linear> trg_word_prj;   // seed 003: fc_out
+    std::shared_ptr<Linear> trg_word_prj;   // the pre-norm model's fc_out
 };
 
 }  // namespace ct::nn

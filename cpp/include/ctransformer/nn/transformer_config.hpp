@@ -1,7 +1,7 @@
 // The options that let one set of encoder-decoder classes build both variants of the model: the paper's
-// post-norm Transformer (seeds 000/001, jadore801120's code; the defaults) and the small pre-norm
-// Transformer of the toy translation task (seed 003; TransformerConfig::small_pre_norm()). Each option
-// names the detail it stands for; docs/DESIGN.md's glossary says which seed is which source.
+// post-norm Transformer (jadore801120's code; the defaults) and the small pre-norm
+// Transformer of the toy translation task (TransformerConfig::small_pre_norm()). Each option
+// names the detail it stands for; docs/DESIGN.md's glossary gives their sources.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,25 +14,25 @@ namespace ct::nn {
 
 // Which variant's module tree (and so parameter names) the model carries, so state dicts move to and
 // from that variant's torch model unchanged.
-//   PostNorm ('post_norm'; seed 000): encoder.src_word_emb, encoder.position_enc.pos_table,
+//   PostNorm ('post_norm'; jadore801120's reference): encoder.src_word_emb, encoder.position_enc.pos_table,
 //            encoder.layer_stack.0.slf_attn.w_qs, ... pos_ffn.w_1, encoder.layer_norm,
 //            decoder.layer_stack.0.enc_attn, trg_word_prj.
-//   PreNorm  ('pre_norm'; seed 003, one LayerNorm shared by q, k and v): embed_x.pe, embed_x.embed,
+//   PreNorm  ('pre_norm'; the small pre-norm model, one LayerNorm shared by q, k and v): embed_x.pe, embed_x.embed,
 //            encoder.layer_l.mh.fc_Q, ... .fc.fc.0, .fc.norm, decoder.layer_1.mhl / mh2, fc_out (the
-//            seed's spelling, "layer_l" included).
+//            reference's spelling, "layer_l" included).
 // Seed000 and Seed003 are the older names, kept as aliases.
 enum class Layout { PostNorm, PreNorm, Seed000 = PostNorm, Seed003 = PreNorm };
 
-// The angle of feature j (of d) at position pos; both seeds take sin on even j, cos on odd j.
-//   Paired   (seed 000, the paper): pos / 10000^(2*(j//2)/d)
-//   PerIndex (seed 003):            pos / 10000^(j/d)
+// The angle of feature j (of d) at position pos; both references take sin on even j, cos on odd j.
+//   Paired   (the post-norm Transformer, the paper): pos / 10000^(2*(j//2)/d)
+//   PerIndex (the small pre-norm model):             pos / 10000^(j/d)
 enum class PositionalFormula { Paired, PerIndex };
 
 // Every default of the Transformer lives here once: the struct's fields, the post_norm()/small_pre_norm()
 // factories, the seed-style constructor and the Python bindings (and so the type stubs) all read these. Floats are doubles
 // here so the bindings show 0.1, not float(0.1)'s 0.10000000149.
 namespace defaults {
-// Seed 000's Transformer(...) arguments (the paper's base model).
+// The post-norm reference's Transformer(...) arguments (the paper's base model).
 inline constexpr std::size_t d_word_vec = 512, d_model = 512, d_inner = 2048, n_layers = 6, n_head = 8, d_k = 64,
                              d_v = 64, n_position = 200;
 inline constexpr double dropout = 0.1;
@@ -41,7 +41,7 @@ inline constexpr const char* scale_emb_or_prj = "prj";
 // The sub-layer options (SublayerOptions): the post-norm model's.
 inline constexpr bool norm_first = false, qkv_bias = false, proj_bias = false, scale_after_matmul = false;
 inline constexpr double layer_norm_eps = 1e-6, attn_dropout = 0.1, mask_fill = -1e9;
-// The small pre-norm model of the toy translation task (seed 003; TransformerConfig::small_pre_norm()).
+// The small pre-norm model of the toy translation task (TransformerConfig::small_pre_norm()).
 namespace small_pre_norm {
 inline constexpr std::size_t vocab = 39, d_model = 32, n_head = 4, d_inner = 64, n_layers = 3, n_position = 50;
 inline constexpr std::int64_t pad_idx = 2;
@@ -53,25 +53,25 @@ namespace seed003 = small_pre_norm;   // the older name
 // How each attention and feed-forward sub-layer is built (its defaults: the post-norm model's).
 struct SublayerOptions {
     Layout layout = Layout::PostNorm;
-    // false: post-norm, LayerNorm(x + dropout(sublayer(x))) (seed 000).
+    // false: post-norm, LayerNorm(x + dropout(sublayer(x))) (the post-norm Transformer).
     // true: pre-norm, x + dropout(sublayer(LN(x))), where attention applies ONE LayerNorm to each of
-    // its q, k and v inputs and the residual is the un-normalised query (seed 003).
+    // its q, k and v inputs and the residual is the un-normalised query (the pre-norm model).
     bool norm_first = defaults::norm_first;
-    bool qkv_bias = defaults::qkv_bias;     // bias on w_qs/w_ks/w_vs (seed 003: yes)
-    bool proj_bias = defaults::proj_bias;   // bias on the attention's output projection fc (seed 003: yes)
-    float layer_norm_eps = float(defaults::layer_norm_eps);   // seed 000: 1e-6; seed 003: torch's default 1e-5
-    // Seed 000's MultiHeadAttention builds ScaledDotProductAttention(temperature) with its default
-    // attn_dropout = 0.1 whatever `dropout` is; seed 003 has no attention dropout.
+    bool qkv_bias = defaults::qkv_bias;     // bias on w_qs/w_ks/w_vs (the pre-norm model: yes)
+    bool proj_bias = defaults::proj_bias;   // bias on the attention's output projection fc (the pre-norm model: yes)
+    float layer_norm_eps = float(defaults::layer_norm_eps);   // post-norm: 1e-6; pre-norm: torch's default 1e-5
+    // The post-norm reference's MultiHeadAttention builds ScaledDotProductAttention(temperature) with its default
+    // attn_dropout = 0.1 whatever `dropout` is; the pre-norm model has no attention dropout.
     float attn_dropout = float(defaults::attn_dropout);
-    float mask_fill = float(defaults::mask_fill);   // score where the mask forbids attending (seed 003: -inf)
-    // false: (q / temperature) @ k^T (seed 000); true: (q @ k^T) / temperature (seed 003).
+    float mask_fill = float(defaults::mask_fill);   // score where the mask forbids attending (pre-norm: -inf)
+    // false: (q / temperature) @ k^T (post-norm); true: (q @ k^T) / temperature (pre-norm).
     bool scale_after_matmul = defaults::scale_after_matmul;
 };
 
 // The whole model: the sub-layer options (inherited, so they are declared and defaulted once), then
 // the sizes and the embedding front and output.
 struct TransformerConfig : SublayerOptions {
-    // Seed 000's Transformer(...) arguments.
+    // The post-norm reference's Transformer(...) arguments.
     std::size_t n_src_vocab = 0, n_trg_vocab = 0;
     std::int64_t src_pad_idx = 0, trg_pad_idx = 0;
     std::size_t d_word_vec = defaults::d_word_vec, d_model = defaults::d_model, d_inner = defaults::d_inner,
@@ -84,13 +84,13 @@ struct TransformerConfig : SublayerOptions {
 
     // The embedding front and the output.
     PositionalFormula pe_formula = PositionalFormula::Paired;
-    bool embed_dropout = true;            // seed 000: dropout(emb + PE); seed 003: none
-    bool embed_layer_norm = true;         // seed 000: LayerNorm(eps) right after it (encoder.layer_norm)
-    bool embedding_padding_idx = true;    // seed 000: Embedding(..., padding_idx=pad), no gradient to that row
-    bool xavier_init = true;              // seed 000: xavier_uniform_ on every parameter of rank > 1
-    std::optional<float> embedding_init_std;  // N(0, std) for the embeddings (seed 003: 0.1); unset: torch's default
-    bool output_bias = false;             // seed 003's fc_out = Linear(32, 39) has a bias
-    bool flatten_logits = true;           // seed 000 returns (b*len, V); seed 003 (b, len, V)
+    bool embed_dropout = true;            // post-norm model: dropout(emb + PE); pre-norm: none
+    bool embed_layer_norm = true;         // post-norm model: LayerNorm(eps) right after it (encoder.layer_norm)
+    bool embedding_padding_idx = true;    // post-norm model: Embedding(..., padding_idx=pad), no gradient to that row
+    bool xavier_init = true;              // post-norm model: xavier_uniform_ on every parameter of rank > 1
+    std::optional<float> embedding_init_std;  // N(0, std) for the embeddings (pre-norm: 0.1); unset: torch's default
+    bool output_bias = false;             // the pre-norm model's fc_out = Linear(32, 39) has a bias
+    bool flatten_logits = true;           // the post-norm model returns (b*len, V); the pre-norm one (b, len, V)
 
     const SublayerOptions& sublayer_options() const { return *this; }
     bool scale_emb() const;   // as the seed: only when the projection shares the target embedding
@@ -98,7 +98,7 @@ struct TransformerConfig : SublayerOptions {
     // Throws ValueError for inconsistent settings (the seed's asserts, and a few it leaves implicit).
     void validate() const;
 
-    // The post-norm model from seed 000's Transformer(...) arguments, in its order; every other option
+    // The post-norm model from jadore801120's Transformer(...) arguments, in its order; every other option
     // keeps its default.
     static TransformerConfig post_norm(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t src_pad_idx,
                                        std::int64_t trg_pad_idx, std::size_t d_word_vec = defaults::d_word_vec,
@@ -111,7 +111,7 @@ struct TransformerConfig : SublayerOptions {
                                        bool emb_src_trg_weight_sharing = defaults::emb_src_trg_weight_sharing,
                                        const std::string& scale_emb_or_prj = defaults::scale_emb_or_prj);
 
-    // The small pre-norm model of the toy translation task (seed 003): one LayerNorm shared by q, k, v,
+    // The small pre-norm model of the toy translation task: one LayerNorm shared by q, k, v,
     // biased projections, 4 heads of 8 over d_model 32, FFN 32 -> 64 -> 32, 3 + 3 layers, vocabulary 39
     // with <PAD> = 2, sequences up to 50, no weight sharing or scaling.
     static TransformerConfig small_pre_norm(std::size_t n_src_vocab = defaults::small_pre_norm::vocab,

@@ -1,7 +1,7 @@
-// Scaled dot-product attention (seed 000): attn = dropout(softmax(q / sqrt(d_k) @ k^T, masked)),
-// out = attn @ v. `mask` is nonzero where a query may attend to a key (the seeds' mask == 0 is
-// filled with fill_value, -1e9 in seed 000, -inf in seeds 003/004) and broadcasts to the scores'
-// shape (..., Lq, Lk). Returns (out, attn); both are differentiable.
+// Scaled dot-product attention (the post-norm Transformer's): attn = dropout(softmax(q / sqrt(d_k) @ k^T,
+// masked)), out = attn @ v. `mask` is nonzero where a query may attend to a key (the references' mask == 0
+// is filled with fill_value, -1e9 in the post-norm Transformer, -inf in the pre-norm model and the GPT) and
+// broadcasts to the scores' shape (..., Lq, Lk). Returns (out, attn); both are differentiable.
 #pragma once
 #include <cstddef>
 #include <utility>

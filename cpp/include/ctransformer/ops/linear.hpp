@@ -7,7 +7,7 @@ namespace ct {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias = nullptr);
 // y = alpha x @ W^T + b: a scale of the product folded into the gemm (no extra pass, no extra
-// buffer), e.g. seed 000's logits * d_model^-0.5.
+// buffer), e.g. the post-norm Transformer's logits * d_model^-0.5.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float alpha);
 
 // The same with the weight in int8 (int8.hpp). It runs anywhere but has no gradient (torch's dynamic

@@ -1,4 +1,4 @@
-// ScheduledOptim of seeds 000/001 (jadore801120's Transformer): before every step n_steps += 1 and
+// ScheduledOptim of jadore801120's reference: before every step n_steps += 1 and
 // every group's lr = lr_mul * d_model^-0.5 * min(n_steps^-0.5, n_steps * n_warmup_steps^-1.5).
 #pragma once
 #include <memory>

@@ -4,7 +4,7 @@
 
 namespace ct::optim {
 
-// Seed 002 (The Annotated Transformer): the Noam schedule, with step 0 counted as 1,
+// The Annotated Transformer's Noam schedule, with step 0 counted as 1,
 //   factor * model_size^-0.5 * min(step^-0.5, step * warmup^-1.5).
 double rate(std::int64_t step, double model_size, double factor, double warmup);
 

@@ -1,4 +1,4 @@
-// FFN(embed_dim, feedforward_dim, dropout): seed 004's position-wise feed-forward network,
+// FFN(embed_dim, feedforward_dim, dropout): the GPT's position-wise feed-forward network,
 // drop(fc2(gelu(fc1(x)))) with the tanh form of GELU.
 #pragma once
 #include <memory>

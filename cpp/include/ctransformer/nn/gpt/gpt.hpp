@@ -1,5 +1,5 @@
 // GPT(vocab_size, max_seq_len, num_layer, embed_dim, num_head, feedforward_dim, dropout, no_res,
-// no_pos): seed 004's decoder-only language model.
+// no_pos): the GPT reference's decoder-only language model.
 //
 //   x = drop(word_token_embedding(idx) + word_pos_embedding(0..t-1))   (no position term when no_pos)
 //   x, attn_l = transformer[l](x)                                       for each layer l
@@ -29,7 +29,7 @@ namespace ct::nn::gpt {
 
 class GPT : public Module {
 public:
-    static constexpr std::int64_t ignore_index = 0;  // seed 004's cross_entropy(..., ignore_index=0)
+    static constexpr std::int64_t ignore_index = 0;  // the GPT reference's cross_entropy(..., ignore_index=0)
 
     GPT(std::size_t vocab_size, std::size_t max_seq_len, std::size_t num_layer, std::size_t embed_dim,
         std::size_t num_head, std::size_t feedforward_dim, float dropout, bool no_res = false, bool no_pos = false);

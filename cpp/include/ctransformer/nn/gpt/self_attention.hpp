@@ -1,4 +1,4 @@
-// SelfAttention(embed_dim, num_head, dropout): seed 004's causal multi-head self-attention.
+// SelfAttention(embed_dim, num_head, dropout): the GPT's causal multi-head self-attention.
 //
 // q, k, v = q_layer(x), k_layer(x), v_layer(x), split into heads (b, h, t, d), d = embed_dim / h;
 // attn = attn_drop(softmax(masked_fill(q @ k^T / sqrt(d), causal, -inf)));

@@ -1,4 +1,4 @@
-// TransformerLayer(embed_dim, num_head, feedforward_dim, dropout, no_res): seed 004's pre-norm
+// TransformerLayer(embed_dim, num_head, feedforward_dim, dropout, no_res): the GPT's pre-norm
 // decoder block.
 //   x_attn = attn(norm1(x)) + x          (without "+ x" when no_res)
 //   out    = ffn(norm2(x_attn)) + x_attn (without "+ x_attn" when no_res)
