@@ -80,6 +80,17 @@ ct::Mask to_mask(const py::handle& obj, const char* arg) {
     return out;
 }
 
+std::optional<ct::Mask> opt_mask(const py::object& obj, const char* arg) {
+    if (obj.is_none()) return std::nullopt;
+    return to_mask(obj, arg);
+}
+
+py::array_t<std::int64_t> ids_to_numpy(const ct::IndexArray& ids) {
+    py::array_t<std::int64_t> out(std::vector<py::ssize_t>(ids.shape.begin(), ids.shape.end()));
+    std::copy(ids.data.begin(), ids.data.end(), out.mutable_data());
+    return out;
+}
+
 py::array to_numpy(const ct::Tensor& t) {
     const ct::Shape shape = t.shape();
     std::vector<py::ssize_t> strides(shape.size());

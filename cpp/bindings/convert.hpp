@@ -4,6 +4,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,10 @@ ct::Array to_array(const py::handle& obj, const char* arg);
 ct::IndexArray to_index_array(const py::handle& obj, const char* arg);
 // A boolean or integer array to a Mask (nonzero = true).
 ct::Mask to_mask(const py::handle& obj, const char* arg);
+// An optional mask argument: None -> no mask (std::nullopt), else to_mask.
+std::optional<ct::Mask> opt_mask(const py::object& obj, const char* arg);
+// Token ids (decoding's output) as a new int64 NumPy array of their shape.
+py::array_t<std::int64_t> ids_to_numpy(const ct::IndexArray& ids);
 // A tensor's data as a NumPy view that keeps the storage alive.
 py::array to_numpy(const ct::Tensor& t);
 // An integer argument (a Python int or a NumPy integer); anything else is a TypeError naming `arg`,

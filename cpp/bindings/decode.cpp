@@ -25,11 +25,6 @@ using namespace ct::nn;
 
 namespace {
 
-std::optional<Mask> opt_mask(const py::object& obj, const char* arg) {
-    if (obj.is_none()) return std::nullopt;
-    return to_mask(obj, arg);
-}
-
 // A count argument >= minimum (an int or a NumPy integer; any Python int, range-checked).
 std::size_t to_count(const py::handle& obj, const std::string& fn, const char* arg, std::int64_t minimum) {
     return std::size_t(to_int_at_least(obj, fn + ": " + arg, minimum));
@@ -38,12 +33,6 @@ std::size_t to_count(const py::handle& obj, const std::string& fn, const char* a
 std::optional<std::int64_t> opt_int(const py::object& obj, const std::string& fn, const char* arg) {
     if (obj.is_none()) return std::nullopt;
     return to_int(obj, fn + ": " + arg);
-}
-
-py::array_t<std::int64_t> ids_to_numpy(const IndexArray& ids) {
-    py::array_t<std::int64_t> out(std::vector<py::ssize_t>(ids.shape.begin(), ids.shape.end()));
-    std::copy(ids.data.begin(), ids.data.end(), out.mutable_data());
-    return out;
 }
 
 py::array_t<float> array_to_numpy(const ct::Array& a) {

@@ -18,12 +18,6 @@ using release_gil = py::call_guard<py::gil_scoped_release>;
 
 namespace {
 
-py::array_t<std::int64_t> ids_to_numpy(const ct::IndexArray& ids) {
-    py::array_t<std::int64_t> out(std::vector<py::ssize_t>(ids.shape.begin(), ids.shape.end()));
-    std::copy(ids.data.begin(), ids.data.end(), out.mutable_data());
-    return out;
-}
-
 // A GPT size given by its Transformer name (n_layers, ...) or by the seed's (num_layer, ...), which warns.
 std::size_t gpt_size(py::object value, const char* name, const py::object& seed_value, const char* seed_name) {
     const bool seeds = !seed_value.is_none();

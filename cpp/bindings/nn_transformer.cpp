@@ -25,11 +25,6 @@ py::array mask_to_numpy(const Mask& m) {
     return out;
 }
 
-// An optional mask argument: None -> no mask.
-std::optional<Mask> opt_mask(const py::object& obj, const char* arg) {
-    if (obj.is_none()) return std::nullopt;
-    return to_mask(obj, arg);
-}
 const Mask* ptr(const std::optional<Mask>& m) { return m ? &*m : nullptr; }
 
 py::list tensor_list(const std::vector<Tensor>& v) {

@@ -228,7 +228,7 @@ def test_errors_leave_no_half_built_graph():
     (lambda v: ct.nn.LayerNorm(v), "LayerNorm: normalized_shape"),
     (lambda v: ct.nn.PositionalEncoding(4, v), "PositionalEncoding: n_position"),
     (lambda v: ct.nn.GPT(v, 8, 1, 8, 2, 16, 0.0), "GPT: vocab_size"),
-    (lambda v: ct.nn.GPT(10, 8, 1, 8, 2, v, 0.0), "GPT: feedforward_dim"),
+    (lambda v: ct.nn.GPT(10, 8, 1, 8, 2, v, 0.0), "GPT: d_inner"),
     (lambda v: ct.optim.StepLR(ct.optim.Adam([ct.zeros([1], requires_grad=True)]), v), "StepLR: step_size"),
     (lambda v: ct.nn.Transformer(v, 10, 0, 0), "Transformer: n_src_vocab"),
     (lambda v: ct.nn.Transformer(10, 10, 0, 0, n_position=v), "Transformer: n_position"),
