@@ -84,7 +84,7 @@ void gemm_serial(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
                  const float* b, int ldb, float beta, float* c, int ldc) {
     if (m == 0 || n == 0) return;
     if (beta == 0.0f) {
-        // OpenBLAS 0.3.21's beta = 0 pass (sgemm_beta) is slow: a 400x32x32 product took 30 us with
+        // OpenBLAS 0.3.21's beta = 0 pass (sgemm_beta) is slow: a 400x32x32 product takes 30 us with
         // it and 13 us as memset + beta = 1 (50x50x8: 1.7 vs 1.1 us; equal for large products).
         if (ldc == n)
             std::memset(c, 0, sizeof(float) * std::size_t(m) * std::size_t(n));

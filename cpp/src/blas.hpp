@@ -4,8 +4,8 @@
 // Threads: OpenBLAS itself runs single-threaded; gemm() splits a large product by rows (or
 // columns) of C over ct's own thread pool (parallel.hpp), each thread calling the single-threaded
 // sgemm on its block. OpenBLAS's pthread workers yield-spin for ~0.1 s after every threaded call
-// (measured: 22% of all CPU samples of a GPT step went to their sched_yield loop, stealing the
-// second core from ct's kernels and from whatever runs next); ct's pool spins 30 us, then sleeps.
+// (22% of all CPU samples of a GPT step go to their sched_yield loop, stealing the second core
+// from ct's kernels and from whatever runs next); ct's pool spins 30 us, then sleeps.
 // Each C element is computed by the same kernel over the same k blocking either way, so the
 // split does not change results.
 #pragma once

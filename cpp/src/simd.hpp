@@ -85,7 +85,7 @@ inline void store(float* p, const B& v, std::size_t count) {
 }
 
 // a * b + c rounded once where the CPU has a fused multiply-add. xsimd 8 has no AVX-512 fma: its
-// generic fallback rounds twice, so Adam's moments drifted an ulp from torch's fused kernels.
+// generic fallback rounds twice, so Adam's moments would drift an ulp from torch's fused kernels.
 // Without hardware FMA (plain x86-64, SSE4) this rounds twice too: a software fma per lane
 // would cost more than the optimizer step it serves.
 #if defined(__AVX512F__)

@@ -8,15 +8,15 @@ namespace ct::kernels {
 // --- where a float32 or bf16 product goes ----------------------------------------------------------------
 // Products up to this many multiply-adds skip the BLAS: a call costs 0.2-1 us before any work, and an
 // incremental decoding step's attention is hundreds of 1 x len x d_k products per layer (tiny model: 4 heads x
-// 32 rows, len <= 50, d_k 8), which spent most of the step in call overhead.
+// 32 rows, len <= 50, d_k 8), which would spend most of the step in call overhead.
 constexpr std::size_t kDirectMacs = 8192;
 // Up to kGemvRows rows of C a product is that many sgemv calls: sgemm packs all of B first, which for one row
 // of a decoding step costs ~4.6x the product (8000x256 weight: 888 us vs 191 us; equal at 4 rows), so
 // incremental decoding at batch 1 would be bound by packing. From there to kFewRows rows of x W^T, the
-// few-rows kernel reads W once for all of them (beam 5 at batch 1 on the Multi30k model: 44-50 -> 74-121
-// sentences/s); at 1 and 2 rows OpenBLAS's sgemv stays faster (greedy at batch 1: 192-229 against 170-184).
-// bf16 takes its few-rows kernel up to kFewRows as well: a beam of up to 8 at batch 1 (with 4, a beam of 5 went
-// through the packed kernel, which packs the weight on every call, and bf16 beam 5 decoded slower than fp32).
+// few-rows kernel reads W once for all of them (beam 5 at batch 1 on the Multi30k model: 74-121 sentences/s
+// against 44-50 through the BLAS); at 1 and 2 rows OpenBLAS's sgemv stays faster (greedy at batch 1: 192-229
+// against 170-184). bf16 takes its few-rows kernel up to kFewRows as well: a beam of up to 8 at batch 1 (through
+// the packed kernel, which packs the weight on every call, bf16 beam 5 decodes slower than fp32).
 constexpr int kGemvRows = 2;
 constexpr int kFewRows = 8;
 // Inside a decoding call (decode::PackedWeights) a product of this many rows or more reads its weight's
@@ -26,7 +26,7 @@ constexpr int kPackedMinRows = kGemvRows + 1;
 // --- when it is split over threads ------------------------------------------------------------------------
 // Below ~4 MFLOP (~40 us on one core) a product stays on one thread: handing half of it to the other thread
 // costs a few us, and on a loaded machine a worker that was preempted holding a piece costs a scheduler tick
-// (measured: the tiny model's step ran faster single-threaded). float32 and bf16 alike.
+// (the tiny model's step runs faster single-threaded). float32 and bf16 alike.
 constexpr double kSplitFlops = 2.0 * 128 * 128 * 128;
 constexpr int kMinBlock = 32;  // float32: rows (or columns) per piece at least
 // float32 pieces per thread: 2 lets the caller take over half of a descheduled worker's share; more would
@@ -34,16 +34,16 @@ constexpr int kMinBlock = 32;  // float32: rows (or columns) per piece at least
 constexpr std::size_t kGemmPiecesPerThread = 2;
 // Decoding's packed float32 products (ops/linear.cpp) in up to 8 pieces per thread, claimed as threads come free:
 // with one piece each, a thread that runs slower (a core shared with another tenant's work, a worker woken
-// late) held the whole product up. Greedy decoding of the base model at batch 32, AVX2 kernels, alternating
-// processes, 3 rounds: median 1290-1348 ms against 1345-1442 with one piece per thread (Emerald Rapids under
-// KVM, 2026-11-26). The int8 products keep one piece per thread: the same change was slower there.
+// late) holds the whole product up (greedy decoding of the base model at batch 32, AVX2 kernels: median
+// 1290-1348 ms against 1345-1442 with one piece per thread). The int8 products keep one piece per thread:
+// more pieces are slower there.
 constexpr std::size_t kPackedPiecesPerThread = 8;
 // Products of a few rows are bound by reading the weight, not by arithmetic: two threads reading halves of a
-// weight of 256 KiB or more beat one (every Linear of the small model's decoding step at batch 1: 23.4 -> 21.0
-// ms for 50 tokens when the 256 x 256 projections were split too). Bytes, so float32 and bf16 share it.
+// weight of 256 KiB or more beat one (every Linear of the small model's decoding step at batch 1: 21.0 ms for
+// 50 tokens with the 256 x 256 projections split, 23.4 without). Bytes, so float32 and bf16 share it.
 constexpr std::size_t kSplitWeightBytes = std::size_t(256) << 10;
 // int8: below ~1M multiply-adds (a few microseconds in VNNI) a product stays on one thread: the hand-off costs
-// about as much. (A product of 32 x 256 x 256 alone is faster on one thread, but decoding at batch 32 was ~10%
+// about as much. (A product of 32 x 256 x 256 alone is faster on one thread, but decoding at batch 32 is ~10%
 // slower end to end with the bound at 4M: the second thread then sleeps between the larger products.) Threads
 // take whole panels of kInt8Panel columns.
 constexpr std::size_t kSplitInt8Macs = std::size_t(1) << 20;

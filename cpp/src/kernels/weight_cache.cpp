@@ -26,7 +26,7 @@ thread_local std::unordered_map<const Array*, Entry> t_entries;
 thread_local int t_depth[2] = {0, 0};  // open regions of each kind on this thread
 // The last bf16 region's buffers, for the next region's copies: a fresh 10 MB buffer (the base model's
 // embedding) costs ~2,500 page faults, and a loop that opens a region per step (benchmarks/cases.py,
-// a user's) spent 8% of a base training step faulting them in. (The packed copies' floats come from the
+// a user's) would spend 8% of a base training step faulting them in. (The packed copies' floats come from the
 // tensors' caching allocator instead: kernels/fp32/packed.hpp.)
 thread_local std::vector<std::vector<bf16_t>> t_spare_bf16;
 

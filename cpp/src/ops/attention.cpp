@@ -81,7 +81,7 @@ struct Geometry {
 // Groups per piece: at least ~2^18 operations' worth (~50 us), so a small attention stays on one
 // thread (see blas.cpp on splitting small work). A group also costs two product calls and a softmax
 // set-up, ~1500 operations' worth: decoding's groups (one query against ~20 keys) are mostly that, and
-// counted without it, greedy decoding's attention at batch 32 (128 groups) stayed on one thread.
+// counted without it, greedy decoding's attention at batch 32 (128 groups) would stay on one thread.
 std::size_t group_grain(const Geometry& g) {
     const std::size_t per_group = g.Lq * g.Lk * (g.dk + g.dv + 24) + 1500;
     return std::max<std::size_t>(1, (std::size_t(1) << 18) / per_group);

@@ -61,8 +61,8 @@ struct LinearBackward : Node {
 };
 
 // x (..., in_f) and bias (out_f,) checked; returns the rows x W^T has (the leading dimensions' product, not
-// numel / in_features: with in_features = 0 that was 0 rows, so the bias was never copied and the output was
-// uninitialised memory; found by tests/fuzz) and sets y's shape.
+// numel / in_features: with in_features = 0 that would be 0 rows, the bias never copied and the output left
+// uninitialised) and sets y's shape.
 std::size_t linear_rows(const Tensor& x, std::size_t in_f, std::size_t out_f, const Tensor* bias, Shape& out_shape) {
     if (x.dim() < 1 || x.size(-1) != in_f)
         throw ValueError("linear: input's last dimension must be in_features = " + std::to_string(in_f) +

@@ -137,8 +137,8 @@ void* cached_alloc(std::size_t bytes) {
         k.class_bytes[std::size_t(c)] = rounded;
         // Keep the footprint (live + cached) within the most ever live at once, plus 1/16: cached
         // blocks of other sizes make room for this one rather than adding to it. Without the 1/16
-        // the blocks shed at a step's peak were missed again later in the same step (the small
-        // model faulted in 68 MB per step; with it, none).
+        // the blocks shed at a step's peak are missed again later in the same step (the small
+        // model faults in 68 MB per step; with it, none).
         const std::size_t after = k.stats.live_bytes + k.stats.cached_bytes + rounded;
         const std::size_t budget = std::max(k.peak_live, k.stats.live_bytes + rounded) + k.peak_live / 16;
         if (k.stats.cached_bytes > 0 && after > budget) k.release_for(after - budget, c);

@@ -43,7 +43,7 @@ thread_local bool t_in_worker = false;  // inside a piece: nested parallel_for r
 // A ticket is (task, pieces, next piece) in one word. The piece count must travel with it: read
 // from a field, a worker still looking at a finished task's exhausted ticket could see the next
 // task's larger count, claim a piece past the old end, and run one of the new task's pieces twice
-// (its done count then passes `pieces` and the caller waits forever; seen once in a training run).
+// (its done count then passes `pieces` and the caller waits forever).
 constexpr unsigned kPieceBits = 20;
 constexpr std::uint64_t kPieceMask = (std::uint64_t(1) << kPieceBits) - 1;
 constexpr std::uint32_t kTaskMask = (std::uint32_t(1) << (64 - 2 * kPieceBits)) - 1;

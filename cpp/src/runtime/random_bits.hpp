@@ -24,7 +24,7 @@ inline void dropout_keep_mask(std::uint8_t* keep, std::size_t n, float p, std::u
     const auto keep_mask = kernels::pointwise_loops().keep_mask;
     parallel::parallel_for(n, 65536, [keep, key, threshold, first, keep_mask](std::size_t b, std::size_t e) {
         // Element i hashes uint32(i), so the counter may wrap as the index does; a 32-bit loop
-        // counter is what lets GCC vectorise (a size_t one ran 1.5-2x slower), so long ranges go
+        // counter is what lets GCC vectorise (a size_t one runs 1.5-2x slower), so long ranges go
         // in 2^30-element pieces.
         constexpr std::size_t piece = std::size_t(1) << 30;
         for (std::size_t start = b; start < e; start += piece) {

@@ -24,8 +24,8 @@ KeyValue select_rows(const KeyValue& kv, const std::vector<std::size_t>& rows);
 KeyValue share_rows(const KeyValue& kv, const std::vector<std::size_t>& rows);
 // kv = select_rows(kv, rows) through kv's row map, in kv's storage when nothing else holds it: a row kept,
 // moved or dropped changes the map only; a row repeated (a hypothesis with two surviving children) is
-// copied into a storage row that was dropped. A fresh copy was page faults and copies of every row at every
-// beam step; moving rows in place still copied most of them whenever a sentence ended.
+// copied into a storage row that was dropped. A fresh copy would be page faults and copies of every row at
+// every beam step; moving rows in place would still copy most of them whenever a sentence ends.
 void select_rows_in_place(KeyValue& kv, const std::vector<std::size_t>& rows);
 // A mask with one row (broadcast over the batch) is returned as it is.
 Mask select_rows(const Mask& m, const std::vector<std::size_t>& rows);

@@ -101,7 +101,7 @@ void native(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Op
         return bf16_kernels::avx512_bf16_block(g);
     // One piece per thread, each a range of C's columns: A is packed once, its row panels shared out
     // between the threads, then each thread packs its own columns of B and multiplies. (Each thread
-    // packing all of A for itself cost 11% of the base model's training step.) With fewer column
+    // packing all of A for itself would cost 11% of the base model's training step.) With fewer column
     // panels than threads, the rows are split instead and each thread packs all of B.
     const std::size_t pieces = std::size_t(threads);
     if (col_panels >= threads) {
@@ -170,8 +170,7 @@ void gemm_bf16_serial(bool trans_a, bool trans_b, int m, int n, int k, float alp
 
 std::string bf16_kernel() { return kernels::kernel_name(kernels::bf16_kernel()); }
 
-// One product's choice, kept from before the kernel level (kernels/level.hpp) and the same as choosing it
-// there for bf16 alone.
+// One product's choice, the same as choosing it at the kernel level (kernels/level.hpp) for bf16 alone.
 void set_bf16_kernel(const std::string& name) {
     if (name == "auto")
         kernels::follow_level_for_bf16();

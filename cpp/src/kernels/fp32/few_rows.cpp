@@ -1,7 +1,7 @@
 // x W^T for a few rows of x (a decoding step: one row per sentence, or per hypothesis of a beam), with W
 // (n, k) row-major read once for all the rows. sgemm packs all of W first, which for a decoding step costs
 // several times the product itself (8000 x 256 output projection: ~890 us against ~190 us for one sgemv
-// at one row), and m sgemv calls read W m times; beam 5 at batch 1 (5 rows) paid the first. blas.cpp sends
+// at one row), and m sgemv calls read W m times. blas.cpp sends
 // 3 to kFewRows rows here (kernels/split.hpp) (at 1 and 2, OpenBLAS's sgemv is faster).
 //
 // Each output is a dot product over k in 16 (AVX-512) or 8 (AVX2) lanes of fused multiply-adds, the lanes

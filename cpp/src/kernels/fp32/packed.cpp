@@ -144,7 +144,7 @@ namespace {
 
 // Block blk of W (its 16 outputs from 16 blk) as [k][16], 16 values of k at a time through a 16 x 16 tile on
 // the stack: every read is a run of 16 floats of a row and every write a run of 256. Writing one row of W at
-// a time (stride 16 floats across k) ran at 2 GB/s, and a weight packed per decoding call at batch 1 is 8 MB
+// a time (stride 16 floats across k) runs at 2 GB/s, and a weight packed per decoding call at batch 1 is 8 MB
 // for the projection.
 void pack_block(const float* w, int n, int k, int ldw, int blk, float* o) {
     const float* wb = w + std::size_t(blk) * 16 * std::size_t(ldw);
@@ -173,8 +173,8 @@ void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out) {
     out.data = {static_cast<float*>(detail::cached_alloc(detail::bytes_of(blocks * block, sizeof(float)))),
                 CachedFloats{blocks * block}};
     // Blocks split over the threads (pieces of >= 64K floats): packing reads the weight once and writes it
-    // once, bound by memory as the products are; on one thread it took twice as long (8000 x 256: ~630 ->
-    // ~280 us, about 2 products of 5 rows).
+    // once, bound by memory as the products are; on one thread it takes twice as long (8000 x 256: ~630 us
+    // against ~280 us split, about 2 products of 5 rows).
     float* packed = out.data.get();
     parallel::parallel_for(blocks, std::max<std::size_t>(1, 4096 / std::size_t(std::max(k, 1))),
                            [&](std::size_t b0, std::size_t b1) {

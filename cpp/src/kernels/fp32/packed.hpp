@@ -1,6 +1,6 @@
 // x W^T for decoding's products of many rows (a batch of sentences, or of beams), with W packed once per
 // decoding call instead of once per product: sgemm packs its operands on every call, and at batch 32 that
-// was a fifth of a float32 beam-search step (the 8000 x 256 output projection is 8 MB). The packing
+// is a fifth of a float32 beam-search step (the 8000 x 256 output projection is 8 MB). The packing
 // (kernels/fp32/packed.cpp) is blocks of 16 outputs, [ceil(n / 16)][k][16] floats, zero past n; the AVX-512 kernel
 // keeps 4 rows x 64 outputs in 16 accumulators (the AVX2 one 6 rows x 16 outputs in 12), one fused
 // multiply-add per row, output and value of k, in order over k: another legal summation order than the
@@ -16,7 +16,7 @@ namespace ct::blas {
 using kernels::kPackedMinRows;  // (kernels/split.hpp)
 
 // The copy's floats come from the tensors' caching allocator (allocator.hpp), not the system: a decoding call
-// packs its weights afresh, and a fresh 8 MB copy from the system cost ~2000 page faults (~3 ms for the 8000 x
+// packs its weights afresh, and a fresh 8 MB copy from the system costs ~2000 page faults (~3 ms for the 8000 x
 // 256 projection, 15-30 products of a few rows); from the cache, the next call's copy costs its writes alone.
 struct CachedFloats {
     std::size_t count = 0;

@@ -1,6 +1,6 @@
 // The AVX512_VNNI int8 kernel (int8.hpp): tiles of up to 6 rows x 64 columns, 24 zmm accumulators, one
-// vpdpbusd per row, 16 columns and 4 values of k. (Tiles of 4 rows were 10-30% slower from 5 rows on: each
-// group of 4 weight vectors served fewer products, and 5 rows, a beam, took two passes over the weight.)
+// vpdpbusd per row, 16 columns and 4 values of k. (Tiles of 4 rows are 10-30% slower from 5 rows on: each
+// group of 4 weight vectors serves fewer products, and 5 rows, a beam, take two passes over the weight.)
 // vpdpbusd multiplies unsigned by signed bytes, so each broadcast group of 4 activations is offset by 128
 // (xor 0x80) and 128 sum_k q_w[n, k] is taken off the sum at the end. Compiled with function target
 // attributes; linear_int8 calls it only on CPUs with AVX-512 (F, BW, VL, DQ) and VNNI.
@@ -30,7 +30,7 @@ CT_INT8_TARGET void tile(const Problem& p, std::size_t row, std::size_t n, std::
     const std::int8_t* a = p.qx + row * p.lda;
     const __m512i offset = _mm512_set1_epi32(int(0x80808080u));
     // Every loop over the tile's registers is unrolled: an accumulator indexed at run time anywhere (as by
-    // a `break` in the store loop) made GCC keep the array in memory, spilling and copying accumulators
+    // a `break` in the store loop) makes GCC keep the array in memory, spilling and copying accumulators
     // on every group of k, at half the speed.
     __m512i acc[MR][NV];
 #pragma GCC unroll 8

@@ -152,8 +152,7 @@ std::vector<std::string> int8_kernels_available() {
     return names;
 }
 
-// One product's choice, kept from before the kernel level (kernels/level.hpp) and the same as choosing it
-// there for int8 alone.
+// One product's choice, the same as choosing it at the kernel level (kernels/level.hpp) for int8 alone.
 void set_int8_kernel(const std::string& name) {
     if (name == "auto") return kernels::follow_level_for_int8();
     const std::vector<std::string> have = int8_kernels_available();

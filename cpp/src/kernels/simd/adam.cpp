@@ -22,8 +22,8 @@ using simd::B;
 // rounding per op. simd::fma spells out the fused ones; contraction is off for this file so the
 // compiler fuses nothing else (e.g. AdamW's p * (1 - lr wd) must be rounded before the update).
 // Vectorised with xsimd: the same operations in the same order, each rounded once (vector
-// sqrt and division are correctly rounded like the scalar ones, fma is fused in both). The
-// scalar loop did not vectorise (std::sqrt may set errno).
+// sqrt and division are correctly rounded like the scalar ones, fma is fused in both). A
+// scalar loop does not vectorise (std::sqrt may set errno).
 void update(float* p, const float* grad, float* m, float* v, std::size_t n, const AdamCoefficients& k) {
     const bool l2 = k.l2, decay_p = k.decay_p;
     const float w1 = k.w1;

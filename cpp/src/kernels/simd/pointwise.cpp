@@ -30,8 +30,8 @@ std::uint32_t hash32(std::uint32_t x) {
 // A plain loop on purpose: with a 32-bit counter GCC vectorises it for whatever the target has
 // (1 MiB of mask: 85 us with AVX-512, 200 us with AVX2, 400 us with SSE4.2, 790 us with SSE2 on
 // this machine's EPYC). A hand-written AVX2 version (pdep to spread the comparison bits into
-// bytes) was 15% faster on AVX2 only, half as fast as this loop with AVX-512, and pdep is
-// microcoded (hundreds of cycles) on AMD Zen 1/2. A size_t loop counter ran 1.5-2x slower.
+// bytes) is 15% faster on AVX2 only, half as fast as this loop with AVX-512, and pdep is
+// microcoded (hundreds of cycles) on AMD Zen 1/2. A size_t loop counter runs 1.5-2x slower.
 void keep_mask(std::uint8_t* out, std::uint32_t from, std::uint32_t count, std::uint32_t key,
                std::uint32_t threshold) {
     for (std::uint32_t j = 0; j < count; ++j)

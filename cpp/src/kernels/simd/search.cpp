@@ -22,7 +22,7 @@ std::size_t max_element_scan(const float* x, std::size_t n) {
 }
 
 // The first maximum of a row, as std::max_element gives it, by vectors: the maximum, then the first
-// position holding it. (std::max_element's compare-and-branch over 8000 logits a row was a fifth of greedy
+// position holding it. (std::max_element's compare-and-branch over 8000 logits a row is a fifth of greedy
 // decoding at batch 32 with int8 products.) A row holding a NaN goes to std::max_element's own scan
 // (max_element_scan), whose answer then depends on where the NaN is.
 std::size_t first_max(const float* row, std::size_t n) {
@@ -52,16 +52,16 @@ std::size_t first_max(const float* row, std::size_t n) {
 // same lse for the whole row, so the k best words are the k largest logits: they are chosen on the float32
 // logits, whole vectors of which are skipped once none beats the k-th so far, and only they get a log P.
 // The exponentials are xsimd's float32 exp, added in float64: lse moves by ~1e-7, and every test2016
-// translation stayed as it was (beam 5 at batch 1, beam 4 at batch 32). The exps were a fifth of a beam-5
-// step at batch 32 with int8 products (libm's float64 exp), and then still a fifth with xsimd's float64 exp
-// on the portable build's two lanes.
+// translation is the same as with float64 exps (beam 5 at batch 1, beam 4 at batch 32). In float64 (libm's
+// exp, or xsimd's on the portable build's two lanes) the exps are a fifth of a beam-5 step at batch 32 with
+// int8 products.
 std::size_t best_words(const float* x, std::size_t n, std::size_t k, double* out_lp, std::int64_t* out_word) {
     // m by vectors (a maximum is the same in any order)
     const float mf = n ? simd::max(x, n, x[0]) : 0.0f;
     const double m = double(mf);
     std::size_t i = 0;
     // exp(x - m) in float32 (xsimd's, within 1-2 ulp), the terms added in float64, one running sum per
-    // lane: one sum in order was a chain of dependent float64 additions, 8000 of them a row.
+    // lane: one sum in order would be a chain of dependent float64 additions, 8000 of them a row.
     double lane_sum[simd::W] = {};
     alignas(64) float terms[simd::W];
     for (i = 0; i + simd::W <= n; i += simd::W) {

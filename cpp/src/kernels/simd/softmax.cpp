@@ -25,8 +25,8 @@ void forward_row(const float* x, float* y, std::size_t n, bool log) {
     });
     const float total = simd::hsum(acc);
     if (log) {
-        // (x - max) - lse, not x - (max + lse): max + lse rounds at max's magnitude (x = [512, 512] gave
-        // -0.693176 for log 1/2; found by tests/fuzz).
+        // (x - max) - lse, not x - (max + lse): max + lse rounds at max's magnitude (x = [512, 512] gives
+        // -0.693176 for log 1/2).
         const B lse(std::log(total));
         simd::blocks(n, [&](std::size_t i, std::size_t c) { simd::store(y + i, (simd::load(x + i, c) - mx) - lse, c); });
     } else {
