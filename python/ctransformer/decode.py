@@ -1,10 +1,11 @@
-"""Decoding: greedy (seed 002) and beam search for the encoder-decoder Transformer, and GPT generation.
+"""Decoding: greedy (as the Annotated Transformer) and beam search for the encoder-decoder Transformer,
+and GPT generation.
 
 The work runs in C++ (``ctransformer._core.decode``) without recording a graph and with the GIL
 released. By default it uses key/value caches: each decoder layer keeps the keys and values of the
 target positions decoded so far and of the encoder output (projected once per source), so a new
-token costs one position's work instead of the whole prefix's. ``use_cache=False`` runs seed 002's
-loop instead (the whole prefix decoded at every step); both give the same tokens, and logits equal up
+token costs one position's work instead of the whole prefix's. ``use_cache=False`` runs the Annotated
+Transformer's loop instead (the whole prefix decoded at every step); both give the same tokens, and logits equal up
 to float32 rounding (tests/decode/test_decode.py). The model is used as it is: call ``model.eval()`` first,
 or dropout stays active.
 """
@@ -76,14 +77,14 @@ def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, 
                   return_logits=False, compute_type="default"):
     """(b, max_len) int64 ids, starting with start_symbol, for the (b, ls) source ids `src`.
 
-    As seed 002's greedy_decode: the encoder runs once; each step appends the arg-max (the first
+    As the Annotated Transformer's greedy_decode: the encoder runs once; each step appends the arg-max (the first
     maximum) of the next-token logits; the target side is masked with the no-peek mask only.
 
     src_mask: (b or 1, 1, ls), True where a source position may be attended (``get_pad_mask(src,
     pad)``), or None for no mask. max_len counts start_symbol (max_len - 1 steps).
     end_symbol: when given, a row that produces it is done: its later positions hold the model's
     trg_pad_idx, and decoding stops once every row is done.
-    use_cache: key/value-cached steps (default) or seed 002's full-prefix loop.
+    use_cache: key/value-cached steps (default) or the Annotated Transformer's full-prefix loop.
     return_logits: also return the float32 logits of every step, (b, max_len - 1, n_trg_vocab), row
     r's step t predicting ids[r, t + 1] (NaN after the row ended).
     compute_type: "default" (the model as it is), "float32", "int8" or "bfloat16", as CTranslate2's.
@@ -128,7 +129,7 @@ def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_si
 
 
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, *, use_cache=True, compute_type="default"):
-    """Seed 004's generate for a GPT: (b, t + max_new_tokens) int64 ids (not squeezed).
+    """The GPT reference's generate for a GPT: (b, t + max_new_tokens) int64 ids (not squeezed).
 
     Each new id is drawn from softmax(logits[:, -1] / temperature) restricted to the top_k largest
     logits, from the generator seeded by ``ctransformer.manual_seed``; the context is cropped to its
@@ -136,7 +137,7 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, *, use_cac
     one position's work while the context fits in max_seq_len. Once it is longer, every crop moves
     every kept token to a new (learned, absolute) position and the cached keys depend on the dropped
     tokens, so the cache is rebuilt from the cropped window at each step (the uncached cost); the ids
-    are the same as use_cache=False (``GPT.generate(..., use_cache=False)``, the seed's loop).
+    are the same as use_cache=False (``GPT.generate(..., use_cache=False)``, the GPT reference's loop).
     compute_type as in greedy_decode.
     """
     _check_model(model, "generate", "ct.nn.GPT", _GPT)

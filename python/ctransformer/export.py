@@ -1,16 +1,16 @@
 """Export a trained Transformer to other inference engines.
 
-``to_ctranslate2(model, path, vocabulary)`` writes system A (seed 000/001's ``nn.Transformer``) as a
+``to_ctranslate2(model, path, vocabulary)`` writes the post-norm Transformer (``nn.Transformer``) as a
 CTranslate2 model directory, so a translation service can run it with CTranslate2's ``Translator``.
-CTranslate2's Transformer spec expresses every part of system A:
+CTranslate2's Transformer spec expresses every part of the post-norm Transformer:
 
 - post-norm layers (``pre_norm=False``: residual add, then LayerNorm) with no final LayerNorm;
 - bias-free attention projections: the spec's linears take an optional bias, left unset; its
   self-attention takes q, k and v as one fused (3 d, d) weight, its cross-attention q alone and
   k, v fused;
 - the LayerNorm applied after embedding + position encoding (``layernorm_embedding``);
-- the seed's sinusoid table, stored as explicit position encodings (CTranslate2's own sinusoids put
-  all sines before all cosines; the seed interleaves them);
+- jadore801120's sinusoid table, stored as explicit position encodings (CTranslate2's own sinusoids put
+  all sines before all cosines; jadore801120's reference interleaves them);
 - ``scale_emb_or_prj='prj'``: the logits times d_model^-1/2, folded into the output projection's
   weight (the projection then no longer equals the target embedding, so the two are stored apart);
   ``'emb'``: CTranslate2's own embedding scaling by d_model^1/2.
@@ -44,7 +44,7 @@ def _ctranslate2():
 
 
 def _check_supported(cfg):
-    """The system-A settings CTranslate2's spec can express; anything else is refused by name."""
+    """The post-norm Transformer's settings CTranslate2's spec can express; anything else is refused by name."""
     wanted = {"layout": "post_norm", "norm_first": False, "qkv_bias": False, "output_bias": False,
               "embed_layer_norm": True, "pe_formula": "paired", "scale_after_matmul": False}
     for name, value in wanted.items():
@@ -87,7 +87,7 @@ def _build_spec(model, transformer_spec, tokens):
         spec.weight = np.concatenate([int8[n][0] for n in names], axis=0)
         spec.weight_scale = np.where(scale > 0, np.float32(1) / np.where(scale > 0, scale, 1), 1).astype(np.float32)
     head_dim = int(cfg.d_k)
-    # The seed scales the scores by 1 / sqrt(d_k), as CTranslate2 does by 1 / sqrt(head_dim).
+    # The post-norm Transformer scales the scores by 1 / sqrt(d_k), as CTranslate2 does by 1 / sqrt(head_dim).
     enc = transformer_spec.TransformerEncoderSpec(cfg.n_layers, cfg.n_head, pre_norm=False,
                                                   layernorm_embedding=True, head_dim=head_dim)
     dec = transformer_spec.TransformerDecoderSpec(cfg.n_layers, cfg.n_head, pre_norm=False,
@@ -152,7 +152,7 @@ def _build_spec(model, transformer_spec, tokens):
 
 def to_ctranslate2(model, path, vocabulary, *, target_vocabulary=None, unk_token="<unk>", bos_token="<s>",
                    eos_token="</s>", quantization=None, force=False):
-    """Write `model` (system A's ``nn.Transformer``) as a CTranslate2 model directory at `path`.
+    """Write `model` (the post-norm ``nn.Transformer``) as a CTranslate2 model directory at `path`.
 
     vocabulary: the source tokens as a list of str, token i for id i (for a sentencepiece model
     ``[sp.id_to_piece(i) for i in range(sp.get_piece_size())]``); with shared embeddings the target

@@ -4,8 +4,8 @@
   ``param_groups[i]["lr"] = x`` takes effect; ``state_dict()`` / ``load_state_dict()`` resume exactly.
 - ``LambdaLR`` (a Python callable or a C++ ``NoamLambda``), ``StepLR``, ``CosineWarmupLR``:
   torch.optim.lr_scheduler's semantics (construction sets the epoch-0 lr, ``step()`` advances).
-- ``rate``: seed 002's Noam schedule; ``cosine_with_warmup``: nanoGPT's ``get_lr``.
-- ``ScheduledOptim``: seeds 000/001's wrapper (``step_and_update_lr``, ``zero_grad``).
+- ``rate``: the Annotated Transformer's Noam schedule; ``cosine_with_warmup``: nanoGPT's ``get_lr``.
+- ``ScheduledOptim``: the wrapper of jadore801120's reference (``step_and_update_lr``, ``zero_grad``).
 - ``clip_grad_norm_``: torch.nn.utils.clip_grad_norm_, returning the total norm as a float.
 """
 from ._core.optim import (

@@ -1,4 +1,4 @@
-"""Altair charts of ctransformer results: the blog's plots (seed 002) and the walk-throughs' views.
+"""Altair charts of ctransformer results: the Annotated Transformer's plots and the walk-throughs' views.
 
 Each function takes plain arrays (NumPy, or ctransformer tensors via ``.numpy()``) that ctransformer
 computed, and returns an ``altair.Chart``; ``save_png`` renders one with vl-convert. Keeping the
@@ -32,7 +32,7 @@ def _sparse_axis(n, most=25):
 
 
 def heatmap(grid, value, x_name, y_name, size=250, scheme="viridis", interactive=False):
-    """A rect heat map of a 2-D array with a viridis colour scale, as the blog draws them.
+    """A rect heat map of a 2-D array with a viridis colour scale, as the Annotated Transformer draws them.
 
     size: the side of the square plot in pixels, or (width, height).
     """
@@ -50,7 +50,7 @@ def heatmap(grid, value, x_name, y_name, size=250, scheme="viridis", interactive
 
 
 def learning_rate_chart(learning_rates):
-    """Plot 1 of seed 002: lr against step, one line per "model_size - warmup" label.
+    """Plot 1 of the Annotated Transformer: lr against step, one line per "model_size - warmup" label.
 
     learning_rates: {label: sequence of lr values, one per step}.
     """
@@ -66,17 +66,17 @@ def learning_rate_chart(learning_rates):
 
 
 def label_smoothing_chart(true_dist):
-    """Plot 2 of seed 002: the smoothed target distribution, rows x columns."""
+    """Plot 2 of the Annotated Transformer: the smoothed target distribution, rows x columns."""
     return heatmap(true_dist, "target distribution", "columns", "rows", size=200)
 
 
 def subsequent_mask_chart(mask):
-    """Plot 3 of seed 002: a (size, size) subsequent mask, "Window" x "Masking"."""
+    """Plot 3 of the Annotated Transformer: a (size, size) subsequent mask, "Window" x "Masking"."""
     return heatmap(np.asarray(mask, dtype=np.float64), "Subsequent Mask", "Window", "Masking", interactive=True)
 
 
 def penalization_chart(losses):
-    """Plot 4 of seed 002: the label-smoothing loss as the prediction grows more confident."""
+    """Plot 4 of the Annotated Transformer: the label-smoothing loss as the prediction grows more confident."""
     frame = pd.DataFrame({"Loss": np.asarray(losses, dtype=np.float64), "Steps": np.arange(len(losses))})
     return alt.Chart(frame).mark_line().properties(width=350).encode(x="Steps", y="Loss").interactive()
 

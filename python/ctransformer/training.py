@@ -1,7 +1,7 @@
-"""Seed 002's ``training.py`` (The Annotated Transformer's training pieces) over ctransformer.
+"""The Annotated Transformer's training pieces (its ``training.py``) over ctransformer.
 
 ``rate`` and ``LabelSmoothing`` run in C++; ``subsequent_mask``, ``Batch`` and ``SimpleLossCompute``
-are thin NumPy code with the seed's semantics. Masks are NumPy bool arrays (True = may attend).
+are thin NumPy code with the Annotated Transformer's semantics. Masks are NumPy bool arrays (True = may attend).
 """
 import numpy as np
 
@@ -31,7 +31,7 @@ def _ids(array, what):
 
 
 class Batch:
-    """A batch with its masks, as seed 002.
+    """A batch with its masks, as the Annotated Transformer's.
 
     src: (b, ls) ids; src_mask: (b, 1, ls) = src != pad. With tgt (b, lt): tgt = tgt[:, :-1],
     tgt_y = tgt[:, 1:], tgt_mask: (b, lt-1, lt-1) = (tgt != pad) & subsequent_mask,
@@ -59,7 +59,7 @@ class Batch:
 
 
 class SimpleLossCompute:
-    """Seed 002's loss wrapper: ``(loss * norm as a float, loss / norm as a Tensor)``.
+    """The Annotated Transformer's loss wrapper: ``(loss * norm as a float, loss / norm as a Tensor)``.
 
     ``SimpleLossCompute(generator, criterion)`` applies ``generator`` (any callable, e.g.
     log_softmax of a Linear) to x first, as The Annotated Transformer; ``SimpleLossCompute(criterion)``

@@ -17,7 +17,7 @@ TASK = "multi30k"
 
 
 def build_model(cfg, vocab_size):
-    """The multi30k task's model: the post-norm Transformer of seed 000 (jadore801120) with one embedding matrix
+    """The multi30k task's model: jadore801120's post-norm Transformer with one embedding matrix
     shared by the source, the target and the output projection. The task and the translator both build it here."""
     d_model, n_head = cfg["d_model"], cfg["n_head"]
     if d_model % n_head:

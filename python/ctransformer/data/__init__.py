@@ -1,4 +1,4 @@
-"""Data for the seeds' tasks: the copy task, seed 003's toy translation, Tiny Shakespeare; Multi30k's files.
+"""Data for the training tasks: the copy task, the toy translation, Tiny Shakespeare; Multi30k's files.
 
 ``fetch(path)`` gives a registered data file's local path, downloading it into the user cache when
 no local folder has it (see ``download.py``).

@@ -1,7 +1,7 @@
 """A joint source+target subword vocabulary: a sentencepiece model whose special ids are the model's.
 
 One model is trained on both sides of the training text (so source and target share one embedding
-matrix, system A's ``emb_src_trg_weight_sharing``), with pad / unk / bos / eos at the fixed ids
+matrix, the post-norm Transformer's ``emb_src_trg_weight_sharing``), with pad / unk / bos / eos at the fixed ids
 below. A model is kept as its serialized bytes (sentencepiece's ModelProto): that is what is cached
 on disk and what a checkpoint carries, so a checkpoint translates without any other file.
 """

@@ -1,4 +1,4 @@
-"""Seed 003's toy translation data.
+"""Toy translation data: the task of the small pre-norm model.
 
 x: 30..48 words drawn with replacement (digits weighted 1..10, letters 1..26, normalised);
 y: x with letters upper-cased and digits d -> 9 - d, reversed, its first word doubled.
@@ -23,7 +23,7 @@ def _translate(word):
 
 
 def toy_translation_sample(rng: np.random.Generator):
-    """One (x, y) pair of id arrays, lengths 50 and 51, as seed 003's get_data."""
+    """One (x, y) pair of id arrays, lengths 50 and 51, as the toy translator's get_data."""
     n = int(rng.integers(30, 49))  # random.randint(30, 48) includes 48
     x = list(rng.choice(_WORDS, size=n, replace=True, p=_WEIGHTS))
     y = [_translate(w) for w in x][::-1]

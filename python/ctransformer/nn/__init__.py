@@ -1,8 +1,8 @@
 """Modules with named parameters, ``state_dict`` and ``train()``/``eval()`` as ``torch.nn``.
 
 The encoder-decoder Transformer covers the paper's post-norm model (``Transformer(...)``, with
-jadore801120's signature and parameter names: seeds 000/001) and the toy translator's small pre-norm
-model (``Transformer.small_pre_norm()``, seed 003; ``seed003()`` is its older name), both built from
+jadore801120's signature and parameter names) and the toy translator's small pre-norm
+model (``Transformer.small_pre_norm()``; ``seed003()`` is its older name), both built from
 one ``TransformerConfig``. Masks are NumPy boolean arrays, True where attending is allowed.
 """
 from .._core.nn import (

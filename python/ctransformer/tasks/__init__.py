@@ -1,4 +1,4 @@
-"""The seeds' training tasks, each a class with defaults, build, train_batch, loss, evaluate and samples."""
+"""The training tasks, each a class with defaults, build, train_batch, loss, evaluate and samples."""
 from .base import Run, Task
 from .copy import Copy
 from .multi30k import Multi30k

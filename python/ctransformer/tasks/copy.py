@@ -1,4 +1,4 @@
-"""The Annotated Transformer's copy task on system A's Transformer (seed 000's model)."""
+"""The Annotated Transformer's copy task on the post-norm Transformer (jadore801120's model)."""
 import numpy as np
 
 import ctransformer as ct
@@ -27,7 +27,8 @@ class Copy(Task):
         model = ct.nn.Transformer(cfg["vocab"], cfg["vocab"], cfg["pad"], cfg["pad"], d_word_vec=cfg["d_model"],
                                   d_model=cfg["d_model"], d_inner=cfg["d_inner"], n_layers=cfg["n_layers"],
                                   n_head=cfg["n_head"], d_k=d_head, d_v=d_head, dropout=cfg["dropout"])
-        # Seed 002: Adam(lr, betas (0.9, 0.98), eps 1e-9) driven by LambdaLR(rate(step, d_model, factor, warmup)).
+        # The Annotated Transformer: Adam(lr, betas (0.9, 0.98), eps 1e-9) driven by
+        # LambdaLR(rate(step, d_model, factor, warmup)).
         optimizer = ct.optim.Adam(model.parameters(), lr=cfg["lr"], betas=(0.9, 0.98), eps=1e-9)
         scheduler = ct.optim.LambdaLR(optimizer, ct.optim.NoamLambda(cfg["d_model"], cfg["factor"], cfg["warmup"]))
         self.criterion = LabelSmoothing(cfg["vocab"], cfg["pad"], cfg["smoothing"])
@@ -42,7 +43,7 @@ class Copy(Task):
         return Batch(src, tgt, self.cfg["pad"]).ntokens
 
     def loss(self, model, batch):
-        """Seed 002's SimpleLossCompute: label-smoothed KL over the target tokens, their mean."""
+        """The Annotated Transformer's SimpleLossCompute: label-smoothed KL over the target tokens, their mean."""
         batch = Batch(*batch, self.cfg["pad"])
         logits = model(batch.src, batch.tgt)
         compute = SimpleLossCompute(lambda x: ct.functional.log_softmax(x, -1), self.criterion)

@@ -1,4 +1,4 @@
-"""Seed 004's GPT on Tiny Shakespeare characters, with nanoGPT's CPU settings."""
+"""The GPT reference's model on Tiny Shakespeare characters, with nanoGPT's CPU settings."""
 import functools
 
 import numpy as np
@@ -29,7 +29,7 @@ class Shakespeare(Task):
         """The characters of Tiny Shakespeare, split 90/10 (read when first used)."""
         return CharDataset()
 
-    # The seed's GPT ignores target id 0 in its loss; characters are shifted by one so id 0 is a
+    # The GPT reference ignores target id 0 in its loss; characters are shifted by one so id 0 is a
     # padding id that never occurs and every character counts.
     def batch(self, split, rng):
         x, y = self.data.batch(split, self.cfg["block_size"], self.cfg["batch_size"], rng)
@@ -39,7 +39,7 @@ class Shakespeare(Task):
         cfg = self.cfg
         model = GPT(self.data.vocab_size + 1, cfg["block_size"], cfg["n_layer"], cfg["n_embd"], cfg["n_head"],
                     4 * cfg["n_embd"], cfg["dropout"])
-        if cfg["decay"] == "seed":    # seed 004: Linear weights decay; biases, LayerNorm, embeddings do not
+        if cfg["decay"] == "seed":    # the GPT reference: Linear weights decay; biases, LayerNorm, embeddings do not
             groups = model.configure_optimizers(cfg["weight_decay"])
         elif cfg["decay"] == "nanogpt":   # nanoGPT: every parameter of rank >= 2 decays, embeddings included
             params = model.parameters()

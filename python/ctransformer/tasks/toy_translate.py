@@ -1,4 +1,4 @@
-"""Seed 003's toy translation with its pre-norm Transformer, as the seed trains it."""
+"""Toy translation with the small pre-norm model, trained as the toy translator's code trains it."""
 import numpy as np
 
 import ctransformer as ct
@@ -8,7 +8,7 @@ from .base import Task
 
 
 class ToyTranslate(Task):
-    """Seed 003's toy translation; target: token accuracy >= 0.99, exact match >= 0.90 on 200 samples."""
+    """The toy translator's task; target: token accuracy >= 0.99, exact match >= 0.90 on 200 samples."""
 
     name = "toy-translate"
 
@@ -22,7 +22,7 @@ class ToyTranslate(Task):
     def build(self):
         model = ct.nn.Transformer.small_pre_norm(dropout=self.cfg["dropout"])
         optimizer = ct.optim.Adam(model.parameters(), lr=self.cfg["lr"])
-        # StepLR steps once per epoch, as the seed (scheduler_due). The seed's epoch is 1000 samples (125
+        # StepLR steps once per epoch, as the toy translator's code (scheduler_due). Its epoch is 1000 samples (125
         # batches); with it the rate halves every 375 steps and has all but vanished before the model leaves
         # the uniform plateau (measured: loss still 2.8 after 15 such epochs). An epoch here is 6000
         # samples (750 batches), 12 of them: 2e-3, 1e-3, 5e-4, 2.5e-4 for 2250 steps each.
@@ -41,7 +41,7 @@ class ToyTranslate(Task):
         logits = model(x, y[:, :-1])                     # (b, 50, 39)
         logits = logits.reshape(-1, logits.shape[-1])
         target = y[:, 1:].reshape(-1)
-        loss = ct.functional.cross_entropy(logits, target, ignore_index=PAD)  # the seed drops PAD targets
+        loss = ct.functional.cross_entropy(logits, target, ignore_index=PAD)  # the toy translator drops PAD targets
         keep = target != PAD
         return loss, {"accuracy": float((logits.numpy().argmax(-1)[keep] == target[keep]).mean())}
 
@@ -49,7 +49,7 @@ class ToyTranslate(Task):
         return (step + 1) % self.cfg["steps_per_epoch"] == 0
 
     def translate(self, model, x):
-        """Greedy decoding from <SOS> for 50 positions (the seed's predict, run to the end)."""
+        """Greedy decoding from <SOS> for 50 positions (the toy translator's predict, run to the end)."""
         src_mask = ct.nn.get_pad_mask(x, PAD)
         return ct.decode.greedy_decode(model, x, src_mask, max_len=x.shape[1], start_symbol=SOS)
 
