@@ -1,9 +1,9 @@
-"""Scripted training of the seeds' tasks: ``python -m ctransformer.train TASK [options]``.
+"""Scripted training of the tasks: ``python -m ctransformer.train TASK [options]``.
 
 Tasks (``--list`` shows their defaults):
-  copy           the Annotated Transformer's copy task on system A's Transformer
-  toy-translate  seed 003's toy translation with its pre-norm model
-  shakespeare    seed 004's GPT on Tiny Shakespeare characters, nanoGPT's CPU settings
+  copy           the Annotated Transformer's copy task on the post-norm Transformer
+  toy-translate  a toy translation task on the small pre-norm model
+  shakespeare    the GPT on Tiny Shakespeare characters, nanoGPT's CPU settings
   multi30k       Multi30k German->English (or any parallel corpus: --set train_src=FILE ...) with
                  subwords, token batches, validation BLEU; translate with ctransformer-translate
 

@@ -1,4 +1,4 @@
-"""Multi30k German→English (or any parallel corpus) on system A's Transformer, with subwords and BLEU.
+"""Multi30k German→English (or any parallel corpus) on the post-norm Transformer, with subwords and BLEU.
 
 The pipeline a user of fairseq or Marian expects, in one task:
 - a joint de+en sentencepiece model (``vocab_size``, ``subword_model``) trained on the training text
@@ -6,9 +6,9 @@ The pipeline a user of fairseq or Marian expects, in one task:
   its bytes also travel inside every checkpoint, so a checkpoint translates on its own;
 - batches of about ``batch_tokens`` padded positions, length-bucketed and reshuffled every epoch
   from the seed (``ctransformer.data.token_batches``);
-- seed 000's model with source/target embeddings and output projection all one matrix, Adam
-  (0.9, 0.98, 1e-9) on the Noam schedule, label smoothing, dropout;
-- validation at every epoch's end (or every ``eval_every`` steps): loss, perplexity and BLEU (sacrebleu,
+- the post-norm Transformer with source/target embeddings and output projection all one matrix, Adam
+  (0.9, 0.98, 1e-9) on a schedule laid over the run's steps (or the Noam rate), label smoothing, dropout;
+- validation at the models kept for averaging (or every ``eval_every`` steps): loss, perplexity and BLEU (sacrebleu,
   detokenised, cased); the training loop keeps the best-BLEU model in ``<checkpoint stem>.best.safetensors``,
   the last ``average_last`` validated models in ``.stepN.safetensors`` and averages them at the end into
   ``.averaged.safetensors`` (ctransformer.kept_models).
@@ -46,8 +46,8 @@ class Multi30k(Task):
         "max_train_pairs": 0,
         # Subwords and batches. Pairs with a side of more than max_len subwords are left out of training.
         "vocab_size": 8000, "subword_model": "bpe", "max_len": 100, "batch_tokens": 4096,
-        # The model (seed 000's Transformer, tied embeddings; d_k = d_v = d_model / n_head).
-        # scale_emb_or_prj 'emb' (the tied embedding times sqrt(d_model)), not the seed's default 'prj'
+        # The model (the post-norm Transformer, tied embeddings; d_k = d_v = d_model / n_head).
+        # scale_emb_or_prj 'emb' (the tied embedding times sqrt(d_model)), not the reference's default 'prj'
         # (logits times d_model^-0.5): with 'prj' the Xavier-initialised embedding (std ~0.016 at 8000 x 256)
         # is a whisper beside the +-1 sinusoids. Measured, 160 steps of warmup 150 / lr_factor 0.3 on
         # Multi30k: val loss 5.36 / 4.77 at steps 80 / 160 with 'emb', 8.25 / 6.37 with 'prj'.
@@ -59,7 +59,7 @@ class Multi30k(Task):
         # --max-minutes budget buys, ctransformer.budget): a linear warmup over warmup_fraction of them to lr,
         # then a cosine decay to lr * final_lr_fraction at the last step. A short run then still reaches its
         # peak and anneals, where a schedule written in steps would end a slow machine's half hour before
-        # its warmup did. schedule "noam" is seed 000's, written in steps:
+        # its warmup did. schedule "noam" is the Annotated Transformer's rate, written in steps:
         # lr = lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
         "schedule": "fitted", "lr": 1e-3, "warmup_fraction": 0.1, "final_lr_fraction": 0.1,
         "lr_factor": 0.5, "warmup": 800, "label_smoothing": 0.1, "grad_clip": 0.0,
