@@ -148,29 +148,30 @@ class Multi30k(Task):
             return ct.optim.LambdaLR(optimizer, ct.optim.NoamLambda(cfg["d_model"], cfg["lr_factor"], cfg["warmup"]))
         for group in optimizer.param_groups:
             group["lr"] = cfg["lr"]
-        warmup = round(cfg["warmup_fraction"] * cfg["steps"])     # learning_rate(step) is the same formula
-        # nanoGPT's cosine_with_warmup counts iterations from 0: lr * (it + 1) / (warmup + 1) while warming
-        # up, then the cosine from lr down to min_lr at it = steps - 1, the run's last step
-        return ct.optim.CosineWarmupLR(optimizer, warmup_iters=warmup, lr_decay_iters=max(cfg["steps"] - 1, warmup + 1),
-                                       min_lr=cfg["lr"] * cfg["final_lr_fraction"])
+        warmup, decay_end, min_lr = self._fitted()
+        return ct.optim.CosineWarmupLR(optimizer, warmup_iters=warmup, lr_decay_iters=decay_end, min_lr=min_lr)
+
+    def _fitted(self):
+        """(warmup_iters, lr_decay_iters, min_lr) of the fitted schedule over cfg["steps"]. nanoGPT's
+        cosine_with_warmup counts iterations from 0: lr * (it + 1) / (warmup + 1) while warming up, then the
+        cosine from lr down to min_lr at it = steps - 1, the run's last step."""
+        cfg = self.cfg
+        warmup = round(cfg["warmup_fraction"] * cfg["steps"])
+        return warmup, max(cfg["steps"] - 1, warmup + 1), cfg["lr"] * cfg["final_lr_fraction"]
 
     def learning_rate(self, step):
         """The rate schedule() gives optimizer step `step` (0-based): for a twin written in another framework."""
         cfg = self.cfg
         if cfg["schedule"] == "noam":
             return ct.optim.rate(step, cfg["d_model"], cfg["lr_factor"], cfg["warmup"])
-        warmup = round(cfg["warmup_fraction"] * cfg["steps"])
-        return ct.optim.cosine_with_warmup(step, warmup, max(cfg["steps"] - 1, warmup + 1), cfg["lr"],
-                                           cfg["lr"] * cfg["final_lr_fraction"])
+        warmup, decay_end, min_lr = self._fitted()
+        return ct.optim.cosine_with_warmup(step, warmup, decay_end, cfg["lr"], min_lr)
 
     def describe_schedule(self):
-        cfg = self.cfg
-        if cfg["schedule"] == "noam":
-            return (f"schedule noam over {cfg['steps']} steps: warmup {cfg['warmup']}, lr_factor {cfg['lr_factor']:g} "
-                    f"(peak {ct.optim.rate(cfg['warmup'], cfg['d_model'], cfg['lr_factor'], cfg['warmup']):.3g})")
-        return (f"schedule fitted to {cfg['steps']} steps: warmup {round(cfg['warmup_fraction'] * cfg['steps'])} to "
-                f"lr {cfg['lr']:g}, cosine to {cfg['lr'] * cfg['final_lr_fraction']:.3g}; models kept for averaging "
-                f"after steps {', '.join(map(str, self.kept_steps()))}")
+        """What the fitted schedule does over this run (logged when a run lays it over its steps)."""
+        warmup, _, min_lr = self._fitted()
+        return (f"schedule fitted to {self.cfg['steps']} steps: warmup {warmup} to lr {self.cfg['lr']:g}, cosine to "
+                f"{min_lr:.3g}; models kept for averaging after steps {', '.join(map(str, self.kept_steps()))}")
 
     def kept_steps(self, steps=None):
         """The steps whose models the fitted schedule validates and keeps for averaging: average_last of them,
