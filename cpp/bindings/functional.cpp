@@ -45,6 +45,9 @@ void bind_functional(py::module_& f) {
     f.def("relu", &ct::relu, py::arg("input"), release_gil(), "max(input, 0); its gradient is 0 where input <= 0.");
     f.def("gelu", &ct::gelu, py::arg("input"), release_gil(),
           "GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).");
+    f.def("gelu_erf", &ct::gelu_erf, py::arg("input"), release_gil(),
+          "GELU, the exact form (torch's F.gelu default): 0.5 x (1 + erf(x / sqrt(2))).");
+    f.def("silu", &ct::silu, py::arg("input"), release_gil(), "SiLU (swish): x * sigmoid(x).");
     f.def("dropout", &ct::dropout, py::arg("input"), py::arg("p") = 0.5f, py::arg("training") = true, release_gil(),
           "Zero each element with probability p and scale the rest by 1 / (1 - p) while training; input unchanged "
           "otherwise. The mask comes from the library's generator (ct.manual_seed).");

@@ -175,7 +175,7 @@ void bind_nn_transformer(py::module_& nn) {
               for (auto item : kwargs) {
                   const std::string key = py::str(item.first);
                   if (key.rfind("_", 0) == 0 || !py::hasattr(view, key.c_str()) || key == "seed003" ||
-                      key == "small_pre_norm" || key == "validate")
+                      key == "small_pre_norm" || key == "marian" || key == "validate")
                       throw ct::TypeError("TransformerConfig: unexpected keyword argument '" + key + "'");
                   view.attr(key.c_str()) = item.second;
               }
@@ -200,7 +200,8 @@ void bind_nn_transformer(py::module_& nn) {
         .def_property("layout", [](const TransformerConfig& c) { return layout_name(c.layout); },
                       [](TransformerConfig& c, const std::string& s) { c.layout = parse_layout(s, "TransformerConfig"); },
                       "'post_norm' (the paper's model with jadore801120's module names; older name 'seed000') or "
-                      "'pre_norm' (one LayerNorm shared by q, k, v, the toy translator's module names; 'seed003').")
+                      "'pre_norm' (one LayerNorm shared by q, k, v, the toy translator's module names; 'seed003') or "
+                      "'marian' (Hugging Face's MarianMTModel names, the opus-mt translators).")
         .def_readwrite("norm_first", &TransformerConfig::norm_first)
         .def_readwrite("qkv_bias", &TransformerConfig::qkv_bias)
         .def_readwrite("proj_bias", &TransformerConfig::proj_bias)
@@ -211,7 +212,21 @@ void bind_nn_transformer(py::module_& nn) {
         .def_property("pe_formula", [](const TransformerConfig& c) { return positional_formula_name(c.pe_formula); },
                       [](TransformerConfig& c, const std::string& s) {
                           c.pe_formula = parse_positional_formula(s, "TransformerConfig");
-                      }, "'paired': pos / 10000^(2*(j//2)/d) (seed 000); 'per_index': pos / 10000^(j/d) (seed 003).")
+                      }, "'paired': pos / 10000^(2*(j//2)/d), sin on even j and cos on odd j (the post-norm model); "
+                         "'per_index': pos / 10000^(j/d) (the pre-norm model); 'halves': the paired angles with all the "
+                         "sines first, then all the cosines (Marian).")
+        .def_property("activation", [](const TransformerConfig& c) { return activation_name(c.activation); },
+                      [](TransformerConfig& c, const std::string& s) { c.activation = parse_activation(s, "TransformerConfig"); },
+                      "The feed-forward's non-linearity, by Hugging Face's name: 'relu' (both seeds), 'gelu' (exact), "
+                      "'gelu_new' (tanh form) or 'silu' ('swish').")
+        .def_readwrite("activation_dropout", &TransformerConfig::activation_dropout,
+                       "Dropout on the feed-forward's activation (Marian's activation_dropout); 0: none.")
+        .def_readwrite("logits_bias", &TransformerConfig::logits_bias,
+                       "A (1, n_trg_vocab) buffer final_logits_bias added to the logits, never trained (Marian).")
+        .def_readwrite("trg_pad_mask", &TransformerConfig::trg_pad_mask,
+                       "Hide target pads from the decoder's self-attention (the post-norm model); Marian does not.")
+        .def_readwrite("decoder_start_idx", &TransformerConfig::decoder_start_idx,
+                       "The decoder's first token when translating (Marian: the pad id); None: the caller's bos.")
         .def_readwrite("embed_dropout", &TransformerConfig::embed_dropout)
         .def_readwrite("embed_layer_norm", &TransformerConfig::embed_layer_norm)
         .def_readwrite("embedding_padding_idx", &TransformerConfig::embedding_padding_idx)
@@ -223,6 +238,30 @@ void bind_nn_transformer(py::module_& nn) {
         .def_static("small_pre_norm", &TransformerConfig::small_pre_norm, CT_SMALL_PRE_NORM_ARGS,
                     "The toy translator's model (seed 003): pre-norm with one LayerNorm shared by q, k and v, d_model 32, "
                     "4 heads, FFN 64, 3 + 3 layers, vocabulary 39, <PAD> = 2, length <= 50.")
+        .def_static("marian", [](ctpy::Int vocab, std::optional<ctpy::Int> trg_vocab, ctpy::Int d_model, ctpy::Int d_inner,
+                                 ctpy::Int n_layers, ctpy::Int n_head, ctpy::Int n_position, ctpy::Int pad_idx, bool share,
+                                 bool tie, const std::string& activation, bool scale_embedding, float dropout,
+                                 float attention_dropout, float activation_dropout) {
+            const std::string fn = "TransformerConfig.marian: ";
+            const std::size_t v = to_size(vocab, fn + "vocab");
+            TransformerConfig c = TransformerConfig::marian(
+                v, trg_vocab ? to_size(*trg_vocab, fn + "trg_vocab") : v, to_size(d_model, fn + "d_model"),
+                to_size(d_inner, fn + "d_inner"), to_size(n_layers, fn + "n_layers"), to_size(n_head, fn + "n_head"),
+                to_size(n_position, fn + "n_position"), to_int(pad_idx, fn + "pad_idx"), share, tie,
+                parse_activation(activation, "TransformerConfig.marian"), scale_embedding, dropout, attention_dropout,
+                activation_dropout);
+            c.validate();
+            return c;
+        }, py::kw_only(), py::arg("vocab"), py::arg("trg_vocab") = py::none(), py::arg("d_model") = 512,
+           py::arg("d_inner") = 2048, py::arg("n_layers") = 6, py::arg("n_head") = 8, py::arg("n_position") = 512,
+           py::arg("pad_idx"), py::arg("share") = true, py::arg("tie") = true, py::arg("activation") = "swish",
+           py::arg("scale_embedding") = true, py::arg("dropout") = 0.1f, py::arg("attention_dropout") = 0.0f,
+           py::arg("activation_dropout") = 0.0f,
+           "Hugging Face's MarianMTModel (the opus-mt translators; defaults: opus-mt's base): post-norm layers with "
+           "biased q/k/v/out, LayerNorm eps 1e-5, no embedding LayerNorm, the sinusoids in halves, final_logits_bias, "
+           "the pad id as the decoder's start and no target pad mask; Hugging Face's module names. share: one "
+           "embedding for both sides (share_encoder_decoder_embeddings); tie: the output projection is the target "
+           "embedding (tie_word_embeddings).")
         .def_static("seed003", &TransformerConfig::small_pre_norm, CT_SMALL_PRE_NORM_ARGS,
                     "The older name of small_pre_norm(), kept as an alias.")
         .def("__repr__", [](py::object self) {
@@ -234,7 +273,8 @@ void bind_nn_transformer(py::module_& nn) {
                               "norm_first", "qkv_bias", "proj_bias", "layer_norm_eps", "attn_dropout", "mask_fill",
                               "scale_after_matmul", "pe_formula", "embed_dropout", "embed_layer_norm",
                               "embedding_padding_idx", "xavier_init", "embedding_init_std", "output_bias",
-                              "flatten_logits"}) {
+                              "flatten_logits", "activation", "activation_dropout", "logits_bias", "trg_pad_mask",
+                              "decoder_start_idx"}) {
                 s += (first ? "" : ", ") + std::string(name) + "=" + py::repr(self.attr(name)).cast<std::string>();
                 first = false;
             }
@@ -528,6 +568,9 @@ for the post-norm model, (b, len, n_trg_vocab) for the small pre-norm one; with 
         .def_readonly("encoder", &Transformer::encoder)
         .def_readonly("decoder", &Transformer::decoder)
         .def_readonly("trg_word_prj", &Transformer::trg_word_prj)
+        .def_readonly("lm_head", &Transformer::trg_word_prj, "Marian's name for trg_word_prj.")
+        .def_readonly("final_logits_bias", &Transformer::final_logits_bias,
+                      "Marian's (1, n_trg_vocab) logits bias buffer (config.logits_bias); an empty tensor otherwise.")
         .def_readonly("fc_out", &Transformer::trg_word_prj, "Seed 003's name for trg_word_prj.")
         .def_property_readonly("embed_x", [](const Transformer& m) { return m.encoder->embed; })
         .def_property_readonly("embed_y", [](const Transformer& m) { return m.decoder->embed; })

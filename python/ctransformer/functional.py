@@ -10,6 +10,7 @@ from ._core.functional import (
     dropout,
     embedding,
     gelu,
+    gelu_erf,
     kl_div,
     layer_norm,
     linear,
@@ -24,6 +25,7 @@ from ._core.functional import (
     reshape,
     scale,
     scaled_dot_product_attention,
+    silu,
     softmax,
     sub,
     sum,
@@ -31,7 +33,7 @@ from ._core.functional import (
 )
 
 __all__ = [
-    "add", "sub", "mul", "div", "scale", "matmul", "linear", "relu", "gelu", "dropout", "softmax",
+    "add", "sub", "mul", "div", "scale", "matmul", "linear", "relu", "gelu", "gelu_erf", "silu", "dropout", "softmax",
     "log_softmax", "layer_norm", "embedding", "masked_fill", "scaled_dot_product_attention",
     "multi_head_attention",
     "reshape", "transpose", "permute", "sum", "mean", "cross_entropy", "kl_div",

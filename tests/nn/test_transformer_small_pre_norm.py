@@ -119,7 +119,7 @@ def test_older_names_are_aliases():
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     layer = ct.nn.EncoderLayer(32, 64, 4, 8, 8, layout="seed003", norm_first=True)
     assert "mh.fc_Q.weight" in layer.state_dict()
-    with pytest.raises(ValueError, match="'post_norm' or 'pre_norm'"):
+    with pytest.raises(ValueError, match="'post_norm', 'pre_norm' or 'marian'"):
         ct.nn.TransformerConfig(layout="seed001")
 
 

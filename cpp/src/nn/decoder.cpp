@@ -21,7 +21,7 @@ Decoder::Decoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
     check.emb_src_trg_weight_sharing = false;
     check.validate();
     trg_word_emb = detail::make_word_embedding(c, c.n_trg_vocab, c.trg_pad_idx);
-    position_enc = std::make_shared<PositionalEncoding>(c.d_word_vec, c.n_position, c.pe_formula);
+    position_enc = std::make_shared<PositionalEncoding>(c.d_word_vec, c.n_position, c.pe_formula, c.layout);
     if (c.embed_dropout) dropout = std::make_shared<Dropout>(c.dropout);
     detail::check_layers_fit("Decoder: the weights of n_layers=" + std::to_string(c.n_layers) + " layers", c.n_layers,
                              2 * detail::attention_floats(c.d_model, c.n_head, c.d_k, c.d_v) +
@@ -31,7 +31,15 @@ Decoder::Decoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
         layers.push_back(std::make_shared<DecoderLayer>(c.d_model, c.d_inner, c.n_head, c.d_k, c.d_v, c.dropout, o));
     if (c.embed_layer_norm) layer_norm = std::make_shared<LayerNorm>(c.d_model, c.layer_norm_eps);
 
-    if (c.layout == Layout::PostNorm) {
+    if (c.layout == Layout::Marian) {   // MarianDecoder: embed_tokens, embed_positions, layers
+        register_module("embed_tokens", trg_word_emb);
+        register_module("embed_positions", position_enc);
+        if (dropout) register_module("dropout", dropout);
+        auto stack = std::make_shared<ModuleList<DecoderLayer>>();
+        for (auto& l : layers) stack->append(l);
+        register_module("layers", stack);
+        if (layer_norm) register_module("layer_norm", layer_norm);
+    } else if (c.layout == Layout::PostNorm) {
         register_module("trg_word_emb", trg_word_emb);
         register_module("position_enc", position_enc);
         if (dropout) register_module("dropout", dropout);

@@ -7,6 +7,17 @@ DecoderLayer::DecoderLayer(std::size_t d_model, std::size_t d_inner, std::size_t
     slf_attn_ = std::make_shared<MultiHeadAttention>(n_head, d_model, d_k, d_v, dropout, o);
     enc_attn_ = std::make_shared<MultiHeadAttention>(n_head, d_model, d_k, d_v, dropout, o);
     pos_ffn_ = std::make_shared<PositionwiseFeedForward>(d_model, d_inner, dropout, o);
+    if (o.layout == Layout::Marian) {   // MarianDecoderLayer's names and order
+        register_module("self_attn", slf_attn_);
+        register_module("self_attn_layer_norm", slf_attn_->layer_norm);
+        register_module("encoder_attn", enc_attn_);
+        register_module("encoder_attn_layer_norm", enc_attn_->layer_norm);
+        register_module("fc1", pos_ffn_->w_1);
+        register_module("fc2", pos_ffn_->w_2);
+        register_module("final_layer_norm", pos_ffn_->layer_norm);
+        register_module("ffn", pos_ffn_);   // parameter-free here: its dropouts
+        return;
+    }
     const bool post_norm_names = o.layout == Layout::PostNorm;
     register_module(post_norm_names ? "slf_attn" : "mhl", slf_attn_);   // "mhl": the pre-norm model's spelling
     register_module(post_norm_names ? "enc_attn" : "mh2", enc_attn_);

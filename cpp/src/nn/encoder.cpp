@@ -24,7 +24,7 @@ Encoder::Encoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
     check.emb_src_trg_weight_sharing = false;   // the encoder alone shares nothing
     check.validate();
     src_word_emb = detail::make_word_embedding(c, c.n_src_vocab, c.src_pad_idx);
-    position_enc = std::make_shared<PositionalEncoding>(c.d_word_vec, c.n_position, c.pe_formula);
+    position_enc = std::make_shared<PositionalEncoding>(c.d_word_vec, c.n_position, c.pe_formula, c.layout);
     if (c.embed_dropout) dropout = std::make_shared<Dropout>(c.dropout);
     detail::check_layers_fit("Encoder: the weights of n_layers=" + std::to_string(c.n_layers) + " layers", c.n_layers,
                              detail::attention_floats(c.d_model, c.n_head, c.d_k, c.d_v) +
@@ -34,7 +34,15 @@ Encoder::Encoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
         layers.push_back(std::make_shared<EncoderLayer>(c.d_model, c.d_inner, c.n_head, c.d_k, c.d_v, c.dropout, o));
     if (c.embed_layer_norm) layer_norm = std::make_shared<LayerNorm>(c.d_model, c.layer_norm_eps);
 
-    if (c.layout == Layout::PostNorm) {   // Models.py's registration order
+    if (c.layout == Layout::Marian) {   // MarianEncoder: embed_tokens, embed_positions, layers
+        register_module("embed_tokens", src_word_emb);
+        register_module("embed_positions", position_enc);
+        if (dropout) register_module("dropout", dropout);
+        auto stack = std::make_shared<ModuleList<EncoderLayer>>();
+        for (auto& l : layers) stack->append(l);
+        register_module("layers", stack);
+        if (layer_norm) register_module("layer_norm", layer_norm);
+    } else if (c.layout == Layout::PostNorm) {   // Models.py's registration order
         register_module("src_word_emb", src_word_emb);
         register_module("position_enc", position_enc);
         if (dropout) register_module("dropout", dropout);

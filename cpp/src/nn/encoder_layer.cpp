@@ -11,6 +11,15 @@ EncoderLayer::EncoderLayer(std::size_t d_model, std::size_t d_inner, std::size_t
                            std::size_t d_v, float dropout, const SublayerOptions& o) {
     slf_attn = std::make_shared<MultiHeadAttention>(n_head, d_model, d_k, d_v, dropout, o);
     pos_ffn = std::make_shared<PositionwiseFeedForward>(d_model, d_inner, dropout, o);
+    if (o.layout == Layout::Marian) {   // MarianEncoderLayer: the sub-layers' parts by name, in its order
+        register_module("self_attn", slf_attn);
+        register_module("self_attn_layer_norm", slf_attn->layer_norm);
+        register_module("fc1", pos_ffn->w_1);
+        register_module("fc2", pos_ffn->w_2);
+        register_module("final_layer_norm", pos_ffn->layer_norm);
+        register_module("ffn", pos_ffn);   // parameter-free here: its dropouts
+        return;
+    }
     const bool post_norm_names = o.layout == Layout::PostNorm;
     register_module(post_norm_names ? "slf_attn" : "mh", slf_attn);
     register_module(post_norm_names ? "pos_ffn" : "fc", pos_ffn);

@@ -31,6 +31,13 @@ MultiHeadAttention::MultiHeadAttention(std::size_t n, std::size_t dm, std::size_
         register_module("attention", attention);
         register_module("dropout", dropout);
         register_module("layer_norm", layer_norm);
+    } else if (o.layout == Layout::Marian) {   // MarianAttention: k, v, q, out; the layer holds the LayerNorm
+        register_module("k_proj", w_ks);
+        register_module("v_proj", w_vs);
+        register_module("q_proj", w_qs);
+        register_module("out_proj", fc);
+        register_module("attention", attention);   // parameter-free
+        register_module("dropout", dropout);
     } else {                              // the pre-norm model's MultiHead
         register_module("fc_Q", w_qs);
         register_module("fc_K", w_ks);

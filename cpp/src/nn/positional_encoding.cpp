@@ -8,12 +8,19 @@
 
 namespace ct::nn {
 
-PositionalEncoding::PositionalEncoding(std::size_t d, std::size_t n, PositionalFormula f)
+PositionalEncoding::PositionalEncoding(std::size_t d, std::size_t n, PositionalFormula f, Layout layout)
     : d_hid(d), n_position(n), formula(f) {
     if (d == 0 || n == 0)
         throw ValueError("PositionalEncoding: d_hid and n_position must be positive, got " + std::to_string(d) + " and " +
                          std::to_string(n));
-    pos_table = Tensor(sinusoid_table(n, d, f));
+    Array table = sinusoid_table(n, d, f);
+    if (layout == Layout::Marian) {   // MarianSinusoidalPositionalEmbedding: a frozen (n_position, d) 'weight'
+        table.reshape({n, d});
+        pos_table = Tensor(std::move(table));
+        register_buffer("weight", &pos_table);
+        return;
+    }
+    pos_table = Tensor(std::move(table));
     register_buffer("pos_table", &pos_table);   // not a parameter: never trained
 }
 
@@ -24,10 +31,13 @@ Array PositionalEncoding::sinusoid_table(std::size_t n_position, std::size_t d_h
         for (std::size_t j = 0; j < d_hid; ++j) {
             // the post-norm reference: position / np.power(10000, 2 * (hid_j // 2) / d_hid)
             // the pre-norm reference: pos / 1e4 ** (i / d_model)
-            const double exponent = formula == PositionalFormula::Paired ? double(2 * (j / 2)) / double(d_hid)
-                                                                         : double(j) / double(d_hid);
+            const double exponent = formula == PositionalFormula::PerIndex ? double(j) / double(d_hid)
+                                                                           : double(2 * (j / 2)) / double(d_hid);
             const double angle = double(pos) / std::pow(10000.0, exponent);
-            table.data()[pos * d_hid + j] = float(j % 2 == 0 ? std::sin(angle) : std::cos(angle));
+            // Halves: feature j's value goes to column j / 2 (sines) or sines + j / 2 (cosines).
+            const std::size_t sines = (d_hid + 1) / 2;
+            const std::size_t col = formula != PositionalFormula::Halves ? j : j % 2 == 0 ? j / 2 : sines + j / 2;
+            table.data()[pos * d_hid + col] = float(j % 2 == 0 ? std::sin(angle) : std::cos(angle));
         }
     return table;
 }

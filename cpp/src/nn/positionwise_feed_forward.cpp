@@ -14,7 +14,11 @@ PositionwiseFeedForward::PositionwiseFeedForward(std::size_t din, std::size_t dh
     w_2 = std::make_shared<Linear>(dhid, din);
     layer_norm = std::make_shared<LayerNorm>(din, o.layer_norm_eps);
     dropout = std::make_shared<Dropout>(p);
-    if (o.layout == Layout::PostNorm) {
+    if (o.activation_dropout > 0.0f) activation_dropout = std::make_shared<Dropout>(o.activation_dropout);
+    if (o.layout == Layout::Marian) {   // the layer names w_1, w_2 and layer_norm (fc1, fc2, final_layer_norm)
+        register_module("dropout", dropout);
+        if (activation_dropout) register_module("activation_dropout", activation_dropout);
+    } else if (o.layout == Layout::PostNorm) {
         register_module("w_1", w_1);
         register_module("w_2", w_2);
         register_module("layer_norm", layer_norm);
@@ -29,12 +33,24 @@ PositionwiseFeedForward::PositionwiseFeedForward(std::size_t din, std::size_t dh
     }
 }
 
+Tensor PositionwiseFeedForward::activate(const Tensor& z) const {
+    switch (options.activation) {
+        case Activation::GELU: return gelu_erf(z);
+        case Activation::GELUTanh: return gelu(z);
+        case Activation::SiLU: return silu(z);
+        case Activation::ReLU: break;
+    }
+    return relu(z);
+}
+
 Tensor PositionwiseFeedForward::forward(const Tensor& x) const {
     if (x.dim() < 1 || x.size(-1) != d_in)
         throw ValueError("PositionwiseFeedForward.forward: x must end in d_in = " + std::to_string(d_in) + ", got " +
                          shape_str(x.shape()));
     const Tensor h = options.norm_first ? layer_norm->forward(x) : x;
-    Tensor out = add(dropout->forward(w_2->forward(relu(w_1->forward(h)))), x);
+    Tensor hidden = activate(w_1->forward(h));
+    if (activation_dropout) hidden = activation_dropout->forward(hidden);
+    Tensor out = add(dropout->forward(w_2->forward(hidden)), x);
     return options.norm_first ? out : layer_norm->forward(out);
 }
 

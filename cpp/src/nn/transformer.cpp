@@ -34,7 +34,18 @@ Transformer::Transformer(const TransformerConfig& c) : config(validated(c)) {
     encoder = std::make_shared<Encoder>(c, c.scale_emb());
     decoder = std::make_shared<Decoder>(c, c.scale_emb());
     trg_word_prj = std::make_shared<Linear>(c.d_model, c.n_trg_vocab, c.output_bias);
-    if (c.layout == Layout::PostNorm) {
+    if (c.logits_bias) {
+        final_logits_bias = Tensor(Array(xt::zeros<float>(std::vector<std::size_t>{1, c.n_trg_vocab})));
+        register_buffer("final_logits_bias", &final_logits_bias);   // loaded, never trained
+    }
+    if (c.layout == Layout::Marian) {   // MarianMTModel: final_logits_bias, model.{shared,encoder,decoder}, lm_head
+        auto model = std::make_shared<MarianModel>();
+        if (c.emb_src_trg_weight_sharing) model->add("shared", decoder->trg_word_emb);
+        model->add("encoder", encoder);
+        model->add("decoder", decoder);
+        register_module("model", model);
+        register_module("lm_head", trg_word_prj);
+    } else if (c.layout == Layout::PostNorm) {
         register_module("encoder", encoder);
         register_module("decoder", decoder);
         register_module("trg_word_prj", trg_word_prj);
@@ -72,9 +83,11 @@ Tensor Transformer::project(const Tensor& dec_output) const {
     if (dec_output.dim() < 1 || dec_output.size(-1) != config.d_model)
         throw ValueError("Transformer.project: dec_output must end in d_model = " + std::to_string(config.d_model) +
                          ", got " + shape_str(dec_output.shape()));
-    if (!config.scale_prj()) return trg_word_prj->forward(dec_output);
-    // logits * d_model ** -0.5, the scale folded into the product (ops/linear.hpp)
-    return trg_word_prj->forward(dec_output, float(std::pow(double(config.d_model), -0.5)));
+    // logits * d_model ** -0.5 when scale_prj, the scale folded into the product (ops/linear.hpp)
+    Tensor logits = config.scale_prj() ? trg_word_prj->forward(dec_output, float(std::pow(double(config.d_model), -0.5)))
+                                       : trg_word_prj->forward(dec_output);
+    if (!config.logits_bias) return logits;
+    return add(logits, final_logits_bias.detach());   // lm_head(x) + final_logits_bias, broadcast over the rows
 }
 
 TransformerOutput Transformer::forward(const IndexArray& src_seq, const IndexArray& trg_seq, bool return_attns) const {
@@ -84,7 +97,9 @@ TransformerOutput Transformer::forward(const IndexArray& src_seq, const IndexArr
         throw ValueError("Transformer.forward: src_seq and trg_seq must have the same batch size, got " +
                          std::to_string(src_seq.shape[0]) + " and " + std::to_string(trg_seq.shape[0]));
     const Mask src_mask = get_pad_mask(src_seq, config.src_pad_idx);
-    const Mask trg_mask = mask_and(get_pad_mask(trg_seq, config.trg_pad_idx), get_subsequent_mask(trg_seq));
+    const Mask trg_mask = config.trg_pad_mask
+                              ? mask_and(get_pad_mask(trg_seq, config.trg_pad_idx), get_subsequent_mask(trg_seq))
+                              : get_subsequent_mask(trg_seq);
 
     EncoderOutput enc = encoder->forward(src_seq, &src_mask, return_attns);
     DecoderOutput dec = decoder->forward(trg_seq, &trg_mask, enc.output, &src_mask, return_attns);

@@ -5,8 +5,10 @@
 namespace ct::nn {
 
 // The post-norm reference: scale_emb = (scale_emb_or_prj == 'emb') if trg_emb_prj_weight_sharing else False,
-// same for prj.
-bool TransformerConfig::scale_emb() const { return trg_emb_prj_weight_sharing && scale_emb_or_prj == "emb"; }
+// same for prj. Marian scales its embeddings whether or not the output is tied (scale_embedding).
+bool TransformerConfig::scale_emb() const {
+    return (trg_emb_prj_weight_sharing || layout == Layout::Marian) && scale_emb_or_prj == "emb";
+}
 bool TransformerConfig::scale_prj() const { return trg_emb_prj_weight_sharing && scale_emb_or_prj == "prj"; }
 
 void TransformerConfig::validate() const {
@@ -41,7 +43,14 @@ void TransformerConfig::validate() const {
         throw ValueError(fn + "dropout must be a probability in [0, 1], got " + std::to_string(dropout));
     if (!(attn_dropout >= 0.0f && attn_dropout <= 1.0f))
         throw ValueError(fn + "attn_dropout must be a probability in [0, 1], got " + std::to_string(attn_dropout));
+    if (!(activation_dropout >= 0.0f && activation_dropout <= 1.0f))
+        throw ValueError(fn + "activation_dropout must be a probability in [0, 1], got " + std::to_string(activation_dropout));
     if (!(layer_norm_eps > 0.0f)) throw ValueError(fn + "layer_norm_eps must be positive");
+    if (decoder_start_idx && (*decoder_start_idx < 0 || *decoder_start_idx >= std::int64_t(n_trg_vocab)))
+        throw ValueError(fn + "decoder_start_idx = " + std::to_string(*decoder_start_idx) +
+                         " is outside the target vocabulary [0, " + std::to_string(n_trg_vocab) + ")");
+    if (layout == Layout::Marian && (norm_first || d_model != n_head * d_k || d_model != n_head * d_v))
+        throw ValueError(fn + "the Marian layout is post-norm with d_k = d_v = d_model / n_head");
     if (embedding_init_std && !(*embedding_init_std >= 0.0f))
         throw ValueError(fn + "embedding_init_std must be >= 0, got " + std::to_string(*embedding_init_std));
 }
@@ -109,25 +118,86 @@ TransformerConfig TransformerConfig::small_pre_norm(std::size_t n_src_vocab, std
     return c;
 }
 
+TransformerConfig TransformerConfig::marian(std::size_t vocab, std::size_t trg_vocab, std::size_t d_model,
+                                            std::size_t d_inner, std::size_t n_layers, std::size_t n_head,
+                                            std::size_t n_position, std::int64_t pad_idx, bool share, bool tie,
+                                            Activation activation, bool scale_embedding, float dropout,
+                                            float attention_dropout, float activation_dropout) {
+    if (n_head == 0 || d_model % n_head != 0)
+        throw ValueError("TransformerConfig.marian: d_model (" + std::to_string(d_model) + ") must be a multiple of n_head (" +
+                         std::to_string(n_head) + ")");
+    TransformerConfig c;
+    c.n_src_vocab = vocab;
+    c.n_trg_vocab = trg_vocab;
+    c.src_pad_idx = c.trg_pad_idx = pad_idx;
+    c.d_word_vec = c.d_model = d_model;
+    c.d_inner = d_inner;
+    c.n_layers = n_layers;
+    c.n_head = n_head;
+    c.d_k = c.d_v = d_model / n_head;
+    c.dropout = dropout;
+    c.n_position = n_position;
+    c.trg_emb_prj_weight_sharing = tie;
+    c.emb_src_trg_weight_sharing = share;
+    c.scale_emb_or_prj = scale_embedding ? "emb" : "none";
+    c.layout = Layout::Marian;
+    c.qkv_bias = c.proj_bias = true;
+    c.layer_norm_eps = 1e-5f;   // torch's nn.LayerNorm default
+    c.attn_dropout = attention_dropout;
+    c.activation = activation;
+    c.activation_dropout = activation_dropout;
+    c.pe_formula = PositionalFormula::Halves;
+    c.embed_layer_norm = false;
+    c.xavier_init = false;      // weights come from a checkpoint; N(0, 1) / torch defaults otherwise
+    c.logits_bias = true;
+    c.trg_pad_mask = false;
+    c.decoder_start_idx = pad_idx;
+    return c;
+}
+
 // 'seed000' and 'seed003' are the older names, accepted as aliases.
 Layout parse_layout(const std::string& s, const char* fn) {
     if (s == "post_norm" || s == "seed000") return Layout::PostNorm;
     if (s == "pre_norm" || s == "seed003") return Layout::PreNorm;
-    throw ValueError(std::string(fn) + ": layout must be 'post_norm' or 'pre_norm' (older names: 'seed000', 'seed003'), got '" +
-                     s + "'");
+    if (s == "marian") return Layout::Marian;
+    throw ValueError(std::string(fn) + ": layout must be 'post_norm', 'pre_norm' or 'marian' (older names: 'seed000', "
+                     "'seed003'), got '" + s + "'");
 }
 
-std::string layout_name(Layout l) { return l == Layout::PostNorm ? "post_norm" : "pre_norm"; }
+std::string layout_name(Layout l) {
+    return l == Layout::PostNorm ? "post_norm" : l == Layout::PreNorm ? "pre_norm" : "marian";
+}
 
 PositionalFormula parse_positional_formula(const std::string& s, const char* fn) {
     if (s == "paired") return PositionalFormula::Paired;
     if (s == "per_index") return PositionalFormula::PerIndex;
-    throw ValueError(std::string(fn) + ": pe_formula must be 'paired' (seed 000) or 'per_index' (seed 003), got '" + s +
-                     "'");
+    if (s == "halves") return PositionalFormula::Halves;
+    throw ValueError(std::string(fn) + ": pe_formula must be 'paired' (the post-norm model), 'per_index' (the pre-norm "
+                     "model) or 'halves' (Marian), got '" + s + "'");
 }
 
 std::string positional_formula_name(PositionalFormula f) {
-    return f == PositionalFormula::Paired ? "paired" : "per_index";
+    return f == PositionalFormula::Paired ? "paired" : f == PositionalFormula::PerIndex ? "per_index" : "halves";
+}
+
+// Hugging Face's ACT2FN names; 'swish' is 'silu'.
+Activation parse_activation(const std::string& s, const char* fn) {
+    if (s == "relu") return Activation::ReLU;
+    if (s == "gelu") return Activation::GELU;
+    if (s == "gelu_new" || s == "gelu_pytorch_tanh") return Activation::GELUTanh;
+    if (s == "silu" || s == "swish") return Activation::SiLU;
+    throw ValueError(std::string(fn) + ": activation must be 'relu', 'gelu', 'gelu_new' (the tanh form) or 'silu' "
+                     "('swish'), got '" + s + "'");
+}
+
+std::string activation_name(Activation a) {
+    switch (a) {
+        case Activation::ReLU: return "relu";
+        case Activation::GELU: return "gelu";
+        case Activation::GELUTanh: return "gelu_new";
+        case Activation::SiLU: return "silu";
+    }
+    return "relu";
 }
 
 }  // namespace ct::nn

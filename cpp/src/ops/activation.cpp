@@ -52,7 +52,67 @@ struct GeluBackward : Node {
     }
 };
 
+// The exact gelu and silu: plain loops with std::erf / std::exp (they are the opus-mt models' feed-forward, one
+// element per hidden unit; the products around them cost d_model times more), split over threads. Each keeps
+// its input and recomputes what the derivative needs.
+//   gelu(z) = z Phi(z),        gelu'(z) = Phi(z) + z phi(z),            Phi(z) = 0.5 (1 + erf(z / sqrt 2)),
+//                                                                       phi(z) = exp(-z^2 / 2) / sqrt(2 pi)
+//   silu(z) = z s(z),          silu'(z) = s(z) (1 + z (1 - s(z))),      s(z) = 1 / (1 + exp(-z))
+inline float normal_cdf(float z) { return 0.5f * (1.0f + std::erf(z * 0.70710678118654752f)); }
+inline float normal_pdf(float z) { return 0.39894228040143268f * std::exp(-0.5f * z * z); }
+inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+
+template <float (*Derivative)(float)>
+struct PointwiseBackward : Node {
+    const char* label;
+    explicit PointwiseBackward(const char* l) : label(l) {}
+    const char* name() const override { return label; }
+    void backward(const Array& g) override {
+        GradBuffer gx = grad_buffer(inputs[0]);
+        if (!gx) return;
+        const float* x = inputs[0].data();
+        const float* pg = g.data();
+        float* d = gx.data;
+        const bool acc = gx.accumulate;
+        parallel::parallel_for(g.size(), kGrainTanh, [&](std::size_t b, std::size_t e) {
+            for (std::size_t i = b; i < e; ++i) {
+                const float v = pg[i] * Derivative(x[i]);
+                d[i] = acc ? d[i] + v : v;
+            }
+        });
+    }
+};
+
+float gelu_erf_derivative(float z) { return normal_cdf(z) + z * normal_pdf(z); }
+float silu_derivative(float z) {
+    const float s = sigmoid(z);
+    return s * (1.0f + z * (1.0f - s));
+}
+
+template <class F>
+Tensor pointwise(const Tensor& x, F f) {
+    Tensor out(Array::from_shape(x.array().shape()));
+    const float* px = x.data();
+    float* y = out.data();
+    parallel::parallel_for(x.numel(), kGrainTanh, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) y[i] = f(px[i]);
+    });
+    return out;
+}
+
 }  // namespace
+
+Tensor gelu_erf(const Tensor& x) {
+    Tensor out = pointwise(x, [](float z) { return z * normal_cdf(z); });
+    if (needs_grad({&x})) attach(out, std::make_shared<PointwiseBackward<gelu_erf_derivative>>("gelu_erf"), {&x});
+    return out;
+}
+
+Tensor silu(const Tensor& x) {
+    Tensor out = pointwise(x, [](float z) { return z * sigmoid(z); });
+    if (needs_grad({&x})) attach(out, std::make_shared<PointwiseBackward<silu_derivative>>("silu"), {&x});
+    return out;
+}
 
 Tensor relu(const Tensor& x) {
     Tensor out(Array::from_shape(x.array().shape()));

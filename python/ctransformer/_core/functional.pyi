@@ -5,7 +5,7 @@ Functional ops, each with its backward.
 from __future__ import annotations
 import ctransformer._core
 import typing
-__all__: list[str] = ['add', 'cross_entropy', 'div', 'dropout', 'embedding', 'gelu', 'kl_div', 'layer_norm', 'linear', 'log_softmax', 'masked_fill', 'matmul', 'mean', 'mul', 'multi_head_attention', 'permute', 'relu', 'reshape', 'scale', 'scaled_dot_product_attention', 'softmax', 'sub', 'sum', 'transpose']
+__all__: list[str] = ['add', 'cross_entropy', 'div', 'dropout', 'embedding', 'gelu', 'gelu_erf', 'kl_div', 'layer_norm', 'linear', 'log_softmax', 'masked_fill', 'matmul', 'mean', 'mul', 'multi_head_attention', 'permute', 'relu', 'reshape', 'scale', 'scaled_dot_product_attention', 'silu', 'softmax', 'sub', 'sum', 'transpose']
 def add(input: ctransformer._core.Tensor, other: typing.Any) -> ctransformer._core.Tensor:
     """
     input + other, broadcasting as NumPy does; other may be a Tensor, an array or a number.
@@ -29,6 +29,10 @@ def embedding(input: typing.Any, weight: ctransformer._core.Tensor, padding_idx:
 def gelu(input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
     """
     GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+    """
+def gelu_erf(input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
+    """
+    GELU, the exact form (torch's F.gelu default): 0.5 x (1 + erf(x / sqrt(2))).
     """
 def kl_div(input: ctransformer._core.Tensor, target: typing.Any, reduction: str = 'mean') -> ctransformer._core.Tensor:
     """
@@ -85,6 +89,10 @@ def scale(input: ctransformer._core.Tensor, factor: typing.SupportsFloat | typin
 def scaled_dot_product_attention(q: ctransformer._core.Tensor, k: ctransformer._core.Tensor, v: ctransformer._core.Tensor, mask: typing.Any = None, dropout_p: typing.SupportsFloat | typing.SupportsIndex = 0.0, fill_value: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0) -> tuple[ctransformer._core.Tensor, ctransformer._core.Tensor]:
     """
     Returns (output, attention_weights). mask is True where a query may attend to a key; it broadcasts to (..., Lq, Lk), e.g. from (b, 1, Lk) or (b, 1, Lq, Lk).
+    """
+def silu(input: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
+    """
+    SiLU (swish): x * sigmoid(x).
     """
 def softmax(input: ctransformer._core.Tensor, dim: typing.Any) -> ctransformer._core.Tensor:
     """

@@ -43,6 +43,7 @@ public:
     const SublayerOptions options;
     // Post-norm names: w_qs, w_ks, w_vs, fc, attention, dropout, layer_norm.
     // Pre-norm names: fc_Q, fc_K, fc_V, out_fc, norm, DropOut (and attention, parameter-free).
+    // Marian names: k_proj, v_proj, q_proj, out_proj; the layer names layer_norm (self_attn_layer_norm, ...).
     std::shared_ptr<Linear> w_qs, w_ks, w_vs, fc;
     std::shared_ptr<ScaledDotProductAttention> attention;
     std::shared_ptr<Dropout> dropout;

@@ -50,7 +50,15 @@ public:
     const TransformerConfig config;
     std::shared_ptr<Encoder> encoder;
     std::shared_ptr<Decoder> decoder;
-    std::shared_ptr<Linear> trg_word_prj;   // the pre-norm model's fc_out
+    std::shared_ptr<Linear> trg_word_prj;   // the pre-norm model's fc_out, Marian's lm_head
+    Tensor final_logits_bias;               // (1, n_trg_vocab) when config.logits_bias: a buffer added to the logits
+
+private:
+    // Marian's `model`: a container of the shared embedding, the encoder and the decoder.
+    struct MarianModel : Module {
+        void add(const std::string& name, std::shared_ptr<Module> m) { register_module(name, std::move(m)); }
+        std::string type_name() const override { return "MarianModel"; }
+    };
 };
 
 }  // namespace ct::nn

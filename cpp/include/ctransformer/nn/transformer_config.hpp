@@ -20,13 +20,25 @@ namespace ct::nn {
 //   PreNorm  ('pre_norm'; the small pre-norm model, one LayerNorm shared by q, k and v): embed_x.pe, embed_x.embed,
 //            encoder.layer_l.mh.fc_Q, ... .fc.fc.0, .fc.norm, decoder.layer_1.mhl / mh2, fc_out (the
 //            reference's spelling, "layer_l" included).
+//   Marian   ('marian'; Hugging Face's MarianMTModel, the opus-mt translators): final_logits_bias,
+//            model.shared, model.encoder.embed_tokens, model.encoder.embed_positions.weight,
+//            model.encoder.layers.0.self_attn.q_proj, ... self_attn_layer_norm, fc1, fc2, final_layer_norm,
+//            model.decoder.layers.0.encoder_attn / encoder_attn_layer_norm, lm_head. The attention's and the
+//            feed-forward's LayerNorms and Linears are named in the layer, as Hugging Face's.
 // Seed000 and Seed003 are the older names, kept as aliases.
-enum class Layout { PostNorm, PreNorm, Seed000 = PostNorm, Seed003 = PreNorm };
+enum class Layout { PostNorm, PreNorm, Marian, Seed000 = PostNorm, Seed003 = PreNorm };
 
 // The angle of feature j (of d) at position pos; both references take sin on even j, cos on odd j.
 //   Paired   (the post-norm Transformer, the paper): pos / 10000^(2*(j//2)/d)
 //   PerIndex (the small pre-norm model):             pos / 10000^(j/d)
-enum class PositionalFormula { Paired, PerIndex };
+//   Halves   (Marian): the Paired angles, all the sines (even j) in the first half of the features, then all the
+//            cosines (odd j) in the second, not interleaved
+enum class PositionalFormula { Paired, PerIndex, Halves };
+
+// The feed-forward's non-linearity, as Hugging Face's ACT2FN names them (ops/activation.hpp):
+//   ReLU ('relu'; both seeds), GELU ('gelu'; the exact erf form), GELUTanh ('gelu_new'; the tanh form),
+//   SiLU ('silu' or 'swish'; x sigmoid(x), the opus-mt models')
+enum class Activation { ReLU, GELU, GELUTanh, SiLU };
 
 // Every default of the Transformer lives here once: the struct's fields, the post_norm()/small_pre_norm()
 // factories, the seed-style constructor and the Python bindings (and so the type stubs) all read these. Floats are doubles
@@ -66,6 +78,8 @@ struct SublayerOptions {
     float mask_fill = float(defaults::mask_fill);   // score where the mask forbids attending (pre-norm: -inf)
     // false: (q / temperature) @ k^T (post-norm); true: (q @ k^T) / temperature (pre-norm).
     bool scale_after_matmul = defaults::scale_after_matmul;
+    Activation activation = Activation::ReLU;   // the feed-forward's: w_2(activation(w_1(x)))
+    float activation_dropout = 0.0f;            // dropout on the activation's output (Marian's activation_dropout)
 };
 
 // The whole model: the sub-layer options (inherited, so they are declared and defaulted once), then
@@ -91,6 +105,13 @@ struct TransformerConfig : SublayerOptions {
     std::optional<float> embedding_init_std;  // N(0, std) for the embeddings (pre-norm: 0.1); unset: torch's default
     bool output_bias = false;             // the pre-norm model's fc_out = Linear(32, 39) has a bias
     bool flatten_logits = true;           // the post-norm model returns (b*len, V); the pre-norm one (b, len, V)
+    // Marian's final_logits_bias: a (1, n_trg_vocab) BUFFER added to the logits, loaded but never trained.
+    bool logits_bias = false;
+    // The target pad mask: the post-norm reference hides target pads from the decoder's self-attention; Marian
+    // starts the decoder on the pad id itself and hides nothing but the future.
+    bool trg_pad_mask = true;
+    // The decoder's first input token when decoding; unset: the caller's (bos). Marian: the pad id.
+    std::optional<std::int64_t> decoder_start_idx;
 
     const SublayerOptions& sublayer_options() const { return *this; }
     bool scale_emb() const;   // as the seed: only when the projection shares the target embedding
@@ -124,6 +145,18 @@ struct TransformerConfig : SublayerOptions {
                                             std::size_t n_position = defaults::small_pre_norm::n_position,
                                             float dropout = float(defaults::small_pre_norm::dropout));
 
+    // Hugging Face's MarianMTModel (config.json's names in brackets): post-norm layers with biased q/k/v/out
+    // projections, LayerNorm eps 1e-5, no embedding LayerNorm, the embeddings times sqrt(d_model) when
+    // scale_embedding, the sinusoids in halves and not stored, final_logits_bias, the pad id as decoder start,
+    // and no target pad mask. vocab (vocab_size), trg_vocab (decoder_vocab_size), d_model, d_inner
+    // (encoder_ffn_dim = decoder_ffn_dim), n_layers (encoder_layers = decoder_layers), n_head, n_position
+    // (max_position_embeddings), pad_idx (pad_token_id), share (share_encoder_decoder_embeddings), tie
+    // (tie_word_embeddings), activation (activation_function).
+    static TransformerConfig marian(std::size_t vocab, std::size_t trg_vocab, std::size_t d_model, std::size_t d_inner,
+                                    std::size_t n_layers, std::size_t n_head, std::size_t n_position, std::int64_t pad_idx,
+                                    bool share, bool tie, Activation activation, bool scale_embedding, float dropout,
+                                    float attention_dropout, float activation_dropout);
+
     // The older names of the two factories, kept as aliases.
     template <class... Args>
     static TransformerConfig seed000(Args&&... args) { return post_norm(std::forward<Args>(args)...); }
@@ -135,5 +168,7 @@ Layout parse_layout(const std::string& s, const char* fn);
 std::string layout_name(Layout l);
 PositionalFormula parse_positional_formula(const std::string& s, const char* fn);
 std::string positional_formula_name(PositionalFormula f);
+Activation parse_activation(const std::string& s, const char* fn);
+std::string activation_name(Activation a);
 
 }  // namespace ct::nn

@@ -189,6 +189,11 @@ class TransformerConfig:
     trg_emb_prj_weight_sharing: bool
     xavier_init: bool
     @staticmethod
+    def marian(*, vocab: typing.SupportsInt | typing.SupportsIndex, trg_vocab: typing.SupportsInt | typing.SupportsIndex | None = None, d_model: typing.SupportsInt | typing.SupportsIndex = 512, d_inner: typing.SupportsInt | typing.SupportsIndex = 2048, n_layers: typing.SupportsInt | typing.SupportsIndex = 6, n_head: typing.SupportsInt | typing.SupportsIndex = 8, n_position: typing.SupportsInt | typing.SupportsIndex = 512, pad_idx: typing.SupportsInt | typing.SupportsIndex, share: bool = True, tie: bool = True, activation: str = 'swish', scale_embedding: bool = True, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.10000000149011612, attention_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.0, activation_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> TransformerConfig:
+        """
+        Hugging Face's MarianMTModel (the opus-mt translators; defaults: opus-mt's base): post-norm layers with biased q/k/v/out, LayerNorm eps 1e-5, no embedding LayerNorm, the sinusoids in halves, final_logits_bias, the pad id as the decoder's start and no target pad mask; Hugging Face's module names. share: one embedding for both sides (share_encoder_decoder_embeddings); tie: the output projection is the target embedding (tie_word_embeddings).
+        """
+    @staticmethod
     def seed003(n_src_vocab: typing.SupportsInt | typing.SupportsIndex = 39, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex = 39, pad_idx: typing.SupportsInt | typing.SupportsIndex = 2, d_model: typing.SupportsInt | typing.SupportsIndex = 32, n_head: typing.SupportsInt | typing.SupportsIndex = 4, d_inner: typing.SupportsInt | typing.SupportsIndex = 64, n_layers: typing.SupportsInt | typing.SupportsIndex = 3, n_position: typing.SupportsInt | typing.SupportsIndex = 50, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1) -> TransformerConfig:
         """
         The older name of small_pre_norm(), kept as an alias.
@@ -203,6 +208,22 @@ class TransformerConfig:
     def __repr__(self) -> str:
         ...
     def validate(self) -> None:
+        ...
+    @property
+    def activation(self) -> str:
+        """
+        The feed-forward's non-linearity, by Hugging Face's name: 'relu' (both seeds), 'gelu' (exact), 'gelu_new' (tanh form) or 'silu' ('swish').
+        """
+    @activation.setter
+    def activation(self, arg1: str) -> None:
+        ...
+    @property
+    def activation_dropout(self) -> float:
+        """
+        Dropout on the feed-forward's activation (Marian's activation_dropout); 0: none.
+        """
+    @activation_dropout.setter
+    def activation_dropout(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def attn_dropout(self) -> float:
@@ -241,6 +262,14 @@ class TransformerConfig:
     def d_word_vec(self, arg1: typing.Any) -> None:
         ...
     @property
+    def decoder_start_idx(self) -> int | None:
+        """
+        The decoder's first token when translating (Marian: the pad id); None: the caller's bos.
+        """
+    @decoder_start_idx.setter
+    def decoder_start_idx(self, arg0: typing.SupportsInt | typing.SupportsIndex | None) -> None:
+        ...
+    @property
     def dropout(self) -> float:
         ...
     @dropout.setter
@@ -261,10 +290,18 @@ class TransformerConfig:
     @property
     def layout(self) -> str:
         """
-        'post_norm' (the paper's model with jadore801120's module names; older name 'seed000') or 'pre_norm' (one LayerNorm shared by q, k, v, the toy translator's module names; 'seed003').
+        'post_norm' (the paper's model with jadore801120's module names; older name 'seed000') or 'pre_norm' (one LayerNorm shared by q, k, v, the toy translator's module names; 'seed003') or 'marian' (Hugging Face's MarianMTModel names, the opus-mt translators).
         """
     @layout.setter
     def layout(self, arg1: str) -> None:
+        ...
+    @property
+    def logits_bias(self) -> bool:
+        """
+        A (1, n_trg_vocab) buffer final_logits_bias added to the logits, never trained (Marian).
+        """
+    @logits_bias.setter
+    def logits_bias(self, arg0: bool) -> None:
         ...
     @property
     def mask_fill(self) -> float:
@@ -305,7 +342,7 @@ class TransformerConfig:
     @property
     def pe_formula(self) -> str:
         """
-        'paired': pos / 10000^(2*(j//2)/d) (seed 000); 'per_index': pos / 10000^(j/d) (seed 003).
+        'paired': pos / 10000^(2*(j//2)/d), sin on even j and cos on odd j (the post-norm model); 'per_index': pos / 10000^(j/d) (the pre-norm model); 'halves': the paired angles with all the sines first, then all the cosines (Marian).
         """
     @pe_formula.setter
     def pe_formula(self, arg1: str) -> None:
@@ -321,6 +358,14 @@ class TransformerConfig:
         ...
     @trg_pad_idx.setter
     def trg_pad_idx(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def trg_pad_mask(self) -> bool:
+        """
+        Hide target pads from the decoder's self-attention (the post-norm model); Marian does not.
+        """
+    @trg_pad_mask.setter
+    def trg_pad_mask(self, arg0: bool) -> None:
         ...
 class PositionalEncoding(Module):
     """
@@ -572,6 +617,16 @@ class Transformer(Module):
     def fc_out(self) -> Linear:
         """
         Seed 003's name for trg_word_prj.
+        """
+    @property
+    def final_logits_bias(self) -> ctransformer._core.Tensor:
+        """
+        Marian's (1, n_trg_vocab) logits bias buffer (config.logits_bias); an empty tensor otherwise.
+        """
+    @property
+    def lm_head(self) -> Linear:
+        """
+        Marian's name for trg_word_prj.
         """
     @property
     def scale_prj(self) -> bool:
