@@ -28,6 +28,24 @@ from .._core.nn import (
 )
 from . import gpt
 from .gpt import GPT
+from .. import marian as _marian
+
+
+def _from_pretrained(path):
+    """A Hugging Face Marian directory (``config.json`` and ``model.safetensors``; the opus-mt translators) as a
+    Transformer in eval mode, whose ``state_dict`` names are Hugging Face's (ctransformer.marian). A pickled
+    ``pytorch_model.bin`` is refused, with the command that converts it."""
+    return _marian.load_pretrained(path)
+
+
+def _save_pretrained(self, path, eos_token_id=0):
+    """Write a Marian-layout model as a Hugging Face directory (``config.json``, ``model.safetensors``) that
+    ``transformers.MarianMTModel.from_pretrained`` loads."""
+    return _marian.save_pretrained(self, path, eos_token_id)
+
+
+Transformer.from_pretrained = staticmethod(_from_pretrained)
+Transformer.save_pretrained = _save_pretrained
 
 __all__ = [
     "Module", "Linear", "Embedding", "LayerNorm", "Dropout", "IncompatibleKeys",
