@@ -9,8 +9,10 @@ from .download import DataFetchError, fetch
 from .copy_task import copy_batch
 from .toy_translation import VOCAB_X, VOCAB_Y, PAD, SOS, EOS, toy_translation_batch, toy_translation_sample, decode_tokens
 from .shakespeare import CharDataset
+from .marian_tokenizer import MarianTokenizer
 
 __all__ = [
     "data_dir", "cache_dir", "DataFile", "FILES", "DataFetchError", "fetch", "copy_batch", "VOCAB_X", "VOCAB_Y",
     "PAD", "SOS", "EOS", "toy_translation_batch", "toy_translation_sample", "decode_tokens", "CharDataset",
+    "MarianTokenizer",
 ]
