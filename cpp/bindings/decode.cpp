@@ -48,8 +48,11 @@ void bind_decode(py::module_& m) {
     m.attr("DEFAULT_ALPHA") = ct::decode::defaults::alpha;
     m.def("greedy_decode", [](const Transformer& model, py::object src, py::object src_mask, ctpy::Int max_len,
                               ctpy::Int start_symbol, py::object end_symbol, bool use_cache,
-                              bool return_logits) -> py::object {
+                              bool return_logits, std::vector<ctpy::Int> banned, bool force_end) -> py::object {
         const std::string fn = "greedy_decode";
+        ct::decode::TokenRules rules;
+        for (const auto& id : banned) rules.banned.push_back(to_int(id, "greedy_decode: banned"));
+        rules.force_end = force_end;
         const IndexArray ids = to_index_array(src, "greedy_decode: src");
         const auto mask = opt_mask(src_mask, "greedy_decode: src_mask");
         const std::size_t n = to_count(max_len, fn, "max_len", 1);
@@ -60,12 +63,13 @@ void bind_decode(py::module_& m) {
         {
             py::gil_scoped_release release;
             out = ct::decode::greedy_decode(model, ids, mask ? &*mask : nullptr, n, start, end, use_cache, return_logits,
-                                            should_stop);
+                                            should_stop, rules);
         }
         if (!return_logits) return ids_to_numpy(out.ids);
         return py::make_tuple(ids_to_numpy(out.ids), array_to_numpy(*out.logits));
     }, py::arg("model"), py::arg("src"), py::arg("src_mask"), py::arg("max_len"), py::arg("start_symbol"),
        py::arg("end_symbol") = py::none(), py::arg("use_cache") = true, py::arg("return_logits") = false,
+       py::arg("banned") = std::vector<ctpy::Int>{}, py::arg("force_end") = false,
        "(b, max_len) int64 ids; with return_logits, also the (b, max_len - 1, n_trg_vocab) float32 logits of "
        "each step (NaN after a row ended). See ctransformer.decode.greedy_decode.");
 

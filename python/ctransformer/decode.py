@@ -74,7 +74,7 @@ def using_compute_type(model, compute_type, caller="using_compute_type"):
 
 
 def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, *, use_cache=True,
-                  return_logits=False, compute_type="default"):
+                  return_logits=False, compute_type="default", banned=(), force_end=False):
     """(b, max_len) int64 ids, starting with start_symbol, for the (b, ls) source ids `src`.
 
     As the Annotated Transformer's greedy_decode: the encoder runs once; each step appends the arg-max (the first
@@ -88,12 +88,16 @@ def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, 
     return_logits: also return the float32 logits of every step, (b, max_len - 1, n_trg_vocab), row
     r's step t predicting ids[r, t + 1] (NaN after the row ended).
     compute_type: "default" (the model as it is), "float32", "int8" or "bfloat16", as CTranslate2's.
+    banned: ids never chosen (Hugging Face's bad_words_ids of single ids; a Marian model bans its pad id).
+    force_end: a row that reaches its last position ends with end_symbol there (Hugging Face's
+    forced_eos_token_id). The returned logits are the model's, before these rules.
     """
     _check_model(model, "greedy_decode", "ct.nn.Transformer", _Transformer)
-    _check_flags("greedy_decode", use_cache=use_cache, return_logits=return_logits)
+    _check_flags("greedy_decode", use_cache=use_cache, return_logits=return_logits, force_end=force_end)
     with using_compute_type(model, compute_type, "greedy_decode"):
         return _decode.greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol,
-                                     use_cache=use_cache, return_logits=return_logits)
+                                     use_cache=use_cache, return_logits=return_logits, banned=list(banned),
+                                     force_end=force_end)
 
 
 DEFAULT_BEAM_SIZE = _decode.DEFAULT_BEAM_SIZE

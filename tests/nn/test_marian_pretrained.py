@@ -15,7 +15,8 @@ import torch
 
 import ctransformer as ct
 from helpers import assert_close
-from test_marian import CONFIGS, batch, hf_logits, marian_pair
+from reference.marian_pairs import batch, hf_logits, marian_pair
+from test_marian import CONFIGS
 
 transformers = pytest.importorskip("transformers")
 

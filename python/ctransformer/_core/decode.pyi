@@ -3,6 +3,7 @@
 Greedy decoding, beam search and GPT generation with key/value caches.
 """
 from __future__ import annotations
+import collections.abc
 import ctransformer._core
 import ctransformer._core.nn
 import ctransformer._core.nn.gpt
@@ -72,7 +73,7 @@ def generate(model: ctransformer._core.nn.gpt.GPT, idx: typing.Any, max_new_toke
     """
     (b, t + max_new_tokens) int64 ids. See ctransformer.decode.generate.
     """
-def greedy_decode(model: ctransformer._core.nn.Transformer, src: typing.Any, src_mask: typing.Any, max_len: typing.SupportsInt | typing.SupportsIndex, start_symbol: typing.SupportsInt | typing.SupportsIndex, end_symbol: typing.Any = None, use_cache: bool = True, return_logits: bool = False) -> typing.Any:
+def greedy_decode(model: ctransformer._core.nn.Transformer, src: typing.Any, src_mask: typing.Any, max_len: typing.SupportsInt | typing.SupportsIndex, start_symbol: typing.SupportsInt | typing.SupportsIndex, end_symbol: typing.Any = None, use_cache: bool = True, return_logits: bool = False, banned: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], force_end: bool = False) -> typing.Any:
     """
     (b, max_len) int64 ids; with return_logits, also the (b, max_len - 1, n_trg_vocab) float32 logits of each step (NaN after a row ended). See ctransformer.decode.greedy_decode.
     """

@@ -564,6 +564,13 @@ class Transformer(Module):
     (logits, enc_slf_attns, dec_slf_attns, dec_enc_attns), one (b, n_head, lq, lk) Tensor per layer.
     """
     @staticmethod
+    def from_pretrained(path):
+        """
+        A Hugging Face Marian directory (``config.json`` and ``model.safetensors``; the opus-mt translators) as a
+            Transformer in eval mode, whose ``state_dict`` names are Hugging Face's (ctransformer.marian). A pickled
+            ``pytorch_model.bin`` is refused, with the command that converts it.
+        """
+    @staticmethod
     def seed003(n_src_vocab: typing.SupportsInt | typing.SupportsIndex = 39, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex = 39, pad_idx: typing.SupportsInt | typing.SupportsIndex = 2, d_model: typing.SupportsInt | typing.SupportsIndex = 32, n_head: typing.SupportsInt | typing.SupportsIndex = 4, d_inner: typing.SupportsInt | typing.SupportsIndex = 64, n_layers: typing.SupportsInt | typing.SupportsIndex = 3, n_position: typing.SupportsInt | typing.SupportsIndex = 50, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1) -> Transformer:
         """
         The older name of small_pre_norm(), kept as an alias.
@@ -592,6 +599,11 @@ class Transformer(Module):
     def project(self, dec_output: ctransformer._core.Tensor) -> ctransformer._core.Tensor:
         """
         Logits (b, lt, n_trg_vocab) from a decoder output, scaled by d_model^-0.5 when scale_emb_or_prj='prj'.
+        """
+    def save_pretrained(self, path, eos_token_id = 0):
+        """
+        Write a Marian-layout model as a Hugging Face directory (``config.json``, ``model.safetensors``) that
+            ``transformers.MarianMTModel.from_pretrained`` loads.
         """
     @property
     def config(self) -> TransformerConfig:

@@ -1,0 +1,51 @@
+"""Random Hugging Face MarianMTModels and their copies in ctransformer, for the Marian parity tests
+(tests/nn/test_marian.py, test_marian_pretrained.py, tests/decode/test_marian_generate.py)."""
+import numpy as np
+import pytest
+import torch
+
+import ctransformer as ct
+
+transformers = pytest.importorskip("transformers")
+
+D_MODEL, D_INNER, N_LAYERS, N_HEAD, N_POSITION = 16, 32, 2, 2, 64
+
+
+def marian_pair(share=True, tie=True, activation="swish", vocab=50, trg_vocab=None, seed=0, dropout=0.0):
+    """(Hugging Face's model, ours, pad id): random weights in HF's, copied into ours; final_logits_bias
+    random too (it is zero in a fresh model, and a zero would hide a missing or misplaced bias)."""
+    trg_vocab = vocab if share else (trg_vocab or vocab - 10)
+    pad = trg_vocab - 1
+    torch.manual_seed(seed)
+    config = transformers.MarianConfig(
+        vocab_size=vocab, decoder_vocab_size=trg_vocab, d_model=D_MODEL, encoder_layers=N_LAYERS,
+        decoder_layers=N_LAYERS, encoder_attention_heads=N_HEAD, decoder_attention_heads=N_HEAD,
+        encoder_ffn_dim=D_INNER, decoder_ffn_dim=D_INNER, max_position_embeddings=N_POSITION, pad_token_id=pad,
+        decoder_start_token_id=pad, eos_token_id=0, activation_function=activation, scale_embedding=True,
+        share_encoder_decoder_embeddings=share, tie_word_embeddings=tie, dropout=dropout, attention_dropout=0.0,
+        activation_dropout=0.0)
+    hf = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():
+        hf.final_logits_bias.normal_()
+    ours = ct.nn.Transformer(ct.nn.TransformerConfig.marian(
+        vocab=vocab, trg_vocab=trg_vocab, d_model=D_MODEL, d_inner=D_INNER, n_layers=N_LAYERS, n_head=N_HEAD,
+        n_position=N_POSITION, pad_idx=pad, share=share, tie=tie, activation=activation, dropout=dropout))
+    ours.eval()
+    ours.load_state_dict({k: v.detach().numpy() for k, v in hf.state_dict().items()})
+    return hf, ours, pad
+
+
+def batch(vocab, trg_vocab, pad):
+    """A source with padding on one row, and decoder inputs that start on the pad id (Marian's start)."""
+    rng = np.random.default_rng(1)
+    src = rng.integers(1, min(vocab, trg_vocab) - 1, size=(3, 7))
+    src[0, 5:] = pad
+    src[1, 6] = 0          # eos, as Marian's tokenizer appends it
+    labels = rng.integers(0, trg_vocab - 1, size=(3, 5))
+    dec_in = np.concatenate([np.full((3, 1), pad), labels[:, :-1]], axis=1)   # shift_tokens_right
+    return src, dec_in, labels
+
+
+def hf_logits(hf, src, dec_in, pad):
+    return hf(input_ids=torch.tensor(src), attention_mask=torch.tensor(src != pad),
+              decoder_input_ids=torch.tensor(dec_in)).logits
