@@ -43,6 +43,17 @@ py::array_t<float> array_to_numpy(const ct::Array& a) {
 
 }  // namespace
 
+namespace {
+
+ct::decode::TokenRules token_rules(const std::vector<ctpy::Int>& banned, bool force_end, const char* what) {
+    ct::decode::TokenRules rules;
+    for (const auto& id : banned) rules.banned.push_back(to_int(id, what));
+    rules.force_end = force_end;
+    return rules;
+}
+
+}  // namespace
+
 void bind_decode(py::module_& m) {
     m.attr("DEFAULT_BEAM_SIZE") = ct::decode::defaults::beam_size;
     m.attr("DEFAULT_ALPHA") = ct::decode::defaults::alpha;
@@ -50,9 +61,7 @@ void bind_decode(py::module_& m) {
                               ctpy::Int start_symbol, py::object end_symbol, bool use_cache,
                               bool return_logits, std::vector<ctpy::Int> banned, bool force_end) -> py::object {
         const std::string fn = "greedy_decode";
-        ct::decode::TokenRules rules;
-        for (const auto& id : banned) rules.banned.push_back(to_int(id, "greedy_decode: banned"));
-        rules.force_end = force_end;
+        const ct::decode::TokenRules rules = token_rules(banned, force_end, "greedy_decode: banned");
         const IndexArray ids = to_index_array(src, "greedy_decode: src");
         const auto mask = opt_mask(src_mask, "greedy_decode: src_mask");
         const std::size_t n = to_count(max_len, fn, "max_len", 1);
@@ -75,8 +84,10 @@ void bind_decode(py::module_& m) {
 
     m.def("beam_search", [](const Transformer& model, py::object src, py::object src_mask, ctpy::Int max_len,
                             ctpy::Int start_symbol, py::object end_symbol, ctpy::Int beam_size, double alpha,
-                            py::object n_best, bool use_cache) -> py::tuple {
+                            py::object n_best, bool use_cache, std::vector<ctpy::Int> banned,
+                            bool force_end) -> py::tuple {
         const std::string fn = "beam_search";
+        const ct::decode::TokenRules rules = token_rules(banned, force_end, "beam_search: banned");
         const IndexArray ids = to_index_array(src, "beam_search: src");
         const auto mask = opt_mask(src_mask, "beam_search: src_mask");
         const std::size_t n = to_count(max_len, fn, "max_len", 1);
@@ -89,7 +100,7 @@ void bind_decode(py::module_& m) {
         {
             py::gil_scoped_release release;
             found = ct::decode::beam_search(model, ids, mask ? &*mask : nullptr, n, start, end, beam, alpha, keep,
-                                            use_cache, should_stop);
+                                            use_cache, should_stop, rules);
         }
         // (b, n_best, max_len) ids padded with trg_pad_idx, (b, n_best) scores (-inf where fewer were found).
         const std::size_t b = found.size();
@@ -110,6 +121,7 @@ void bind_decode(py::module_& m) {
     }, py::arg("model"), py::arg("src"), py::arg("src_mask"), py::arg("max_len"), py::arg("start_symbol"),
        py::arg("end_symbol"), py::arg("beam_size") = ct::decode::defaults::beam_size,
        py::arg("alpha") = ct::decode::defaults::alpha, py::arg("n_best") = py::none(), py::arg("use_cache") = true,
+       py::arg("banned") = std::vector<ctpy::Int>{}, py::arg("force_end") = false,
        "(ids (b, max_len) int64, scores (b,) float64), or with n_best=k (ids (b, k, max_len), scores (b, k)). "
        "See ctransformer.decode.beam_search.");
 

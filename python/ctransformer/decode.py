@@ -46,6 +46,16 @@ def _check_flags(caller, **flags):
             raise TypeError(f"{caller}: {name} must be True or False, got {type(value).__name__}")
 
 
+def _ids(banned, caller):
+    """banned as a list of ids: an iterable of ints (a lone int is one id)."""
+    if isinstance(banned, (int, np.integer)) and not isinstance(banned, bool):
+        return [int(banned)]
+    try:
+        return list(banned)
+    except TypeError:
+        raise TypeError(f"{caller}: banned must be a list of token ids, got {type(banned).__name__}") from None
+
+
 @contextlib.contextmanager
 def using_compute_type(model, compute_type, caller="using_compute_type"):
     """The model computing in compute_type for one call, as CTranslate2's compute_type: "default" (as the
@@ -96,7 +106,7 @@ def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, 
     _check_flags("greedy_decode", use_cache=use_cache, return_logits=return_logits, force_end=force_end)
     with using_compute_type(model, compute_type, "greedy_decode"):
         return _decode.greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol,
-                                     use_cache=use_cache, return_logits=return_logits, banned=list(banned),
+                                     use_cache=use_cache, return_logits=return_logits, banned=_ids(banned, "greedy_decode"),
                                      force_end=force_end)
 
 
@@ -108,7 +118,7 @@ DEFAULT_ALPHA = _decode.DEFAULT_ALPHA
 
 def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size=DEFAULT_BEAM_SIZE,
                 alpha=DEFAULT_ALPHA, *,
-                n_best=None, use_cache=True, compute_type="default"):
+                n_best=None, use_cache=True, compute_type="default", banned=(), force_end=False):
     """Beam search with GNMT's length penalty; returns (ids (b, max_len) int64, scores (b,) float64).
 
     A hypothesis y after start_symbol, of |y| tokens (end_symbol included when it ended), scores
@@ -122,14 +132,16 @@ def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_si
 
     ids are padded with the model's trg_pad_idx after the hypothesis. With n_best=k (<= beam_size),
     returns the k best: (ids (b, k, max_len), scores (b, k)), best first, -inf where fewer finished.
-    src_mask, use_cache and compute_type as in greedy_decode.
+    src_mask, use_cache, compute_type, banned and force_end as in greedy_decode (banned ids are dropped after
+    the log-softmax, as Hugging Face's beam search does: the other words' log-probabilities are unchanged).
     """
     _check_model(model, "beam_search", "ct.nn.Transformer", _Transformer)
-    _check_flags("beam_search", use_cache=use_cache)
+    _check_flags("beam_search", use_cache=use_cache, force_end=force_end)
     _check_number("beam_search", alpha=alpha)
     with using_compute_type(model, compute_type, "beam_search"):
         return _decode.beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size, alpha,
-                                   n_best=n_best, use_cache=use_cache)
+                                   n_best=n_best, use_cache=use_cache, banned=_ids(banned, "beam_search"),
+                                   force_end=force_end)
 
 
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, *, use_cache=True, compute_type="default"):

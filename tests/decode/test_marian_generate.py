@@ -87,3 +87,25 @@ def test_banned_and_forced_end():
         ct.decode.greedy_decode(ours, src, mask, 6, pad, 0, banned=[50])
     with pytest.raises(ValueError, match="force_end needs an end_symbol"):
         ct.decode.greedy_decode(ours, src, mask, 6, pad, None, force_end=True)
+
+
+def test_beam_search_keeps_the_rules():
+    """Beam search bans the same ids and forces the same end: at beam 1 it is greedy decoding under the rules,
+    and at beam 4 no hypothesis holds a banned id and every one ends with eos."""
+    hf, ours, pad = lively(*marian_pair(share=False, tie=False, activation="gelu"), 0.0)
+    src, _, _ = batch(hf.config.vocab_size, hf.config.decoder_vocab_size, pad)
+    mask = ct.nn.get_pad_mask(src, pad)
+    greedy = ct.decode.greedy_decode(ours, src, mask, 10, pad, 0, banned=[pad], force_end=True)
+    beam1, _ = ct.decode.beam_search(ours, src, mask, 10, pad, 0, beam_size=1, banned=[pad], force_end=True)
+    assert np.array_equal(beam1, greedy)
+    ids, scores = ct.decode.beam_search(ours, src, mask, 10, pad, 0, beam_size=4, n_best=4, banned=[pad],
+                                        force_end=True)
+    assert np.isfinite(scores).all()
+    for hyp in ids.reshape(-1, ids.shape[-1]):
+        body = hyp[1:]
+        end = int(np.flatnonzero(body == 0)[0])            # every hypothesis ends with eos
+        assert not (body[:end] == pad).any() and (body[end + 1:] == pad).all()
+    unbanned, _ = ct.decode.beam_search(ours, src, mask, 10, pad, 0, beam_size=1)
+    assert not np.array_equal(unbanned, beam1)             # the rules change something here
+    with pytest.raises(TypeError, match="banned must be a list"):
+        ct.decode.beam_search(ours, src, mask, 10, pad, 0, banned=1.5)

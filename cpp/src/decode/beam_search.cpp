@@ -44,9 +44,10 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
                                                  const Mask* src_mask, std::size_t max_len,
                                                  std::int64_t start_symbol, std::int64_t end_symbol,
                                                  std::size_t beam_size, double alpha, std::size_t n_best,
-                                                 bool use_cache, const ShouldStop& should_stop) {
+                                                 bool use_cache, const ShouldStop& should_stop, const TokenRules& rules) {
     const std::string fn = "beam_search";
     detail::check_decode_args(model, src, src_mask, max_len, start_symbol, end_symbol, fn);
+    rules.check(model.config.n_trg_vocab, true, fn);
     if (beam_size < 1) throw ValueError(fn + ": beam_size must be at least 1, got " + std::to_string(beam_size));
     if (!std::isfinite(alpha) || alpha < 0.0)
         throw ValueError(fn + ": alpha must be a finite number >= 0, got " + std::to_string(alpha));
@@ -54,6 +55,8 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
         throw ValueError(fn + ": n_best must be between 1 and beam_size = " + std::to_string(beam_size) + ", got " +
                          std::to_string(n_best));
     const std::size_t b = src.shape[0], V = model.config.n_trg_vocab;
+    // Each row's best words: beam_size of them after the banned ones are dropped.
+    const std::size_t per_row = std::min(V, beam_size + rules.banned.size());
     {   // Sizes from user integers, checked before anything grows: each step keeps the beam_size best
         // words of up to b x beam_size decoder rows, and the caller gets b x n_best x max_len ids.
         const std::string beam_what = fn + ": beam_size = " + std::to_string(beam_size);
@@ -84,7 +87,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
 
     auto decoder = make_step_decoder(model, src, src_mask, use_cache);   // row s: source s's first hypothesis
     std::vector<Candidate> candidates;
-    std::vector<double> row_lp;          // row r's best words: [r * beam_size, r * beam_size + row_n[r])
+    std::vector<double> row_lp;          // row r's best words: [r * per_row, r * per_row + row_n[r])
     std::vector<std::int64_t> row_word;
     std::vector<std::size_t> row_n;
     // A row's k best words by the vector loops of the kernel level (kernels/simd/search.cpp).
@@ -99,13 +102,32 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
         // Each decoder row's log-softmax and best words, the rows spread over the threads (each row
         // reads V logits and does V exps; the selection below then sees beam_size words a row).
         const std::size_t rows = last.size();
-        row_lp.resize(rows * beam_size);
-        row_word.resize(rows * beam_size);
+        row_lp.resize(rows * per_row);
+        row_word.resize(rows * per_row);
         row_n.resize(rows);
+        const bool forced = rules.force_end && t + 1 == max_len;
         parallel::parallel_for(rows, 1, [&](std::size_t begin, std::size_t end) {
-            for (std::size_t r = begin; r < end; ++r)
-                row_n[r] = best_words(logits.data() + r * V, V, beam_size, row_lp.data() + r * beam_size,
-                                      row_word.data() + r * beam_size);
+            for (std::size_t r = begin; r < end; ++r) {
+                const float* row = logits.data() + r * V;
+                double* lp = row_lp.data() + r * per_row;
+                std::int64_t* word = row_word.data() + r * per_row;
+                row_n[r] = best_words(row, V, per_row, lp, word);
+                if (forced) {   // the last position: end_symbol only, at its log-probability
+                    // log_softmax(x)_e = x_e - logsumexp(x), and logsumexp(x) = x_w - log_softmax(x)_w for any w.
+                    lp[0] = double(row[end_symbol]) - (double(row[word[0]]) - lp[0]);
+                    word[0] = end_symbol;
+                    row_n[r] = 1;
+                    continue;
+                }
+                std::size_t kept = 0;   // drop the banned words, keep the order
+                for (std::size_t i = 0; i < row_n[r] && kept < beam_size; ++i)
+                    if (!rules.is_banned(word[i])) {
+                        lp[kept] = lp[i];
+                        word[kept] = word[i];
+                        ++kept;
+                    }
+                row_n[r] = kept;
+            }
         });
 
         std::vector<std::size_t> parents;   // the decoder row each new live hypothesis extends
@@ -117,7 +139,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
             for (std::size_t j = 0; j < hyps.size(); ++j) {
                 const std::size_t r = row0 + j;
                 for (std::size_t i = 0; i < row_n[r]; ++i)
-                    candidates.push_back({hyps[j].log_prob + row_lp[r * beam_size + i], j, row_word[r * beam_size + i]});
+                    candidates.push_back({hyps[j].log_prob + row_lp[r * per_row + i], j, row_word[r * per_row + i]});
             }
             const std::size_t k = std::min(beam_size, candidates.size());
             std::partial_sort(candidates.begin(), candidates.begin() + std::ptrdiff_t(k), candidates.end(), better);

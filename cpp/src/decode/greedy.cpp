@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <limits>
 
-#include "ctransformer/error.hpp"
 #include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/decode/step_decoder.hpp"
 #include "ctransformer/decode/packed_weights.hpp"
@@ -16,14 +15,7 @@ GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, 
                            std::size_t max_len, std::int64_t start_symbol, std::optional<std::int64_t> end_symbol,
                            bool use_cache, bool return_logits, const ShouldStop& should_stop, const TokenRules& rules) {
     detail::check_decode_args(model, src, src_mask, max_len, start_symbol, end_symbol, "greedy_decode");
-    const std::int64_t n_vocab = std::int64_t(model.config.n_trg_vocab);
-    for (std::int64_t id : rules.banned)
-        if (id < 0 || id >= n_vocab)
-            throw ValueError("greedy_decode: a banned id (" + std::to_string(id) + ") is outside the target vocabulary [0, " +
-                             std::to_string(n_vocab) + ")");
-    if (rules.force_end && !end_symbol) throw ValueError("greedy_decode: force_end needs an end_symbol");
-    if (std::int64_t(rules.banned.size()) >= n_vocab)
-        throw ValueError("greedy_decode: every id of the target vocabulary is banned");
+    rules.check(model.config.n_trg_vocab, end_symbol.has_value(), "greedy_decode");
     NoGradGuard no_grad;
     PackedWeights packing;   // the call's products of many rows read their weights packed once
     const std::size_t b = src.shape[0], V = model.config.n_trg_vocab;
@@ -42,9 +34,6 @@ GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, 
     std::vector<std::int64_t> next(b, start_symbol);
     // The first maximum of a row by the vector loops of the kernel level (kernels/simd/search.cpp).
     const auto first_max = kernels::search_loops().first_max;
-    auto is_banned = [&](std::int64_t id) {
-        return std::find(rules.banned.begin(), rules.banned.end(), id) != rules.banned.end();
-    };
 
     for (std::size_t t = 1; t < max_len && !active.empty(); ++t) {
         check_should_stop(should_stop, "greedy_decode");
@@ -56,10 +45,10 @@ GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, 
             auto word = std::int64_t(first_max(row, V));   // the first maximum
             if (rules.force_end && t + 1 == max_len) {
                 word = *end_symbol;
-            } else if (is_banned(word)) {   // the first maximum over the ids allowed (a plain scan: rare)
+            } else if (rules.is_banned(word)) {   // the first maximum over the ids allowed (a plain scan: rare)
                 std::int64_t best = -1;
                 for (std::size_t j = 0; j < V; ++j)
-                    if (!is_banned(std::int64_t(j)) && (best < 0 || row[j] > row[best])) best = std::int64_t(j);
+                    if (!rules.is_banned(std::int64_t(j)) && (best < 0 || row[j] > row[best])) best = std::int64_t(j);
                 word = best;
             }
             result.ids.data[active[i] * max_len + t] = word;

@@ -65,7 +65,7 @@ class GPTCache:
     @property
     def length(self) -> int:
         ...
-def beam_search(model: ctransformer._core.nn.Transformer, src: typing.Any, src_mask: typing.Any, max_len: typing.SupportsInt | typing.SupportsIndex, start_symbol: typing.SupportsInt | typing.SupportsIndex, end_symbol: typing.Any, beam_size: typing.SupportsInt | typing.SupportsIndex = 4, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, n_best: typing.Any = None, use_cache: bool = True) -> tuple:
+def beam_search(model: ctransformer._core.nn.Transformer, src: typing.Any, src_mask: typing.Any, max_len: typing.SupportsInt | typing.SupportsIndex, start_symbol: typing.SupportsInt | typing.SupportsIndex, end_symbol: typing.Any, beam_size: typing.SupportsInt | typing.SupportsIndex = 4, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, n_best: typing.Any = None, use_cache: bool = True, banned: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], force_end: bool = False) -> tuple:
     """
     (ids (b, max_len) int64, scores (b,) float64), or with n_best=k (ids (b, k, max_len), scores (b, k)). See ctransformer.decode.beam_search.
     """

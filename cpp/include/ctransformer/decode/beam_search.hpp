@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ctransformer/decode/should_stop.hpp"
+#include "ctransformer/decode/token_rules.hpp"
 #include "ctransformer/nn/transformer.hpp"
 
 namespace ct::decode {
@@ -48,6 +49,6 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
                                                  std::size_t beam_size = defaults::beam_size,
                                                  double alpha = defaults::alpha,
                                                  std::size_t n_best = 1, bool use_cache = true,
-                                                 const ShouldStop& should_stop = {});
+                                                 const ShouldStop& should_stop = {}, const TokenRules& rules = {});
 
 }  // namespace ct::decode

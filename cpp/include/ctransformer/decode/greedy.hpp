@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ctransformer/decode/should_stop.hpp"
+#include "ctransformer/decode/token_rules.hpp"
 
 #include "ctransformer/nn/transformer.hpp"
 
@@ -22,16 +23,7 @@ struct GreedyOutput {
 // trg_pad_idx, it is dropped from the batch being decoded, and decoding stops when every row is done.
 // use_cache: key/value-cached steps (IncrementalDecoder) or the Annotated Transformer's full-prefix loop.
 // Runs without recording a graph; the model is used as it is (call eval() first).
-//
-// The rules Hugging Face's generate() applies for a Marian model (TokenRules): `banned` ids are never chosen
-// (bad_words_ids = [[pad]]: the arg-max is taken over the other ids), and with force_end a row that reaches
-// its last position ends with end_symbol there (forced_eos_token_id). The returned logits are the model's,
-// before the rules.
-struct TokenRules {
-    std::vector<std::int64_t> banned;
-    bool force_end = false;
-};
-
+// rules: decode/token_rules.hpp (Marian's banned pad and forced end).
 GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, const Mask* src_mask,
                            std::size_t max_len, std::int64_t start_symbol,
                            std::optional<std::int64_t> end_symbol = std::nullopt, bool use_cache = true,
