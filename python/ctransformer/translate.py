@@ -1,8 +1,10 @@
-"""Translate text with a checkpoint of the ``multi30k`` task: ``ctransformer-translate --checkpoint PATH``.
+"""Translate text with a checkpoint of the ``multi30k`` task (``ctransformer-translate --checkpoint PATH``) or
+a pretrained Hugging Face Marian model, an opus-mt translator (``ctransformer-translate --pretrained DIR``).
 
 Reads sentences, one a line, from --input (plain or gzipped) or stdin; writes one detokenised
 translation a line to --output or stdout, in the input's order. Sentences are encoded with the
-sentencepiece model stored in the checkpoint, sorted by length into batches of --batch-size, and
+sentencepiece model stored in the checkpoint (a Marian directory's own tokenizer files with --pretrained;
+ctransformer.data.MarianTokenizer), sorted by length into batches of --batch-size, and
 searched with the batched beam search of ``ctransformer.decode.beam_search`` (GNMT length penalty
 --length-penalty; --beam-size 1 is greedy decoding). A translation may have up to
 ``max-len-ratio * L + 10`` subwords, L the longest source of its batch (batches hold sentences of
@@ -33,7 +35,11 @@ from ctransformer.translation import (  # noqa: F401
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="ctransformer-translate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="a checkpoint of ctransformer-train multi30k")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="a checkpoint of ctransformer-train multi30k")
+    source.add_argument("--pretrained", metavar="PATH",
+                        help="a Hugging Face Marian directory (an opus-mt model: config.json, model.safetensors, "
+                             "source.spm, target.spm, vocab.json); no transformers needed")
     parser.add_argument("--input", help="sentences to translate, one a line, plain or gzipped (default: stdin)")
     parser.add_argument("--output", help="where the translations go (default: stdout)")
     parser.add_argument("--beam-size", type=int, default=None, help="beam width (default: the checkpoint's, "
@@ -57,6 +63,9 @@ def main(argv=None):
                         help="write the checkpoint with its model quantised to int8 to OUT, and translate nothing")
     args = parser.parse_args(argv)
     if args.save_quantized:
+        if args.pretrained:
+            parser.error("--save-quantized writes a ctransformer checkpoint; with --pretrained, quantise at run time "
+                         "with --compute-type int8")
         try:
             quantize_checkpoint(args.checkpoint, args.save_quantized)
         except (OSError, ValueError) as error:
@@ -69,14 +78,21 @@ def main(argv=None):
         parser.error(f"--precision bf16 and --compute-type {args.compute_type} disagree")
     compute_type = "bfloat16" if args.precision == "bf16" else args.compute_type
     try:
-        model, vocab, cfg = load_translation_checkpoint(args.checkpoint)
-        translator = Translator(model, vocab,
-                                beam_size=args.beam_size if args.beam_size is not None else cfg["beam_size"],
-                                length_penalty=(args.length_penalty if args.length_penalty is not None
-                                                else cfg["length_penalty"]),
-                                max_len_ratio=(args.max_len_ratio if args.max_len_ratio is not None
-                                               else cfg["max_len_ratio"]),
-                                batch_size=args.batch_size)
+        if args.pretrained:
+            options = {k: v for k, v in (("length_penalty", args.length_penalty),
+                                         ("max_len_ratio", args.max_len_ratio)) if v is not None}
+            translator = Translator.from_pretrained(args.pretrained, beam_size=args.beam_size,
+                                                    batch_size=args.batch_size, **options)
+            model = translator.model
+        else:
+            model, vocab, cfg = load_translation_checkpoint(args.checkpoint)
+            translator = Translator(model, vocab,
+                                    beam_size=args.beam_size if args.beam_size is not None else cfg["beam_size"],
+                                    length_penalty=(args.length_penalty if args.length_penalty is not None
+                                                    else cfg["length_penalty"]),
+                                    max_len_ratio=(args.max_len_ratio if args.max_len_ratio is not None
+                                                   else cfg["max_len_ratio"]),
+                                    batch_size=args.batch_size)
         if args.input:
             sentences = read_lines(args.input)
         else:   # UTF-8 whatever the locale says

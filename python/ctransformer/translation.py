@@ -3,13 +3,16 @@ reading its checkpoints (``load_translation_checkpoint``), batched beam-search t
 (``Translator``) and corpus BLEU (``corpus_bleu``). The ``multi30k`` task, the ``ctransformer-translate``
 command (``ctransformer.translate``, which re-exports these names) and the notebooks use them.
 """
+import json
 import math
+import os
 import sys
 
 import numpy as np
 
 import ctransformer as ct
 from ctransformer.checkpoint import CheckpointError, load_model_state, read_checkpoint_contents
+from ctransformer.data.marian_tokenizer import MarianTokenizer
 from ctransformer.data.subword import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
 from ctransformer.data.token_batches import make_arrays
 
@@ -61,17 +64,33 @@ def quantize_checkpoint(path, output, dtype="int8"):
     return save_checkpoint(output, model, step=contents["step"], config=cfg, extra=contents["extra"])
 
 
+def _check_beam_size(value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"Translator: beam_size must be an int >= 1, got {value!r}")
+    return value
+
+
+def _check_length_penalty(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"Translator: length_penalty must be >= 0, got {value!r}")
+    return float(value)
+
+
 class Translator:
-    """Batched translation of raw sentences with a model and its subword vocabulary."""
+    """Batched translation of raw sentences with a model and its subword vocabulary.
+
+    ``vocab`` is the multi30k task's SubwordVocab, or a pretrained Marian model's MarianTokenizer
+    (``Translator.from_pretrained``). The decoder's start, end and pad ids come from the model and the vocabulary;
+    ``banned`` ids are never produced and ``force_end`` ends a translation that reaches its length limit with
+    the end id, as Hugging Face's generate() does for Marian (bad_words_ids, forced_eos_token_id)."""
 
     def __init__(self, model, vocab, beam_size=ct.decode.DEFAULT_BEAM_SIZE, length_penalty=ct.decode.DEFAULT_ALPHA,
                  max_len_ratio=1.5, max_len_extra=10,
-                 batch_size=32, warn=None):
-        for name, value, low in (("beam_size", beam_size, 1), ("batch_size", batch_size, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"Translator: {name} must be an int >= {low}, got {value!r}")
-        if not length_penalty >= 0:
-            raise ValueError(f"Translator: length_penalty must be >= 0, got {length_penalty!r}")
+                 batch_size=32, warn=None, max_length=None):
+        _check_beam_size(beam_size)
+        _check_length_penalty(length_penalty)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"Translator: batch_size must be an int >= 1, got {batch_size!r}")
         if not max_len_ratio > 0:
             raise ValueError(f"Translator: max_len_ratio must be > 0, got {max_len_ratio!r}")
         self.model, self.vocab = model, vocab
@@ -79,13 +98,42 @@ class Translator:
         self.max_len_ratio, self.max_len_extra = float(max_len_ratio), int(max_len_extra)
         self.batch_size = batch_size
         self.n_position = model.config.n_position
+        self.max_length = min(self.n_position, max_length) if max_length else self.n_position
         self.warn = warn if warn is not None else (lambda message: print(message, file=sys.stderr))
         self.truncated = 0
+        self.marian = isinstance(vocab, MarianTokenizer)
+        if self.marian:   # Marian: start on the decoder start id (the pad id), eos 0, pad never produced
+            self.pad_id, self.end_id = model.config.trg_pad_idx, vocab.eos_id
+            start = model.config.decoder_start_idx
+            self.start_id = self.pad_id if start is None else start
+            self.banned, self.force_end = [self.pad_id], True
+        else:
+            self.pad_id, self.start_id, self.end_id = PAD_ID, BOS_ID, EOS_ID
+            self.banned, self.force_end = [], False
+
+    @classmethod
+    def from_pretrained(cls, path, beam_size=None, **options):
+        """A Translator for a Hugging Face Marian directory (an opus-mt model): the model
+        (``ct.nn.Transformer.from_pretrained``) and its tokenizer (``ct.data.MarianTokenizer``), with no
+        ``transformers`` at run time. beam_size defaults to generation_config.json's num_beams (else 4); its
+        max_length caps the translations' length. Other options as the constructor's. Beam search normalises
+        by GNMT's length penalty (length_penalty, alpha), not Hugging Face's length ** length_penalty: a beam
+        translation can differ from transformers' generate(); greedy decoding (beam_size=1) equals it."""
+        model = ct.nn.Transformer.from_pretrained(path)
+        generation = {}
+        file = os.path.join(path, "generation_config.json")
+        if os.path.isfile(file):
+            with open(file, encoding="utf-8") as f:
+                generation = json.load(f)
+        if beam_size is None:
+            beam_size = int(generation.get("num_beams") or ct.decode.DEFAULT_BEAM_SIZE)
+        options.setdefault("max_length", generation.get("max_length"))
+        return cls(model, MarianTokenizer(path), beam_size=beam_size, **options)
 
     def encode(self, sentences, line_numbers=None):
         """Subword ids of each sentence, cut to the model's positions (one kept for end-of-sentence)."""
         room = self.n_position - 1
-        ids = self.vocab.encode(list(sentences))
+        ids = self.vocab.encode(list(sentences), add_eos=False) if self.marian else self.vocab.encode(list(sentences))
         for i, s in enumerate(ids):
             if len(s) > room:
                 line = line_numbers[i] if line_numbers is not None else i + 1
@@ -98,7 +146,7 @@ class Translator:
 
     def max_len(self, src_len):
         """Target positions allowed (start symbol counted) for a batch whose longest source has src_len ids."""
-        return max(2, min(self.n_position, int(math.ceil(self.max_len_ratio * src_len)) + self.max_len_extra))
+        return max(2, min(self.max_length, int(math.ceil(self.max_len_ratio * src_len)) + self.max_len_extra))
 
     def translate_ids(self, ids):
         """Output subword ids (end-of-sentence and padding removed) for each source id list, in order."""
@@ -109,25 +157,39 @@ class Translator:
         with ct.decode.PackedWeights():
             for start in range(0, len(order), self.batch_size):
                 rows = order[start:start + self.batch_size]
-                src, _ = make_arrays([ids[i] for i in rows], None)
-                mask = ct.nn.get_pad_mask(src, PAD_ID)
-                hyps, _ = ct.decode.beam_search(self.model, src, mask, self.max_len(src.shape[1]), BOS_ID, EOS_ID,
-                                                beam_size=self.beam_size, alpha=self.alpha)
+                src, _ = make_arrays([ids[i] for i in rows], None, pad=self.pad_id, eos=self.end_id)
+                mask = ct.nn.get_pad_mask(src, self.pad_id)
+                hyps, _ = ct.decode.beam_search(self.model, src, mask, self.max_len(src.shape[1]), self.start_id,
+                                                self.end_id, beam_size=self.beam_size, alpha=self.alpha,
+                                                banned=self.banned, force_end=self.force_end)
                 for r, i in enumerate(rows):
                     h = hyps[r, 1:]
-                    end = np.flatnonzero((h == EOS_ID) | (h == PAD_ID))
+                    end = np.flatnonzero((h == self.end_id) | (h == self.pad_id))
                     out[i] = h[:end[0]].tolist() if len(end) else h.tolist()
         return out
 
-    def translate(self, sentences):
-        """Detokenised translations of raw sentences (an empty line translates to an empty line)."""
+    def translate(self, sentences, beam_size=None, length_penalty=None):
+        """Detokenised translations of raw sentences (an empty line translates to an empty line). beam_size and
+        length_penalty override the translator's own for this call."""
+        if beam_size is not None or length_penalty is not None:
+            saved = self.beam_size, self.alpha
+            self.beam_size = _check_beam_size(saved[0] if beam_size is None else beam_size)
+            self.alpha = _check_length_penalty(saved[1] if length_penalty is None else length_penalty)
+            try:
+                return self.translate(sentences)
+            finally:
+                self.beam_size, self.alpha = saved
+        if isinstance(sentences, str):
+            raise TypeError("Translator.translate: expected a list of sentences, got one str (wrap it in a list)")
         sentences = list(sentences)
         keep = [i for i, s in enumerate(sentences) if s.strip()]
         ids = self.encode([sentences[i] for i in keep], [i + 1 for i in keep])
         result = [""] * len(sentences)
         with ct.no_grad():
-            for i, out in zip(keep, self.translate_ids(ids)):
-                result[i] = self.vocab.decode(out)
+            outs = self.translate_ids(ids)
+            texts = self.vocab.decode(outs) if self.marian else [self.vocab.decode(out) for out in outs]
+            for i, text in zip(keep, texts):
+                result[i] = text
         return result
 
 

@@ -98,16 +98,18 @@ class MarianTokenizer:
             out.extend(spm.encode(part, out_type=str))
         return out
 
-    def encode(self, sentences, target=False):
-        """Id lists, ``</s>`` appended, for a list of sentences (target=True: the target side's model and vocabulary)."""
+    def encode(self, sentences, target=False, add_eos=True):
+        """Id lists, ``</s>`` appended (unless add_eos=False), for a list of sentences (target=True: the target
+        side's model and vocabulary)."""
         if isinstance(sentences, str):
             raise TypeError("MarianTokenizer.encode: expected a list of sentences, got one str (wrap it in a list)")
         vocab = self.target_vocab if target else self.source_vocab
         unk = vocab[self.unk_token]
         # Special tokens take their source-side ids on both sides, as transformers registers them once.
         special = {t: self.source_vocab[t] for t in self.special_tokens if t in self.source_vocab}
-        return [[special[p] if p in special else vocab.get(p, unk) for p in self.pieces(s, target)] +
-                [special.get(self.eos_token, vocab[self.eos_token])] for s in sentences]
+        end = [special.get(self.eos_token, vocab[self.eos_token])] if add_eos else []
+        return [[special[p] if p in special else vocab.get(p, unk) for p in self.pieces(s, target)] + end
+                for s in sentences]
 
     def decode(self, ids_list, skip_special_tokens=True, target=True):
         """Sentences for id lists of the target side (target=False: the source side's)."""

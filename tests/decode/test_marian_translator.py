@@ -1,0 +1,100 @@
+"""Translator.from_pretrained and ctransformer-translate --pretrained on a Hugging Face Marian directory.
+
+The directory is what transformers writes (MarianMTModel.save_pretrained, random weights made lively as in
+test_marian_generate.py) plus the tokenizer files of tests/marian_dirs.py, no network. Greedy translations
+(beam_size 1) go through the same ids as transformers' generate() with the same settings, so the text equals
+MarianTokenizer.decode of generate()'s output, where no step of the batch is within KNIFE of a tie (the test
+keeps the sentences whose every step is off the edge, and requires most of them). Beam search, int8 and the
+command line are checked for what they promise: text out, the rules kept, the same as the library call.
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import ctransformer as ct
+from ctransformer.translation import Translator
+from marian_dirs import write_tokenizer
+from test_marian_generate import KNIFE, lively
+
+transformers = pytest.importorskip("transformers")
+
+SENTENCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch.",
+             "Kinder spielen Fußball auf einer Wiese.", "Ein alter Mann sitzt auf einer Bank.", "Hallo!"]
+
+
+@pytest.fixture(scope="module")
+def marian_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("opus_mt_random")
+    n_src, n_trg = write_tokenizer(str(path), separate=False, vocab_size=300)
+    pad = n_src - 1
+    torch.manual_seed(0)
+    config = transformers.MarianConfig(
+        vocab_size=n_src, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+        pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0, forced_eos_token_id=0,
+        activation_function="swish", scale_embedding=True, dropout=0.0)
+    hf = transformers.MarianMTModel(config).eval()
+    hf, _, _ = lively(hf, ct.nn.Transformer(ct.nn.TransformerConfig.marian(
+        vocab=n_src, d_model=32, d_inner=64, n_layers=2, n_head=4, n_position=128, pad_idx=pad)), pad, 1.5)
+    hf.save_pretrained(str(path))
+    with open(path / "generation_config.json", "w") as f:
+        json.dump({"num_beams": 1, "max_length": 24, "bad_words_ids": [[pad]], "decoder_start_token_id": pad,
+                   "eos_token_id": 0, "forced_eos_token_id": 0, "pad_token_id": pad}, f)
+    return str(path), hf
+
+
+def test_greedy_translation_equals_transformers(marian_dir):
+    path, hf = marian_dir
+    tok = transformers.MarianTokenizer(source_spm=os.path.join(path, "source.spm"),
+                                       target_spm=os.path.join(path, "target.spm"), vocab=os.path.join(path, "vocab.json"))
+    translator = Translator.from_pretrained(path, batch_size=1, max_len_ratio=100.0)   # max_length 24 decides
+    assert translator.beam_size == 1 and translator.max_length == 24
+    ours = translator.translate(SENTENCES)
+    compared = 0
+    for sentence, text in zip(SENTENCES, ours):
+        enc = tok([sentence], return_tensors="pt")
+        with torch.no_grad():
+            out = hf.generate(**enc, num_beams=1, do_sample=False, max_length=24, output_logits=True,
+                              return_dict_in_generate=True)
+        logits = torch.stack(out.logits, 1)[0].numpy()
+        logits[:, hf.config.pad_token_id] = -np.inf
+        top2 = np.sort(logits, -1)[:, -2:]
+        if (top2[:-1, 1] - top2[:-1, 0] < KNIFE).any():   # the last step is forced to eos
+            continue
+        assert text == tok.decode(out.sequences[0], skip_special_tokens=True)
+        compared += 1
+    assert compared >= len(SENTENCES) - 1
+
+
+def test_beam_int8_and_overrides(marian_dir):
+    path, _ = marian_dir
+    translator = Translator.from_pretrained(path, beam_size=4)
+    texts = translator.translate(SENTENCES + [""])
+    assert len(texts) == len(SENTENCES) + 1 and texts[-1] == "" and all(isinstance(t, str) for t in texts)
+    assert translator.translate(SENTENCES[:2], beam_size=1) == Translator.from_pretrained(path).translate(SENTENCES[:2])
+    assert translator.beam_size == 4
+    with ct.decode.using_compute_type(translator.model, "int8"):
+        assert len(translator.translate(SENTENCES)) == len(SENTENCES)
+    with pytest.raises(TypeError, match="list of sentences"):
+        translator.translate("Ein Satz.")
+    with pytest.raises(ValueError, match="beam_size"):
+        translator.translate(SENTENCES, beam_size=0)
+
+
+def test_command_line_pretrained(marian_dir, tmp_path, capsys):
+    from ctransformer.translate import main
+
+    path, _ = marian_dir
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    assert main(["--pretrained", path, "--input", str(source), "--output", str(out), "--beam-size", "1"]) == 0
+    assert out.read_text(encoding="utf-8").splitlines() == Translator.from_pretrained(path).translate(SENTENCES)
+    assert main(["--pretrained", path, "--input", str(source), "--output", str(out), "--compute-type", "int8"]) == 0
+    assert len(out.read_text(encoding="utf-8").splitlines()) == len(SENTENCES)
+    with pytest.raises(SystemExit):
+        main(["--pretrained", path, "--save-quantized", str(tmp_path / "q")])
+    assert "--save-quantized writes a ctransformer checkpoint" in capsys.readouterr().err
