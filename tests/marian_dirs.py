@@ -55,3 +55,34 @@ def write_tokenizer(path, separate=False, n_lines=3000, vocab_size=400, language
         source = target = vocab_of(codes, pieces(src_model), pieces(tgt_model))
     json.dump(source, open(os.path.join(path, "vocab.json"), "w"))
     return len(source), len(target)
+
+
+def write_marian_dir(path, d_model=32, n_layers=2, n_head=4, d_inner=64, n_position=128, vocab_size=300, seed=0,
+                     generation=None):
+    """A whole opus-mt-like directory: a random transformers.MarianMTModel saved by transformers (swish,
+    scaled embeddings, one shared and tied vocabulary) beside the tokenizer files above, and a
+    generation_config.json when `generation` is given. Returns the MarianMTModel (eval mode)."""
+    import torch
+    import transformers
+
+    n_src, _ = write_tokenizer(str(path), separate=False, vocab_size=vocab_size)
+    pad = n_src - 1
+    torch.manual_seed(seed)
+    config = transformers.MarianConfig(
+        vocab_size=n_src, d_model=d_model, encoder_layers=n_layers, decoder_layers=n_layers,
+        encoder_attention_heads=n_head, decoder_attention_heads=n_head, encoder_ffn_dim=d_inner,
+        decoder_ffn_dim=d_inner, max_position_embeddings=n_position, pad_token_id=pad, decoder_start_token_id=pad,
+        eos_token_id=0, forced_eos_token_id=0, activation_function="swish", scale_embedding=True, dropout=0.0)
+    hf = transformers.MarianMTModel(config).eval()
+    hf.save_pretrained(str(path))
+    if generation is not None:
+        write_generation(path, pad, generation)
+    return hf
+
+
+def write_generation(path, pad, generation):
+    """generation_config.json as opus-mt's, with `generation`'s settings (transformers' save_pretrained writes
+    its own over it: write this after)."""
+    with open(os.path.join(path, "generation_config.json"), "w") as f:
+        json.dump({"bad_words_ids": [[pad]], "decoder_start_token_id": pad, "eos_token_id": 0,
+                   "forced_eos_token_id": 0, "pad_token_id": pad, **generation}, f)

@@ -287,6 +287,11 @@ def main(argv=None):
                         help="override any default shown by --list, e.g. --set lr=1e-3 (several: --set a=1 b=2, "
                              "or --set a=1 --set b=2)")
     parser.add_argument("--json", help="write the result (history, evaluation, samples, time) here")
+    parser.add_argument("--init-from", metavar="PATH",
+                        help="start from a pretrained Hugging Face Marian directory (an opus-mt model; multi30k; "
+                             "--set train_src=... train_tgt=... for your own corpus)")
+    parser.add_argument("--save-pretrained", metavar="DIR",
+                        help="write the trained model as a Hugging Face Marian directory (with --init-from)")
     args = parser.parse_args(argv)
     if args.list:
         for name, cls in sorted(TASKS.items()):
@@ -331,6 +336,14 @@ def main(argv=None):
             parser.error(f"--epochs: task {args.task} counts steps, not epochs")
     if args.steps is not None:
         config["steps"] = args.steps
+    for flag, key, value in (("--init-from", "init_from", args.init_from),
+                             ("--save-pretrained", "save_pretrained", args.save_pretrained)):
+        if value:
+            if key not in defaults:
+                parser.error(f"{flag}: task {args.task} does not start from or save pretrained models (multi30k does)")
+            config[key] = value
+    if config.get("save_pretrained") and not config.get("init_from"):
+        parser.error("--save-pretrained writes a Marian model: start it with --init-from")
     try:
         task, model, result = train(args.task, config, checkpoint=args.checkpoint, resume=args.resume,
                                     checkpoint_every=args.checkpoint_every, progress=not args.no_progress,
@@ -354,6 +367,8 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1, default=float)
+    if config.get("save_pretrained"):
+        print(f"wrote {task.save_pretrained(model)}: the trained model as a Hugging Face Marian directory")
     ok, message = task.check(evaluation) if evaluation else (True, "")
     if message:
         print(message)

@@ -7,7 +7,6 @@ MarianTokenizer.decode of generate()'s output, where no step of the batch is wit
 keeps the sentences whose every step is off the edge, and requires most of them). Beam search, int8 and the
 command line are checked for what they promise: text out, the rules kept, the same as the library call.
 """
-import json
 import os
 
 import numpy as np
@@ -16,7 +15,7 @@ import torch
 
 import ctransformer as ct
 from ctransformer.translation import Translator
-from marian_dirs import write_tokenizer
+from marian_dirs import write_generation, write_marian_dir
 from test_marian_generate import KNIFE, lively
 
 transformers = pytest.importorskip("transformers")
@@ -28,21 +27,12 @@ SENTENCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine 
 @pytest.fixture(scope="module")
 def marian_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("opus_mt_random")
-    n_src, n_trg = write_tokenizer(str(path), separate=False, vocab_size=300)
-    pad = n_src - 1
-    torch.manual_seed(0)
-    config = transformers.MarianConfig(
-        vocab_size=n_src, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
-        pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0, forced_eos_token_id=0,
-        activation_function="swish", scale_embedding=True, dropout=0.0)
-    hf = transformers.MarianMTModel(config).eval()
-    hf, _, _ = lively(hf, ct.nn.Transformer(ct.nn.TransformerConfig.marian(
-        vocab=n_src, d_model=32, d_inner=64, n_layers=2, n_head=4, n_position=128, pad_idx=pad)), pad, 1.5)
-    hf.save_pretrained(str(path))
-    with open(path / "generation_config.json", "w") as f:
-        json.dump({"num_beams": 1, "max_length": 24, "bad_words_ids": [[pad]], "decoder_start_token_id": pad,
-                   "eos_token_id": 0, "forced_eos_token_id": 0, "pad_token_id": pad}, f)
+    hf = write_marian_dir(path)
+    pad = hf.config.pad_token_id
+    lively(hf, ct.nn.Transformer(ct.nn.TransformerConfig.marian(
+        vocab=hf.config.vocab_size, d_model=32, d_inner=64, n_layers=2, n_head=4, n_position=128, pad_idx=pad)), pad, 1.5)
+    hf.save_pretrained(str(path))   # the lively weights over the plain ones
+    write_generation(path, pad, {"num_beams": 1, "max_length": 24})
     return str(path), hf
 
 

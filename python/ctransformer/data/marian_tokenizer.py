@@ -67,6 +67,10 @@ class MarianTokenizer:
         self._special_pieces = {self.source_vocab[t]: t for t in self.special_tokens if t in self.source_vocab}
         self.language_codes = [p for p in self.source_vocab if p.startswith(">>") and p.endswith("<<")]
 
+    def __len__(self):
+        """The source vocabulary's size."""
+        return len(self.source_vocab)
+
     # Ids of the special tokens, in the vocabulary a side uses.
     @property
     def eos_id(self):

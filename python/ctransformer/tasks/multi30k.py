@@ -19,6 +19,7 @@ a line) trains on another corpus; ``test_src``/``test_tgt`` add a final test BLE
 default: test2016).
 """
 import math
+import os
 import time
 
 import numpy as np
@@ -26,7 +27,8 @@ import numpy as np
 import ctransformer as ct
 from ctransformer.data.parallel_corpus import corpus_from_options, multi30k
 from ctransformer.data.paths import cache_dir
-from ctransformer.data.subword import PAD_ID, cached_subword_vocab, training_key
+from ctransformer.data.marian_tokenizer import MarianTokenizer
+from ctransformer.data.subword import BOS_ID, EOS_ID, PAD_ID, cached_subword_vocab, training_key
 from ctransformer.data.token_batches import TokenBatcher
 from ctransformer.kept_models import stem
 from ctransformer.translation import TASK, Translator, build_model, corpus_bleu
@@ -45,6 +47,10 @@ class Multi30k(Task):
         # The corpus: Multi30k unless files are named; max_train_pairs > 0 keeps the first N pairs.
         "train_src": "", "train_tgt": "", "valid_src": "", "valid_tgt": "", "test_src": "", "test_tgt": "",
         "max_train_pairs": 0,
+        # Fine-tuning: a Hugging Face Marian directory (an opus-mt model; --init-from) gives the model, its weights
+        # and its tokenizer, in place of the subword and model settings below; save_pretrained (--save-pretrained)
+        # writes the trained model back as such a directory.
+        "init_from": "", "save_pretrained": "",
         # Subwords and batches. Pairs with a side of more than max_len subwords are left out of training.
         "vocab_size": 8000, "subword_model": "bpe", "max_len": 100, "batch_tokens": 4096,
         # The model (the post-norm Transformer, tied embeddings; d_k = d_v = d_model / n_head).
@@ -110,24 +116,41 @@ class Multi30k(Task):
                              f"in (0, 1], got {cfg['warmup_fraction']!r}, {cfg['final_lr_fraction']!r}, "
                              f"{cfg['average_span']!r}")
         empty = self._load_data()
-        text = self.train_corpus.src + self.train_corpus.tgt
-        self.vocab = cached_subword_vocab(text, self._vocab_path(text), cfg["vocab_size"], cfg["subword_model"],
-                                          log=self.log)
-        src = self.vocab.encode(self.train_corpus.src)
-        tgt = self.vocab.encode(self.train_corpus.tgt)
+        if cfg["init_from"]:
+            model = ct.nn.Transformer.from_pretrained(cfg["init_from"])
+            model.train()
+            self.vocab = MarianTokenizer(cfg["init_from"])
+            self.pad_id, self.eos_id = model.config.trg_pad_idx, self.vocab.eos_id
+            start = model.config.decoder_start_idx
+            self.bos_id = self.pad_id if start is None else start
+            encode = lambda sentences, target=False: self.vocab.encode(sentences, target=target, add_eos=False)
+            self.log(f"multi30k: fine-tuning {cfg['init_from']} (its model, weights and tokenizer; the subword and "
+                     f"model settings are not used)")
+        else:
+            text = self.train_corpus.src + self.train_corpus.tgt
+            self.vocab = cached_subword_vocab(text, self._vocab_path(text), cfg["vocab_size"], cfg["subword_model"],
+                                              log=self.log)
+            self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
+            encode = lambda sentences, target=False: self.vocab.encode(sentences)
+            model = None
+        src = encode(self.train_corpus.src)
+        tgt = encode(self.train_corpus.tgt, target=True)
         keep = [i for i in range(len(src)) if len(src[i]) <= cfg["max_len"] and len(tgt[i]) <= cfg["max_len"]]
-        self.batcher = TokenBatcher([src[i] for i in keep], [tgt[i] for i in keep], cfg["batch_tokens"], cfg["seed"])
-        room = cfg["n_position"] - 1
-        self.valid_ids = ([s[:room] for s in self.vocab.encode(self.valid_corpus.src)],
-                          [t[:room] for t in self.vocab.encode(self.valid_corpus.tgt)])
-        self.valid_batcher = TokenBatcher(*self.valid_ids, max(cfg["batch_tokens"], room + 1), seed=0)
+        special = dict(pad=self.pad_id, bos=self.bos_id, eos=self.eos_id)
+        self.batcher = TokenBatcher([src[i] for i in keep], [tgt[i] for i in keep], cfg["batch_tokens"], cfg["seed"],
+                                    **special)
+        room = cfg["n_position"] - 1 if model is None else model.config.n_position - 1
+        self.valid_ids = ([s[:room] for s in encode(self.valid_corpus.src)],
+                          [t[:room] for t in encode(self.valid_corpus.tgt, target=True)])
+        self.valid_batcher = TokenBatcher(*self.valid_ids, max(cfg["batch_tokens"], room + 1), seed=0, **special)
         self.log(f"multi30k: {len(keep)} training pairs ({empty} with an empty side and {len(src) - len(keep)} "
                  f"over {cfg['max_len']} subwords left out), {len(self.vocab)} subwords, {len(self.batcher)} "
                  f"batches of <= {cfg['batch_tokens']} tokens an epoch, padding "
                  f"{100 * self.batcher.padding_fraction(0):.1f}%; {len(self.valid_corpus)} validation pairs")
         if cfg["epochs"] > 0:
             cfg["steps"] = cfg["epochs"] * len(self.batcher)
-        model = build_model(cfg, len(self.vocab))
+        if model is None:
+            model = build_model(cfg, len(self.vocab))
         optimizer = ct.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
         self.restart_clocks()
         self._minutes_before = 0.0
@@ -213,6 +236,8 @@ class Multi30k(Task):
 
     # --- checkpoint hooks ------------------------------------------------------------------------------
     def model_extra(self):
+        if self.cfg["init_from"]:   # the tokenizer stays in the Marian directory the run started from
+            return {"task": TASK, "init_from": self.cfg["init_from"]}
         return {"task": TASK, "sentencepiece": self.vocab.as_array()}
 
     def best_metric(self):
@@ -240,12 +265,12 @@ class Multi30k(Task):
 
     def loss_count(self, batch):
         _, tgt = batch
-        return int((tgt[:, 1:] != PAD_ID).sum())
+        return int((tgt[:, 1:] != self.pad_id).sum())
 
     def loss(self, model, batch):
         src, tgt = batch
         logits = model(src, tgt[:, :-1])                    # (b * lt, vocab)
-        loss = ct.functional.cross_entropy(logits, tgt[:, 1:].reshape(-1), ignore_index=PAD_ID,
+        loss = ct.functional.cross_entropy(logits, tgt[:, 1:].reshape(-1), ignore_index=self.pad_id,
                                            label_smoothing=self.cfg["label_smoothing"])  # mean over real tokens
         return loss, {}
 
@@ -278,10 +303,10 @@ class Multi30k(Task):
         for indices in self.valid_batcher.epoch(0):
             src, tgt = self.valid_batcher.arrays(indices)
             target = tgt[:, 1:].reshape(-1)
-            loss = ct.functional.cross_entropy(model(src, tgt[:, :-1]), target, ignore_index=PAD_ID,
+            loss = ct.functional.cross_entropy(model(src, tgt[:, :-1]), target, ignore_index=self.pad_id,
                                                reduction="sum")
             total += loss.item()
-            count += int((target != PAD_ID).sum())
+            count += int((target != self.pad_id).sum())
         n = sentences if sentences is not None else (self.cfg["val_sentences"] or len(self.valid_corpus))
         hypotheses = self.translator(model, beam_size).translate(self.valid_corpus.src[:n])
         score, _ = corpus_bleu(hypotheses, self.valid_corpus.tgt[:n])
@@ -292,6 +317,21 @@ class Multi30k(Task):
         return Translator(model, self.vocab, beam_size=beam_size or cfg["beam_size"],
                           length_penalty=cfg["length_penalty"], max_len_ratio=cfg["max_len_ratio"],
                           batch_size=cfg["eval_batch_size"], warn=lambda message: None)
+
+    def save_pretrained(self, model):
+        """Write the model fine-tuned from init_from as a Hugging Face Marian directory (cfg save_pretrained),
+        with the tokenizer and generation files of the directory it started from."""
+        import shutil
+
+        from ctransformer.marian import save_pretrained
+
+        out = self.cfg["save_pretrained"]
+        save_pretrained(model, out)
+        for name in ("source.spm", "target.spm", "vocab.json", "target_vocab.json", "tokenizer_config.json",
+                     "generation_config.json"):
+            if os.path.isfile(os.path.join(self.cfg["init_from"], name)):
+                shutil.copyfile(os.path.join(self.cfg["init_from"], name), os.path.join(out, name))
+        return out
 
     # --- the end ---------------------------------------------------------------------------------------
     def evaluate(self, model, rng):
