@@ -1,5 +1,9 @@
 """Export a trained Transformer to other inference engines.
 
+A Marian model (``TransformerConfig.marian``, ``nn.Transformer.from_pretrained``) is written as CTranslate2's
+own converter writes a Hugging Face opus-mt model (``_build_marian_spec``): its vocabulary may be given as the
+model's ``MarianTokenizer``. The rest of this note is about the post-norm Transformer.
+
 ``to_ctranslate2(model, path, vocabulary)`` writes the post-norm Transformer (``nn.Transformer``) as a
 CTranslate2 model directory, so a translation service can run it with CTranslate2's ``Translator``.
 CTranslate2's Transformer spec expresses every part of the post-norm Transformer:
@@ -150,6 +154,73 @@ def _build_spec(model, transformer_spec, tokens):
     return spec
 
 
+def _build_marian_spec(model, transformer_spec, tokens):
+    """The TransformerSpec of a Marian-layout model, as CTranslate2's own MarianMTLoader builds it: biased
+    projections, the activation, no embedding LayerNorm, Hugging Face's positional table, final_logits_bias as
+    the output bias. The pad token (the last id) leaves the vocabulary, and the decoder starts from a zero
+    embedding, which is what Hugging Face's pad row holds (padding_idx: zero, and never trained)."""
+    from ctranslate2.specs import common_spec
+
+    cfg = model.config
+    sd = {k: np.asarray(v, dtype=np.float32) for k, v in model.state_dict().items()}
+    pad = cfg.trg_pad_idx
+    if pad != cfg.n_trg_vocab - 1 or pad != cfg.n_src_vocab - 1:
+        raise ValueError(f"to_ctranslate2: a Marian model's pad id must be its last (CTranslate2 drops it from the "
+                         f"vocabulary), got pad {pad} of {cfg.n_src_vocab} / {cfg.n_trg_vocab}")
+    for name in ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
+        if name in sd and np.any(sd[name][pad]):
+            raise ValueError(f"to_ctranslate2: {name}'s pad row is not zero; CTranslate2 starts the decoder from a "
+                             "zero embedding where Hugging Face reads that row")
+    if model.quantization is not None:
+        raise ValueError("to_ctranslate2: write a Marian model in float32 (quantization='int8' quantises it in "
+                         "CTranslate2's converter)")
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+                  "gelu_new": common_spec.Activation.GELUTanh, "silu": common_spec.Activation.SWISH}[cfg.activation]
+    enc = transformer_spec.TransformerEncoderSpec(cfg.n_layers, cfg.n_head, pre_norm=False, activation=activation)
+    dec = transformer_spec.TransformerDecoderSpec(cfg.n_layers, cfg.n_head, pre_norm=False, activation=activation)
+
+    def linear(spec, *names):
+        spec.weight = np.concatenate([sd[n + ".weight"] for n in names], axis=0)
+        spec.bias = np.concatenate([sd[n + ".bias"] for n in names], axis=0)
+
+    def layer_norm(spec, name):
+        spec.gamma, spec.beta = sd[name + ".weight"], sd[name + ".bias"]
+
+    def stack(spec, side):
+        p = f"model.{side}"
+        emb = spec.embeddings[0] if side == "encoder" else spec.embeddings
+        emb.weight = sd[f"{p}.embed_tokens.weight"][:-1]
+        spec.scale_embeddings = cfg.scale_emb_or_prj == "emb"
+        spec.position_encodings.encodings = sd[f"{p}.embed_positions.weight"]
+        for i, layer in enumerate(spec.layer):
+            q = f"{p}.layers.{i}"
+            a = f"{q}.self_attn"
+            linear(layer.self_attention.linear[0], f"{a}.q_proj", f"{a}.k_proj", f"{a}.v_proj")
+            linear(layer.self_attention.linear[1], f"{a}.out_proj")
+            layer_norm(layer.self_attention.layer_norm, f"{q}.self_attn_layer_norm")
+            if side == "decoder":
+                a = f"{q}.encoder_attn"
+                linear(layer.attention.linear[0], f"{a}.q_proj")
+                linear(layer.attention.linear[1], f"{a}.k_proj", f"{a}.v_proj")
+                linear(layer.attention.linear[2], f"{a}.out_proj")
+                layer_norm(layer.attention.layer_norm, f"{q}.encoder_attn_layer_norm")
+            linear(layer.ffn.linear_0, f"{q}.fc1")
+            linear(layer.ffn.linear_1, f"{q}.fc2")
+            layer_norm(layer.ffn.layer_norm, f"{q}.final_layer_norm")
+
+    stack(enc, "encoder")
+    stack(dec, "decoder")
+    dec.start_from_zero_embedding = True
+    dec.projection.weight = sd["lm_head.weight"][:-1]
+    dec.projection.bias = sd["final_logits_bias"][0, :-1]
+    spec = transformer_spec.TransformerSpec(enc, dec)
+    spec.config.layer_norm_epsilon = float(cfg.layer_norm_eps)
+    src_tokens, trg_tokens = tokens
+    spec.register_source_vocabulary(src_tokens[:-1])
+    spec.register_target_vocabulary(trg_tokens[:-1])
+    return spec
+
+
 def to_ctranslate2(model, path, vocabulary, *, target_vocabulary=None, unk_token="<unk>", bos_token="<s>",
                    eos_token="</s>", quantization=None, force=False):
     """Write `model` (the post-norm ``nn.Transformer``) as a CTranslate2 model directory at `path`.
@@ -164,6 +235,9 @@ def to_ctranslate2(model, path, vocabulary, *, target_vocabulary=None, unk_token
     """
     ctranslate2, transformer_spec = _ctranslate2()
     cfg = model.config
+    if cfg.layout == "marian":
+        return _marian_to_ctranslate2(ctranslate2, transformer_spec, model, path, vocabulary, target_vocabulary,
+                                      quantization, force)
     _check_supported(cfg)
     if model.quantization is not None and quantization is not None:
         raise ValueError(f"to_ctranslate2: the model is quantised to {model.quantization} and is written with its own "
@@ -183,3 +257,42 @@ def to_ctranslate2(model, path, vocabulary, *, target_vocabulary=None, unk_token
             return spec
 
     return _Converter().convert(str(path), quantization=quantization, force=force)
+
+
+def _marian_to_ctranslate2(ctranslate2, transformer_spec, model, path, vocabulary, target_vocabulary, quantization,
+                           force):
+    """A Marian model: its vocabulary is a MarianTokenizer (or lists of tokens by id); </s> ends a translation and
+    the decoder's start token is CTranslate2's choice for Marian (</s> over a zero embedding)."""
+    from .data.marian_tokenizer import MarianTokenizer
+
+    cfg = model.config
+    if isinstance(vocabulary, MarianTokenizer):
+        tok = vocabulary
+        vocabulary = _tokens_by_id(tok.source_vocab, cfg.n_src_vocab, "vocab.json")
+        target_vocabulary = _tokens_by_id(tok.target_vocab, cfg.n_trg_vocab, "the target vocabulary")
+    src_tokens = _check_vocabulary("vocabulary", vocabulary, cfg.n_src_vocab)
+    trg_tokens = _check_vocabulary("target_vocabulary", vocabulary if target_vocabulary is None
+                                   else target_vocabulary, cfg.n_trg_vocab)
+    for token in ("</s>", "<unk>"):
+        if token not in trg_tokens:
+            raise ValueError(f"to_ctranslate2: {token!r} is not in the target vocabulary")
+
+    class _Converter(ctranslate2.converters.Converter):
+        def _load(self):
+            spec = _build_marian_spec(model, transformer_spec, (src_tokens, trg_tokens))
+            spec.config.unk_token, spec.config.eos_token = "<unk>", "</s>"
+            spec.config.bos_token = spec.config.decoder_start_token = "</s>"
+            return spec
+
+    return _Converter().convert(str(path), quantization=quantization, force=force)
+
+
+def _tokens_by_id(vocab, size, what):
+    tokens = [None] * size
+    for piece, i in vocab.items():
+        if not 0 <= i < size:
+            raise ValueError(f"to_ctranslate2: {what} maps {piece!r} to id {i}, outside the model's {size} ids")
+        tokens[i] = piece
+    if None in tokens:
+        raise ValueError(f"to_ctranslate2: {what} has no token for id {tokens.index(None)}")
+    return tokens
