@@ -20,12 +20,13 @@ from ._core.nn import Module as _Module
 from ._core.nn import Transformer as _Transformer
 from ._core.nn.gpt import GPT as _GPT
 from .amp import autocast
+from .hf_beam_search import hf_beam_search
 
 COMPUTE_TYPES = ("default", "float32", "int8", "bfloat16")
 """What a decoding call's compute_type may be: the model's own precision ("default"), or float32, int8 or
 bfloat16 for this call."""
 
-__all__ = ["greedy_decode", "beam_search", "generate", "length_penalty", "StepDecoder", "GPTCache", "PackedWeights",
+__all__ = ["greedy_decode", "beam_search", "hf_beam_search", "generate", "length_penalty", "StepDecoder", "GPTCache", "PackedWeights",
            "DEFAULT_BEAM_SIZE", "DEFAULT_ALPHA", "COMPUTE_TYPES", "using_compute_type"]
 
 

@@ -86,7 +86,7 @@ class Translator:
 
     def __init__(self, model, vocab, beam_size=ct.decode.DEFAULT_BEAM_SIZE, length_penalty=ct.decode.DEFAULT_ALPHA,
                  max_len_ratio=1.5, max_len_extra=10,
-                 batch_size=32, warn=None, max_length=None):
+                 batch_size=32, warn=None, max_length=None, search="gnmt", early_stopping=False):
         _check_beam_size(beam_size)
         _check_length_penalty(length_penalty)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -97,6 +97,10 @@ class Translator:
         self.beam_size, self.alpha = beam_size, float(length_penalty)
         self.max_len_ratio, self.max_len_extra = float(max_len_ratio), int(max_len_extra)
         self.batch_size = batch_size
+        if search not in ("gnmt", "hf"):
+            raise ValueError(f"Translator: search must be 'gnmt' (decode.beam_search) or 'hf' (decode.hf_beam_search, "
+                             f"transformers' rules), got {search!r}")
+        self.search, self.early_stopping = search, early_stopping
         self.n_position = model.config.n_position
         self.max_length = min(self.n_position, max_length) if max_length else self.n_position
         self.warn = warn if warn is not None else (lambda message: print(message, file=sys.stderr))
@@ -115,10 +119,10 @@ class Translator:
     def from_pretrained(cls, path, beam_size=None, **options):
         """A Translator for a Hugging Face Marian directory (an opus-mt model): the model
         (``ct.nn.Transformer.from_pretrained``) and its tokenizer (``ct.data.MarianTokenizer``), with no
-        ``transformers`` at run time. beam_size defaults to generation_config.json's num_beams (else 4); its
-        max_length caps the translations' length. Other options as the constructor's. Beam search normalises
-        by GNMT's length penalty (length_penalty, alpha), not Hugging Face's length ** length_penalty: a beam
-        translation can differ from transformers' generate(); greedy decoding (beam_size=1) equals it."""
+        ``transformers`` at run time. It searches as transformers' generate() does (``decode.hf_beam_search``),
+        with generation_config.json's num_beams (else 4), length_penalty (else 1.0), early_stopping and
+        max_length (which caps the translations' length). Other options as the constructor's; search="gnmt"
+        gives ctransformer's own beam search (GNMT's length penalty, length_penalty its alpha)."""
         model = ct.nn.Transformer.from_pretrained(path)
         generation = {}
         file = os.path.join(path, "generation_config.json")
@@ -127,6 +131,10 @@ class Translator:
                 generation = json.load(f)
         if beam_size is None:
             beam_size = int(generation.get("num_beams") or ct.decode.DEFAULT_BEAM_SIZE)
+        options.setdefault("search", "hf")
+        if options["search"] == "hf":
+            options.setdefault("length_penalty", float(generation.get("length_penalty", 1.0)))
+            options.setdefault("early_stopping", generation.get("early_stopping", False))
         options.setdefault("max_length", generation.get("max_length"))
         return cls(model, MarianTokenizer(path), beam_size=beam_size, **options)
 
@@ -159,9 +167,15 @@ class Translator:
                 rows = order[start:start + self.batch_size]
                 src, _ = make_arrays([ids[i] for i in rows], None, pad=self.pad_id, eos=self.end_id)
                 mask = ct.nn.get_pad_mask(src, self.pad_id)
-                hyps, _ = ct.decode.beam_search(self.model, src, mask, self.max_len(src.shape[1]), self.start_id,
-                                                self.end_id, beam_size=self.beam_size, alpha=self.alpha,
-                                                banned=self.banned, force_end=self.force_end)
+                if self.search == "hf":
+                    hyps, _ = ct.decode.hf_beam_search(self.model, src, mask, self.max_len(src.shape[1]),
+                                                       self.start_id, self.end_id, num_beams=self.beam_size,
+                                                       length_penalty=self.alpha, early_stopping=self.early_stopping,
+                                                       banned=self.banned, force_end=self.force_end)
+                else:
+                    hyps, _ = ct.decode.beam_search(self.model, src, mask, self.max_len(src.shape[1]), self.start_id,
+                                                    self.end_id, beam_size=self.beam_size, alpha=self.alpha,
+                                                    banned=self.banned, force_end=self.force_end)
                 for r, i in enumerate(rows):
                     h = hyps[r, 1:]
                     end = np.flatnonzero((h == self.end_id) | (h == self.pad_id))

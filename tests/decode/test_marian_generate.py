@@ -109,3 +109,50 @@ def test_beam_search_keeps_the_rules():
     assert not np.array_equal(unbanned, beam1)             # the rules change something here
     with pytest.raises(TypeError, match="banned must be a list"):
         ct.decode.beam_search(ours, src, mask, 10, pad, 0, banned=1.5)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(share=False, tie=False, activation="gelu")],
+                         ids=["shared-swish", "separate-gelu"])
+@pytest.mark.parametrize("eos_bias", [0.0, 2.0], ids=["long", "ending"])
+@pytest.mark.parametrize("length_penalty,early_stopping", [(1.0, False), (0.6, False), (1.0, True), (2.0, "never")])
+def test_hf_beam_search_equals_generate(options, eos_bias, length_penalty, early_stopping):
+    """hf_beam_search against generate(num_beams=4) with Marian's rules: the same best hypothesis and its score
+    (rtol 1e-5: float32 sums of a few log-probabilities computed by two libraries). A row may differ only where
+    Hugging Face's own best two finished hypotheses lie within KNIFE of each other (a tie that float32 rounding
+    decides), and then ours must be one of them; and at least all rows but one must be equal, so the test
+    cannot pass by explaining every row away (as measured, every row of these models is equal)."""
+    hf, ours, pad = lively(*marian_pair(**options), eos_bias)
+    src, _, _ = batch(hf.config.vocab_size, hf.config.decoder_vocab_size, pad)
+    with torch.no_grad():
+        out = hf.generate(input_ids=torch.tensor(src), attention_mask=torch.tensor(src != pad), num_beams=4,
+                          num_return_sequences=4, max_length=12, bad_words_ids=[[pad]], forced_eos_token_id=0,
+                          decoder_start_token_id=pad, eos_token_id=0, pad_token_id=pad, length_penalty=length_penalty,
+                          early_stopping=early_stopping, output_scores=True, return_dict_in_generate=True)
+    theirs = out.sequences.numpy().reshape(src.shape[0], 4, -1)
+    their_scores = out.sequences_scores.numpy().reshape(src.shape[0], 4)
+    ids, scores = ct.decode.hf_beam_search(ours, src, ct.nn.get_pad_mask(src, pad), 12, pad, 0, num_beams=4,
+                                           length_penalty=length_penalty, early_stopping=early_stopping,
+                                           banned=[pad], force_end=True)
+    width = theirs.shape[-1]
+    equal = 0
+    for r in range(src.shape[0]):
+        assert (ids[r, width:] == pad).all()
+        if np.array_equal(ids[r, :width], theirs[r, 0]):
+            assert scores[r] == pytest.approx(their_scores[r, 0], rel=1e-5)
+            equal += 1
+            continue
+        assert their_scores[r, 0] - their_scores[r, 1] < KNIFE, f"row {r}: {ids[r]} vs {theirs[r, 0]}"
+        assert any(np.array_equal(ids[r, :width], t) for t in theirs[r, :2])
+    assert equal >= src.shape[0] - 1
+
+
+def test_hf_beam_search_arguments():
+    _, ours, pad = marian_pair()
+    src, _, _ = batch(50, 50, pad)
+    mask = ct.nn.get_pad_mask(src, pad)
+    ids, scores = ct.decode.hf_beam_search(ours, src, mask, 8, pad, 0, num_beams=3, n_best=2, banned=[pad])
+    assert ids.shape == (3, 2, 8) and scores.shape == (3, 2) and (scores[:, 0] >= scores[:, 1]).all()
+    for bad, match in ((dict(num_beams=0), "num_beams"), (dict(early_stopping="sometimes"), "early_stopping"),
+                       (dict(n_best=5), "n_best")):
+        with pytest.raises(ValueError, match=match):
+            ct.decode.hf_beam_search(ours, src, mask, 8, pad, 0, **bad)

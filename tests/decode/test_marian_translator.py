@@ -2,9 +2,9 @@
 
 The directory is what transformers writes (MarianMTModel.save_pretrained, random weights made lively as in
 test_marian_generate.py) plus the tokenizer files of tests/marian_dirs.py, no network. Greedy translations
-(beam_size 1) go through the same ids as transformers' generate() with the same settings, so the text equals
-MarianTokenizer.decode of generate()'s output, where no step of the batch is within KNIFE of a tie (the test
-keeps the sentences whose every step is off the edge, and requires most of them). Beam search, int8 and the
+(beam_size 1) and beam-4 ones (decode.hf_beam_search) go through the same ids as transformers' generate() with
+the same settings, so the text equals MarianTokenizer.decode of generate()'s output, off the knife edge (the
+test keeps the sentences off it, and requires all but one of them). Beam search, int8 and the
 command line are checked for what they promise: text out, the rules kept, the same as the library call.
 """
 import os
@@ -36,23 +36,29 @@ def marian_dir(tmp_path_factory):
     return str(path), hf
 
 
-def test_greedy_translation_equals_transformers(marian_dir):
+@pytest.mark.parametrize("beam", [1, 4])
+def test_translation_equals_transformers(marian_dir, beam):
+    """Greedy: where no step of the sentence is within KNIFE of a tie. Beam 4 (decode.hf_beam_search): where
+    transformers' two best finished hypotheses are not within KNIFE of each other."""
     path, hf = marian_dir
     tok = transformers.MarianTokenizer(source_spm=os.path.join(path, "source.spm"),
                                        target_spm=os.path.join(path, "target.spm"), vocab=os.path.join(path, "vocab.json"))
-    translator = Translator.from_pretrained(path, batch_size=1, max_len_ratio=100.0)   # max_length 24 decides
-    assert translator.beam_size == 1 and translator.max_length == 24
+    translator = Translator.from_pretrained(path, beam_size=beam, batch_size=1, max_len_ratio=100.0)
+    assert translator.search == "hf" and translator.max_length == 24   # generation_config.json's max_length decides
     ours = translator.translate(SENTENCES)
     compared = 0
     for sentence, text in zip(SENTENCES, ours):
         enc = tok([sentence], return_tensors="pt")
         with torch.no_grad():
-            out = hf.generate(**enc, num_beams=1, do_sample=False, max_length=24, output_logits=True,
-                              return_dict_in_generate=True)
-        logits = torch.stack(out.logits, 1)[0].numpy()
-        logits[:, hf.config.pad_token_id] = -np.inf
-        top2 = np.sort(logits, -1)[:, -2:]
-        if (top2[:-1, 1] - top2[:-1, 0] < KNIFE).any():   # the last step is forced to eos
+            out = hf.generate(**enc, num_beams=beam, num_return_sequences=beam, do_sample=False, max_length=24,
+                              output_logits=True, output_scores=True, return_dict_in_generate=True)
+        if beam == 1:
+            logits = torch.stack(out.logits, 1)[0].numpy()
+            logits[:, hf.config.pad_token_id] = -np.inf
+            top2 = np.sort(logits, -1)[:, -2:]
+            if (top2[:-1, 1] - top2[:-1, 0] < KNIFE).any():   # the last step is forced to eos
+                continue
+        elif out.sequences_scores[0] - out.sequences_scores[1] < KNIFE:
             continue
         assert text == tok.decode(out.sequences[0], skip_special_tokens=True)
         compared += 1
@@ -63,6 +69,8 @@ def test_beam_int8_and_overrides(marian_dir):
     path, _ = marian_dir
     translator = Translator.from_pretrained(path, beam_size=4)
     texts = translator.translate(SENTENCES + [""])
+    gnmt = Translator.from_pretrained(path, beam_size=4, search="gnmt", length_penalty=0.6).translate(SENTENCES)
+    assert len(gnmt) == len(SENTENCES) and all(isinstance(t, str) for t in gnmt)
     assert len(texts) == len(SENTENCES) + 1 and texts[-1] == "" and all(isinstance(t, str) for t in texts)
     assert translator.translate(SENTENCES[:2], beam_size=1) == Translator.from_pretrained(path).translate(SENTENCES[:2])
     assert translator.beam_size == 4

@@ -112,9 +112,8 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
                 double* lp = row_lp.data() + r * per_row;
                 std::int64_t* word = row_word.data() + r * per_row;
                 row_n[r] = best_words(row, V, per_row, lp, word);
-                if (forced) {   // the last position: end_symbol only, at its log-probability
-                    // log_softmax(x)_e = x_e - logsumexp(x), and logsumexp(x) = x_w - log_softmax(x)_w for any w.
-                    lp[0] = double(row[end_symbol]) - (double(row[word[0]]) - lp[0]);
+                if (forced) {   // the last position: end_symbol only, adding 0 (Hugging Face's forced eos score)
+                    lp[0] = 0.0;
                     word[0] = end_symbol;
                     row_n[r] = 1;
                     continue;

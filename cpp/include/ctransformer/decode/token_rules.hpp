@@ -1,7 +1,8 @@
 // The rules Hugging Face's generate() applies to a Marian model's choices, for greedy_decode and beam_search:
 // `banned` ids are never chosen (bad_words_ids = [[pad]]; beam search bans them after the log-softmax, so the
 // other words' log-probabilities are unchanged), and with force_end a hypothesis that reaches its last
-// position ends with end_symbol there (forced_eos_token_id). Logits returned to the caller are the model's,
+// position ends with end_symbol there (forced_eos_token_id; in beam search that last step adds 0 to its
+// log-probability, as Hugging Face's processor sets the forced id's score to 0). Logits returned to the caller are the model's,
 // before the rules.
 #pragma once
 #include <cstdint>
