@@ -65,14 +65,13 @@ def write_marian_dir(path, d_model=32, n_layers=2, n_head=4, d_inner=64, n_posit
     import torch
     import transformers
 
+    from reference.marian_pairs import marian_config
+
     n_src, _ = write_tokenizer(str(path), separate=False, vocab_size=vocab_size)
     pad = n_src - 1
     torch.manual_seed(seed)
-    config = transformers.MarianConfig(
-        vocab_size=n_src, d_model=d_model, encoder_layers=n_layers, decoder_layers=n_layers,
-        encoder_attention_heads=n_head, decoder_attention_heads=n_head, encoder_ffn_dim=d_inner,
-        decoder_ffn_dim=d_inner, max_position_embeddings=n_position, pad_token_id=pad, decoder_start_token_id=pad,
-        eos_token_id=0, forced_eos_token_id=0, activation_function="swish", scale_embedding=True, dropout=0.0)
+    config = marian_config(n_src, pad, d_model=d_model, n_layers=n_layers, n_head=n_head, d_inner=d_inner,
+                           n_position=n_position)
     hf = transformers.MarianMTModel(config).eval()
     hf.save_pretrained(str(path))
     if generation is not None:

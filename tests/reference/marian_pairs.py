@@ -11,19 +11,27 @@ transformers = pytest.importorskip("transformers")
 D_MODEL, D_INNER, N_LAYERS, N_HEAD, N_POSITION = 16, 32, 2, 2, 64
 
 
+def marian_config(vocab, pad, trg_vocab=None, d_model=D_MODEL, n_layers=N_LAYERS, n_head=N_HEAD, d_inner=D_INNER,
+                  n_position=N_POSITION, activation="swish", share=True, tie=True, dropout=0.0):
+    """A MarianConfig as opus-mt's (eos 0, the pad id as the decoder's start, scaled embeddings), one size for
+    both sides."""
+    return transformers.MarianConfig(
+        vocab_size=vocab, decoder_vocab_size=trg_vocab or vocab, d_model=d_model, encoder_layers=n_layers,
+        decoder_layers=n_layers, encoder_attention_heads=n_head, decoder_attention_heads=n_head,
+        encoder_ffn_dim=d_inner, decoder_ffn_dim=d_inner, max_position_embeddings=n_position, pad_token_id=pad,
+        decoder_start_token_id=pad, eos_token_id=0, forced_eos_token_id=0, activation_function=activation,
+        scale_embedding=True, share_encoder_decoder_embeddings=share, tie_word_embeddings=tie, dropout=dropout,
+        attention_dropout=0.0, activation_dropout=0.0)
+
+
 def marian_pair(share=True, tie=True, activation="swish", vocab=50, trg_vocab=None, seed=0, dropout=0.0):
     """(Hugging Face's model, ours, pad id): random weights in HF's, copied into ours; final_logits_bias
     random too (it is zero in a fresh model, and a zero would hide a missing or misplaced bias)."""
     trg_vocab = vocab if share else (trg_vocab or vocab - 10)
     pad = trg_vocab - 1
     torch.manual_seed(seed)
-    config = transformers.MarianConfig(
-        vocab_size=vocab, decoder_vocab_size=trg_vocab, d_model=D_MODEL, encoder_layers=N_LAYERS,
-        decoder_layers=N_LAYERS, encoder_attention_heads=N_HEAD, decoder_attention_heads=N_HEAD,
-        encoder_ffn_dim=D_INNER, decoder_ffn_dim=D_INNER, max_position_embeddings=N_POSITION, pad_token_id=pad,
-        decoder_start_token_id=pad, eos_token_id=0, activation_function=activation, scale_embedding=True,
-        share_encoder_decoder_embeddings=share, tie_word_embeddings=tie, dropout=dropout, attention_dropout=0.0,
-        activation_dropout=0.0)
+    config = marian_config(vocab, pad, trg_vocab=trg_vocab, activation=activation, share=share, tie=tie,
+                           dropout=dropout)
     hf = transformers.MarianMTModel(config).eval()
     with torch.no_grad():
         hf.final_logits_bias.normal_()

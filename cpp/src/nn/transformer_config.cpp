@@ -81,12 +81,15 @@ TransformerConfig TransformerConfig::post_norm(std::size_t n_src_vocab, std::siz
     return c;
 }
 
-TransformerConfig TransformerConfig::small_pre_norm(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t pad_idx,
-                                                    std::size_t d_model, std::size_t n_head, std::size_t d_inner,
-                                                    std::size_t n_layers, std::size_t n_position, float dropout) {
+namespace {
+
+// The sizes both factories set alike: one pad id for both sides, d_word_vec = d_model, heads of d_model / n_head.
+TransformerConfig sized(const char* fn, std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t pad_idx,
+                        std::size_t d_model, std::size_t n_head, std::size_t d_inner, std::size_t n_layers,
+                        std::size_t n_position, float dropout) {
     if (n_head == 0 || d_model % n_head != 0)
-        throw ValueError("TransformerConfig.small_pre_norm: d_model (" + std::to_string(d_model) +
-                         ") must be a multiple of n_head (" + std::to_string(n_head) + ")");
+        throw ValueError(std::string(fn) + ": d_model (" + std::to_string(d_model) + ") must be a multiple of n_head (" +
+                         std::to_string(n_head) + ")");
     TransformerConfig c;
     c.n_src_vocab = n_src_vocab;
     c.n_trg_vocab = n_trg_vocab;
@@ -98,6 +101,16 @@ TransformerConfig TransformerConfig::small_pre_norm(std::size_t n_src_vocab, std
     c.d_k = c.d_v = d_model / n_head;
     c.dropout = dropout;
     c.n_position = n_position;
+    return c;
+}
+
+}  // namespace
+
+TransformerConfig TransformerConfig::small_pre_norm(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::int64_t pad_idx,
+                                                    std::size_t d_model, std::size_t n_head, std::size_t d_inner,
+                                                    std::size_t n_layers, std::size_t n_position, float dropout) {
+    TransformerConfig c = sized("TransformerConfig.small_pre_norm", n_src_vocab, n_trg_vocab, pad_idx, d_model, n_head,
+                                d_inner, n_layers, n_position, dropout);
     c.trg_emb_prj_weight_sharing = c.emb_src_trg_weight_sharing = false;
     c.scale_emb_or_prj = "none";
     c.layout = Layout::PreNorm;
@@ -123,20 +136,8 @@ TransformerConfig TransformerConfig::marian(std::size_t vocab, std::size_t trg_v
                                             std::size_t n_position, std::int64_t pad_idx, bool share, bool tie,
                                             Activation activation, bool scale_embedding, float dropout,
                                             float attention_dropout, float activation_dropout) {
-    if (n_head == 0 || d_model % n_head != 0)
-        throw ValueError("TransformerConfig.marian: d_model (" + std::to_string(d_model) + ") must be a multiple of n_head (" +
-                         std::to_string(n_head) + ")");
-    TransformerConfig c;
-    c.n_src_vocab = vocab;
-    c.n_trg_vocab = trg_vocab;
-    c.src_pad_idx = c.trg_pad_idx = pad_idx;
-    c.d_word_vec = c.d_model = d_model;
-    c.d_inner = d_inner;
-    c.n_layers = n_layers;
-    c.n_head = n_head;
-    c.d_k = c.d_v = d_model / n_head;
-    c.dropout = dropout;
-    c.n_position = n_position;
+    TransformerConfig c = sized("TransformerConfig.marian", vocab, trg_vocab, pad_idx, d_model, n_head, d_inner, n_layers,
+                                n_position, dropout);
     c.trg_emb_prj_weight_sharing = tie;
     c.emb_src_trg_weight_sharing = share;
     c.scale_emb_or_prj = scale_embedding ? "emb" : "none";
