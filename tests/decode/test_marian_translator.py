@@ -91,8 +91,9 @@ def test_command_line_pretrained(marian_dir, tmp_path, capsys):
     out = tmp_path / "out.txt"
     assert main(["--pretrained", path, "--input", str(source), "--output", str(out), "--beam-size", "1"]) == 0
     assert out.read_text(encoding="utf-8").splitlines() == Translator.from_pretrained(path).translate(SENTENCES)
-    assert main(["--pretrained", path, "--input", str(source), "--output", str(out), "--compute-type", "int8"]) == 0
-    assert len(out.read_text(encoding="utf-8").splitlines()) == len(SENTENCES)
+    for flags in (["--compute-type", "int8"], ["--precision", "bf16"]):
+        assert main(["--pretrained", path, "--input", str(source), "--output", str(out), *flags]) == 0
+        assert len(out.read_text(encoding="utf-8").splitlines()) == len(SENTENCES)
     with pytest.raises(SystemExit):
         main(["--pretrained", path, "--save-quantized", str(tmp_path / "q")])
     assert "--save-quantized writes a ctransformer checkpoint" in capsys.readouterr().err
