@@ -3,7 +3,7 @@
     python benchmarks/translate_speed.py --checkpoint runs/multi30k.safetensors [--sentences 1000]
 
 One checkpoint of ``ctransformer-train multi30k``, six engines on the same weights:
-- ctransformer: ``ctransformer.translation.Translator`` (batched beam search on the key/value caches;
+- ctransformer: ``ctransformer.translator.Translator`` (batched beam search on the key/value caches;
   beam 1 is greedy), in float32, under ``ct.autocast`` (bf16 products, ``--precision bf16``) and with
   the model quantised to int8 (``--compute-type int8``; a second copy of the model, quantised once);
 - CTranslate2 float32 and int8 (weights quantised at load time): the model written by
@@ -47,7 +47,7 @@ def ctransformer_engine(model, vocab, beam, batch, bf16=False):
     """bf16: the whole call under ct.autocast (ctransformer-translate --precision bf16): products in bf16,
     the weights rounded once per call."""
     import ctransformer as ct
-    from ctransformer.translation import Translator
+    from ctransformer.translator import Translator
     translator = Translator(model, vocab, beam_size=beam, length_penalty=0.6, batch_size=batch)
 
     def run(ids):
@@ -141,7 +141,7 @@ def main():
     import ctransformer as ct
     from ctransformer.checkpoint import read_checkpoint
     from ctransformer.data.parallel_corpus import multi30k
-    from ctransformer.translation import load_translation_checkpoint
+    from ctransformer.translator import load_translation_checkpoint
     torch.set_num_threads(THREADS)
     ct.set_num_threads(THREADS)
 

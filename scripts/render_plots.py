@@ -19,7 +19,7 @@ import numpy as np
 
 import ctransformer as ct
 from ctransformer import plots
-from ctransformer.training import LabelSmoothing
+from ctransformer.annotated import LabelSmoothing
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -87,7 +87,7 @@ def blog_charts():
     return {
         "learning_rate": plots.learning_rate_chart(learning_rates()),
         "label_smoothing": plots.label_smoothing_chart(label_smoothing_dist()),
-        "subsequent_mask": plots.subsequent_mask_chart(ct.training.subsequent_mask(20)[0]),
+        "subsequent_mask": plots.subsequent_mask_chart(ct.annotated.subsequent_mask(20)[0]),
         "penalization": plots.penalization_chart(penalization_losses()),
         "positional_encoding": plots.positional_encoding_chart(table, title="positional encoding (d_model 64)"),
     }

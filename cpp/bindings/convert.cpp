@@ -106,6 +106,12 @@ py::array to_numpy(const ct::Tensor& t) {
                      owner);
 }
 
+py::array_t<float> copy_to_numpy(const ct::Array& a) {
+    py::array_t<float> out(std::vector<py::ssize_t>(a.shape().begin(), a.shape().end()));
+    std::copy(a.data(), a.data() + a.size(), out.mutable_data());
+    return out;
+}
+
 namespace {
 
 // The value of an int argument; `overflow` is -1 / +1 when it lies below / above the int64 range
@@ -131,6 +137,27 @@ std::int64_t to_int(const py::handle& obj, const std::string& arg) {
         throw ct::ValueError(arg + " = " + int_text(obj) + " is out of range (expected an integer between -2**63 and "
                              "2**63 - 1)");
     return v;
+}
+
+double to_double(const py::handle& obj, const std::string& what) {
+    if (py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj) || obj.is_none() || py::isinstance<py::bool_>(obj))
+        throw ct::TypeError(what + ": expected a number, got " + type_name(obj));
+    try {
+        return py::float_(py::reinterpret_borrow<py::object>(obj)).cast<double>();
+    } catch (py::error_already_set&) {
+        throw ct::TypeError(what + ": expected a number, got " + type_name(obj));
+    }
+}
+
+std::int64_t to_whole(const py::handle& obj, const std::string& what) {
+    if (PyIndex_Check(obj.ptr()) && !py::isinstance<py::bool_>(obj)) return to_int(obj, what);
+    const double v = to_double(obj, what);
+    if (std::floor(v) != v || !std::isfinite(v))
+        throw ct::ValueError(what + ": expected an integer, got " + py::repr(obj).cast<std::string>());
+    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+        throw ct::ValueError(what + " = " + py::repr(obj).cast<std::string>() + " is out of range (expected an integer "
+                             "between -2**63 and 2**63 - 1)");
+    return std::int64_t(v);
 }
 
 std::int64_t to_int_at_least(const py::handle& obj, const std::string& arg, std::int64_t minimum) {

@@ -27,6 +27,12 @@ std::optional<ct::Mask> opt_mask(const py::object& obj, const char* arg);
 py::array_t<std::int64_t> ids_to_numpy(const ct::IndexArray& ids);
 // A tensor's data as a NumPy view that keeps the storage alive.
 py::array to_numpy(const ct::Tensor& t);
+// A core array as a new float32 NumPy array of its shape (a copy: the array may change after).
+py::array_t<float> copy_to_numpy(const ct::Array& a);
+// A real number argument (a Python or NumPy number; not a bool, str or None), else a TypeError naming `what`.
+double to_double(const py::handle& obj, const std::string& what);
+// A whole number: an int, or a float with no fraction (as state dicts may hold), in the int64 range.
+std::int64_t to_whole(const py::handle& obj, const std::string& what);
 // An integer argument (a Python int or a NumPy integer); anything else is a TypeError naming `arg`,
 // and an int beyond 64 bits a ValueError naming `arg` (never pybind11's "Unable to cast").
 std::int64_t to_int(const py::handle& obj, const std::string& arg);
@@ -57,6 +63,13 @@ struct Int : py::object {
     explicit Int(py::object o) : py::object(std::move(o)) {}
 };
 
+// A real-number parameter taken as the Python object it was, so to_double can check it by name (a bare double
+// parameter lets pybind11 refuse a str with "incompatible function arguments"); it reads `float` in signatures.
+struct Real : py::object {
+    Real() = default;
+    explicit Real(py::object o) : py::object(std::move(o)) {}
+};
+
 // The name of an object's type, for error messages ("list", "NoneType", ...).
 std::string type_name(const py::handle& obj);
 // An iterable of tensors (or one tensor, when `allow_single`) as a vector, in order; a set is refused
@@ -75,5 +88,15 @@ struct type_caster<ctpy::Int> {
         return true;
     }
     static handle cast(const ctpy::Int& v, return_value_policy, handle) { return v.inc_ref(); }
+};
+template <>
+struct type_caster<ctpy::Real> {
+    PYBIND11_TYPE_CASTER(ctpy::Real, io_name("typing.SupportsFloat | typing.SupportsIndex", "float"));
+    bool load(handle src, bool) {  // any object: the function checks it, naming the argument
+        if (!src) return false;
+        value = ctpy::Real(reinterpret_borrow<object>(src));
+        return true;
+    }
+    static handle cast(const ctpy::Real& v, return_value_policy, handle) { return v.inc_ref(); }
 };
 }  // namespace pybind11::detail

@@ -35,11 +35,6 @@ std::optional<std::int64_t> opt_int(const py::object& obj, const std::string& fn
     return to_int(obj, fn + ": " + arg);
 }
 
-py::array_t<float> array_to_numpy(const ct::Array& a) {
-    py::array_t<float> out(std::vector<py::ssize_t>(a.shape().begin(), a.shape().end()));
-    std::copy(a.data(), a.data() + a.size(), out.mutable_data());
-    return out;
-}
 
 }  // namespace
 
@@ -75,7 +70,7 @@ void bind_decode(py::module_& m) {
                                             should_stop, rules);
         }
         if (!return_logits) return ids_to_numpy(out.ids);
-        return py::make_tuple(ids_to_numpy(out.ids), array_to_numpy(*out.logits));
+        return py::make_tuple(ids_to_numpy(out.ids), copy_to_numpy(*out.logits));
     }, py::arg("model"), py::arg("src"), py::arg("src_mask"), py::arg("max_len"), py::arg("start_symbol"),
        py::arg("end_symbol") = py::none(), py::arg("use_cache") = true, py::arg("return_logits") = false,
        py::arg("banned") = std::vector<ctpy::Int>{}, py::arg("force_end") = false,
@@ -139,8 +134,7 @@ void bind_decode(py::module_& m) {
         IndexArray out;
         {
             py::gil_scoped_release release;
-            out = use_cache ? ct::decode::generate(model, ids, n, temperature, k, should_stop)
-                            : model.generate(ids, n, temperature, k, should_stop);
+            out = ct::decode::generate(model, ids, n, temperature, k, should_stop, use_cache);
         }
         return ids_to_numpy(out);
     }, py::arg("model"), py::arg("idx"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0f,
@@ -174,7 +168,10 @@ StepDecoder(model, src, src_mask, use_cache=True) encodes src (b, ls) once; step
 row (an int array of shape (rows,)) at position `length` and returns the (rows, n_trg_vocab) logits of
 that position; select(rows) keeps, reorders or repeats rows (a list of row indices). use_cache=True keeps
 key/value caches (one position's work per step); False re-decodes the whole prefix each step.)doc")
-        .def(py::init([](const Transformer& model, py::object src, py::object src_mask, bool use_cache) {
+        .def(py::init([](py::object model_obj, py::object src, py::object src_mask, bool use_cache) {
+            if (!py::isinstance<Transformer>(model_obj))
+                throw ct::TypeError("StepDecoder: model must be a ct.nn.Transformer, got " + type_name(model_obj));
+            const Transformer& model = model_obj.cast<const Transformer&>();
             const IndexArray ids = to_index_array(src, "StepDecoder: src");
             const auto mask = opt_mask(src_mask, "StepDecoder: src_mask");
             py::gil_scoped_release release;

@@ -183,8 +183,7 @@ parameter name; the tied head weight appears once (as word_token_embedding.weigh
             ct::IndexArray out;
             {
                 py::gil_scoped_release release;
-                out = use_cache ? ct::decode::generate(m, ids, max_new_tokens, temperature, top_k, should_stop)
-                                : m.generate(ids, max_new_tokens, temperature, top_k, should_stop);
+                out = ct::decode::generate(m, ids, max_new_tokens, temperature, top_k, should_stop, use_cache);
             }
             // As the seed: idx.squeeze().cpu().numpy().
             return ids_to_numpy(out).attr("squeeze")();

@@ -64,9 +64,12 @@ void bind_nn_module(py::module_& nn) {
             for (const auto& [name, t] : m.state_dict()) out[py::str(name)] = to_numpy(t).attr("copy")();
             return out;
         }, "name -> float32 NumPy array (a copy), parameters and persistent buffers, tied names included.")
-        .def("load_state_dict", [load_result](Module& m, const py::dict& state, bool strict) {
+        .def("load_state_dict", [load_result](Module& m, const py::object& state_dict, bool strict) {
+            if (!py::isinstance<py::dict>(state_dict))
+                throw ct::TypeError("load_state_dict: state_dict must be a dict of name -> array, got " +
+                                    type_name(state_dict));
             std::map<std::string, ct::Array> arrays;
-            for (auto item : state) {
+            for (auto item : py::reinterpret_borrow<py::dict>(state_dict)) {
                 const std::string key = py::str(item.first);
                 arrays.emplace(key, to_array(item.second, ("state_dict['" + key + "']").c_str()));
             }

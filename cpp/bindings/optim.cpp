@@ -5,8 +5,6 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
-#include <cstring>
-#include <map>
 #include <tuple>
 #include <string>
 
@@ -21,28 +19,6 @@ using ct::Tensor;
 using namespace ct::optim;
 
 namespace {
-
-double to_double(const py::handle& obj, const std::string& what) {
-    if (py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj) || obj.is_none() || py::isinstance<py::bool_>(obj))
-        throw ct::TypeError(what + ": expected a number, got " + type_name(obj));
-    try {
-        return py::float_(py::reinterpret_borrow<py::object>(obj)).cast<double>();
-    } catch (py::error_already_set&) {
-        throw ct::TypeError(what + ": expected a number, got " + type_name(obj));
-    }
-}
-
-// A whole number (an int, or a float with no fraction, as state dicts may hold) in the int64 range.
-std::int64_t to_whole(const py::handle& obj, const std::string& what) {
-    if (PyIndex_Check(obj.ptr()) && !py::isinstance<py::bool_>(obj)) return to_int(obj, what);
-    const double v = to_double(obj, what);
-    if (std::floor(v) != v || !std::isfinite(v))
-        throw ct::ValueError(what + ": expected an integer, got " + py::repr(obj).cast<std::string>());
-    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
-        throw ct::ValueError(what + " = " + py::repr(obj).cast<std::string>() + " is out of range (expected an integer "
-                             "between -2**63 and 2**63 - 1)");
-    return std::int64_t(v);
-}
 
 std::pair<double, double> to_betas(const py::handle& obj, const std::string& what) {
     if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj))
@@ -108,12 +84,13 @@ std::vector<ParamGroup> parse_params(const py::handle& params, const ParamGroup&
     return groups;
 }
 
-ParamGroup defaults_from(double lr, const py::handle& betas, double eps, double weight_decay, const char* fn) {
+ParamGroup defaults_from(const Real& lr, const py::handle& betas, const Real& eps, const Real& weight_decay,
+                         const char* fn) {
     ParamGroup d;
-    d.lr = lr;
+    d.lr = to_double(lr, std::string(fn) + ": lr");
     std::tie(d.beta1, d.beta2) = to_betas(betas, std::string(fn) + ": betas");
-    d.eps = eps;
-    d.weight_decay = weight_decay;
+    d.eps = to_double(eps, std::string(fn) + ": eps");
+    d.weight_decay = to_double(weight_decay, std::string(fn) + ": weight_decay");
     check_hyperparameters(d, fn);
     return d;
 }
@@ -152,43 +129,6 @@ py::dict group_dict(const ParamGroup& g, const std::string& where) {
     return d;
 }
 
-py::array copy_to_numpy(const ct::Array& a) {
-    py::array_t<float> out(std::vector<py::ssize_t>(a.shape().begin(), a.shape().end()));
-    std::memcpy(out.mutable_data(), a.data(), a.size() * sizeof(float));
-    return out;
-}
-
-// torch's layout: {"state": {index: {"step", "exp_avg", "exp_avg_sq"}}, "param_groups": [{..., "params": [indices]}]}
-py::dict adam_state_dict(const Adam& opt) {
-    py::dict state;
-    py::list groups;
-    std::size_t flat = 0;
-    const auto& pg = opt.param_groups();
-    for (std::size_t g = 0; g < pg.size(); ++g) {
-        py::dict gd = group_dict(pg[g], "");
-        gd["amsgrad"] = false;
-        gd["maximize"] = false;
-        gd["decoupled_weight_decay"] = opt.decoupled_weight_decay();
-        py::list ids;
-        for (std::size_t i = 0; i < pg[g].params.size(); ++i, ++flat) {
-            ids.append(flat);
-            const AdamParamState& s = opt.state(g, i);
-            if (s.step == 0) continue;
-            py::dict ps;
-            ps["step"] = s.step;
-            ps["exp_avg"] = copy_to_numpy(s.exp_avg);
-            ps["exp_avg_sq"] = copy_to_numpy(s.exp_avg_sq);
-            state[py::int_(flat)] = ps;
-        }
-        gd["params"] = ids;
-        groups.append(gd);
-    }
-    py::dict out;
-    out["state"] = state;
-    out["param_groups"] = groups;
-    return out;
-}
-
 py::object dict_item(const py::handle& d, const char* key, const std::string& what) {
     if (!py::isinstance<py::dict>(d)) throw ct::TypeError(what + ": expected a dict, got " + type_name(d));
     auto dict = py::reinterpret_borrow<py::dict>(d);
@@ -196,68 +136,42 @@ py::object dict_item(const py::handle& d, const char* key, const std::string& wh
     return dict[key];
 }
 
-// Everything is checked before anything changes: a bad state dict leaves the optimizer as it was.
-void adam_load_state_dict(Adam& opt, const py::handle& sd) {
-    const std::string fn = std::string(opt.name()) + ".load_state_dict: state_dict";
-    py::object saved_groups = dict_item(sd, "param_groups", fn);
-    py::object saved_state = dict_item(sd, "state", fn);
-    if (!py::isinstance<py::list>(saved_groups) && !py::isinstance<py::tuple>(saved_groups))
-        throw ct::TypeError(fn + "['param_groups']: expected a list of dicts, got " + type_name(saved_groups));
-    if (!py::isinstance<py::dict>(saved_state))
-        throw ct::TypeError(fn + "['state']: expected a dict, got " + type_name(saved_state));
-    auto groups_seq = py::reinterpret_borrow<py::sequence>(saved_groups);
+// The torch state-dict format itself (its layout, ids and checks) is Python's: ctransformer/optim_state.py.
+// Here: one parameter's state out, and a whole checked state in, converted before anything changes.
+py::object adam_param_state(const Adam& opt, std::size_t group, std::size_t index) {
+    if (group >= opt.param_groups().size() || index >= opt.param_groups()[group].params.size())
+        throw ct::IndexError(std::string(opt.name()) + "._param_state: no parameter (" + std::to_string(group) + ", " +
+                             std::to_string(index) + ")");
+    const AdamParamState& s = opt.state(group, index);
+    if (s.step == 0) return py::none();
+    return py::make_tuple(s.step, copy_to_numpy(s.exp_avg), copy_to_numpy(s.exp_avg_sq));
+}
+
+// hypers: one {key: value} dict per group (lr, betas, eps, weight_decay, initial_lr), named `where`[g];
+// states: (group, index, step, exp_avg, exp_avg_sq, where) for the parameters that have one. Every value is
+// converted and every group checked before the optimizer changes, so a bad state dict leaves it as it was.
+void adam_load(Adam& opt, const std::string& where, const py::list& hypers, const py::list& states) {
     auto& pg = opt.param_groups();
-    if (groups_seq.size() != pg.size())
-        throw ct::ValueError(fn + " has " + std::to_string(groups_seq.size()) + " parameter groups, the optimizer has " +
-                             std::to_string(pg.size()));
+    if (hypers.size() != pg.size()) throw ct::ValueError(where + ": expected one hyperparameter dict per group");
     std::vector<ParamGroup> new_groups = pg;
-    std::map<std::int64_t, std::pair<std::size_t, std::size_t>> id_to_param;
     for (std::size_t g = 0; g < pg.size(); ++g) {
-        const std::string w = fn + "['param_groups'][" + std::to_string(g) + "]";
-        py::handle gd = groups_seq[g];
-        py::object ids = dict_item(gd, "params", w);
-        auto id_list = py::reinterpret_borrow<py::sequence>(ids);
-        if (id_list.size() != pg[g].params.size())
-            throw ct::ValueError(w + " has " + std::to_string(id_list.size()) + " params, the optimizer's group " +
-                                 std::to_string(pg[g].params.size()) + "; the state dict is for another model");
-        for (std::size_t i = 0; i < id_list.size(); ++i)
-            id_to_param[to_whole(id_list[i], w + "['params'][" + std::to_string(i) + "]")] = {g, i};
-        for (auto item : py::reinterpret_borrow<py::dict>(gd)) {
+        const std::string w = where + "['param_groups'][" + std::to_string(g) + "]";
+        for (auto item : hypers[g].cast<py::dict>()) {
             const std::string key = py::str(item.first).cast<std::string>();
-            if (key == "params") continue;
-            if ((key == "amsgrad" || key == "maximize") && PyObject_IsTrue(item.second.ptr()) == 1)
-                throw ct::ValueError(w + ": " + key + "=True is not supported by ctransformer's " + opt.name());
-            if (key == "decoupled_weight_decay" && !item.second.is_none() &&
-                (PyObject_IsTrue(item.second.ptr()) == 1) != opt.decoupled_weight_decay())
-                throw ct::ValueError(w + ": decoupled_weight_decay=" + py::str(item.second).cast<std::string>() +
-                                     " is from " + (opt.decoupled_weight_decay() ? "Adam" : "AdamW") +
-                                     ", this optimizer is " + opt.name());
-            set_hyper(new_groups[g], key, item.second, w + "['" + key + "']");  // other torch keys are ignored
+            set_hyper(new_groups[g], key, item.second, w + "['" + key + "']");
         }
         check_hyperparameters(new_groups[g], w);
     }
     std::vector<std::vector<AdamParamState>> new_state(pg.size());
     for (std::size_t g = 0; g < pg.size(); ++g) new_state[g].resize(pg[g].params.size());
-    for (auto item : py::reinterpret_borrow<py::dict>(saved_state)) {
-        const std::string w = fn + "['state'][" + py::repr(item.first).cast<std::string>() + "]";
-        const std::int64_t id = to_whole(item.first, w);
-        auto it = id_to_param.find(id);
-        if (it == id_to_param.end())
-            throw ct::ValueError(w + ": no parameter has this index in state_dict['param_groups']");
-        const auto [g, i] = it->second;
-        AdamParamState s;
-        s.step = to_whole(dict_item(item.second, "step", w), w + "['step']");
-        if (s.step < 0) throw ct::ValueError(w + "['step']: must be >= 0, got " + std::to_string(s.step));
-        s.exp_avg = to_array(dict_item(item.second, "exp_avg", w), (w + "['exp_avg']").c_str());
-        s.exp_avg_sq = to_array(dict_item(item.second, "exp_avg_sq", w), (w + "['exp_avg_sq']").c_str());
-        const ct::Shape shape = pg[g].params[i].shape();
-        for (const auto* m : {&s.exp_avg, &s.exp_avg_sq}) {
-            const ct::Shape ms(m->shape().begin(), m->shape().end());
-            if (ms != shape)
-                throw ct::ValueError(w + ": " + (m == &s.exp_avg ? "exp_avg" : "exp_avg_sq") + " has shape " +
-                                     ct::shape_str(ms) + ", the parameter " + ct::shape_str(shape));
-        }
-        new_state[g][i] = std::move(s);
+    for (auto entry : states) {
+        auto t = entry.cast<py::tuple>();
+        const auto g = t[0].cast<std::size_t>(), i = t[1].cast<std::size_t>();
+        const std::string w = t[5].cast<std::string>();
+        AdamParamState& s = new_state.at(g).at(i);
+        s.step = t[2].cast<std::int64_t>();
+        s.exp_avg = to_array(t[3], (w + "['exp_avg']").c_str());
+        s.exp_avg_sq = to_array(t[4], (w + "['exp_avg_sq']").c_str());
     }
     for (std::size_t g = 0; g < pg.size(); ++g) {
         new_groups[g].params = pg[g].params;
@@ -373,15 +287,17 @@ Keys: params (read-only), lr, betas, eps, weight_decay, and initial_lr once a sc
 torch.optim.Adam's update; weight_decay is an L2 term added to the gradient. ``params`` is a list
 of Tensors or a list of group dicts ``{"params": [...], "lr": ..., "weight_decay": ...}``.)doc";
     py::class_<Adam, Optimizer, std::shared_ptr<Adam>>(m, "Adam", adam_doc)
-        .def(py::init([](py::object params, double lr, py::object betas, double eps, double weight_decay) {
+        .def(py::init([](py::object params, Real lr, py::object betas, Real eps, Real weight_decay) {
             ParamGroup d = defaults_from(lr, betas, eps, weight_decay, "Adam");
             return std::make_shared<Adam>(parse_params(params, d, "Adam"), d);
         }), py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = py::make_tuple(0.9, 0.999),
             py::arg("eps") = 1e-8, py::arg("weight_decay") = 0.0)
-        .def("state_dict", &adam_state_dict,
-             "{'state': {i: {'step', 'exp_avg', 'exp_avg_sq'}}, 'param_groups': [...]}, NumPy copies, torch's layout.")
-        .def("load_state_dict", &adam_load_state_dict, py::arg("state_dict"),
-             "Restore steps, moments and group hyperparameters (also accepts torch.optim.Adam/AdamW state dicts).")
+        .def_property_readonly("decoupled_weight_decay", &Adam::decoupled_weight_decay,
+                               "True for AdamW (p *= 1 - lr * weight_decay), False for Adam's L2 term.")
+        .def("_param_state", &adam_param_state, py::arg("group"), py::arg("index"),
+             "None, or (step, exp_avg, exp_avg_sq) as NumPy copies (for ctransformer.optim_state).")
+        .def("_load", &adam_load, py::arg("where"), py::arg("hypers"), py::arg("states"),
+             "Commit a checked state (ctransformer.optim_state.load_state_dict); nothing changes if a value fails.")
         .def("__repr__", [](const Adam& a) {
             std::string s = std::string(a.name()) + "(";
             for (std::size_t i = 0; i < a.param_groups().size(); ++i)
@@ -392,7 +308,7 @@ of Tensors or a list of group dicts ``{"params": [...], "lr": ..., "weight_decay
     py::class_<AdamW, Adam, std::shared_ptr<AdamW>>(m, "AdamW", R"doc(AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
 
 torch.optim.AdamW's update: decoupled weight decay, p *= 1 - lr * weight_decay, before the Adam step.)doc")
-        .def(py::init([](py::object params, double lr, py::object betas, double eps, double weight_decay) {
+        .def(py::init([](py::object params, Real lr, py::object betas, Real eps, Real weight_decay) {
             ParamGroup d = defaults_from(lr, betas, eps, weight_decay, "AdamW");
             return std::make_shared<AdamW>(parse_params(params, d, "AdamW"), d);
         }), py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = py::make_tuple(0.9, 0.999),
@@ -503,10 +419,11 @@ lr = lr_mul * d_model^-0.5 * min(n_steps^-0.5, n_steps * n_warmup_steps^-1.5), t
         }, py::arg("state_dict"), "Restore n_steps.");
 
     // --- clipping ------------------------------------------------------------------------------
-    m.def("clip_grad_norm_", [](py::object parameters, double max_norm, double norm_type, bool error_if_nonfinite) {
+    m.def("clip_grad_norm_", [](py::object parameters, Real max_norm, Real norm_type, bool error_if_nonfinite) {
         std::vector<Tensor> params = to_tensor_list(parameters, "clip_grad_norm_: parameters", true);
+        const double max = to_double(max_norm, "clip_grad_norm_: max_norm"), p = to_double(norm_type, "clip_grad_norm_: norm_type");
         py::gil_scoped_release release;
-        return clip_grad_norm_(params, max_norm, norm_type, error_if_nonfinite);
+        return clip_grad_norm_(params, max, p, error_if_nonfinite);
     }, py::arg("parameters"), py::arg("max_norm"), py::arg("norm_type") = 2.0, py::arg("error_if_nonfinite") = false,
        "As torch.nn.utils.clip_grad_norm_: scale all gradients in place by min(max_norm / (total_norm + 1e-6), 1); "
        "returns the total norm (a float) before clipping.");

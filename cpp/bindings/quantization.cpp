@@ -59,9 +59,8 @@ void bind_quantization(py::module_& m) {
         .def_property_readonly("scale", [](const ct::Int8Weight& w) { return as_array(w.scale); }, "(out,) float32.")
         .def("dequantize", [](const ct::Int8Weight& w) {
             F32 out({py::ssize_t(w.out_features), py::ssize_t(w.in_features)});
-            float* p = out.mutable_data();
-            for (std::size_t n = 0; n < w.out_features; ++n)
-                for (std::size_t k = 0; k < w.in_features; ++k) p[n * w.in_features + k] = float(w.at(n, k)) * w.scale[n];
+            const std::vector<float> values = w.dequantized();
+            std::copy(values.begin(), values.end(), out.mutable_data());
             return out;
         }, "q * scale[:, None] as float32.");
 

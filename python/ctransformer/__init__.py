@@ -33,7 +33,7 @@ from ._core import (  # noqa: E402
     tensor,
     zeros,
 )
-from . import amp, decode, distributed, export, functional, nn, optim, quantization, training  # noqa: E402
+from . import amp, annotated, decode, distributed, export, functional, nn, optim, precision, quantization  # noqa: E402
 from .amp import BF16EmulationWarning, autocast, is_autocast_enabled  # noqa: E402
 from .grad_mode import no_grad  # noqa: E402
 from .quantization import quantize_dynamic  # noqa: E402
@@ -53,6 +53,15 @@ __all__ = [
     "Tensor", "tensor", "zeros", "ones", "no_grad", "autocast", "is_autocast_enabled", "amp", "is_grad_enabled", "set_grad_enabled",
     "build_info", "show_config", "BLASCoreWarning", "BF16EmulationWarning", "manual_seed", "get_rng_state", "set_rng_state", "set_num_threads", "get_num_threads", "memory_stats",
     "kernel_level", "kernel_levels", "set_kernel_level",
-    "reset_peak_memory_stats", "empty_cache", "set_cache_limit", "decode", "distributed", "export", "functional", "nn", "optim", "quantization", "quantize_dynamic", "training",
+    "reset_peak_memory_stats", "empty_cache", "set_cache_limit", "decode", "distributed", "export", "functional", "nn", "optim", "precision", "quantization", "quantize_dynamic", "annotated",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # ct.training, the old name of ct.annotated: imported (and warning) only when old code asks for it.
+    if name == "training":
+        import importlib
+
+        return importlib.import_module(".training", __name__)
+    raise AttributeError(f"module 'ctransformer' has no attribute {name!r}")

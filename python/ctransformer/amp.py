@@ -19,6 +19,8 @@ first region entered with that kernel warns once (``BF16EmulationWarning``), nam
 import functools
 import warnings
 
+import numpy as np
+
 from ._core import amp as _amp
 
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16"}
@@ -74,6 +76,8 @@ class autocast:
             raise ValueError("autocast: cache_enabled=False is not supported; the bf16 copies of the parameters "
                              "are always cached for the region")
         self.fast_dtype = _dtype_name(dtype)
+        if not isinstance(enabled, (bool, np.bool_)):
+            raise TypeError(f"autocast: enabled must be True or False, got {type(enabled).__name__}")
         self.enabled = bool(enabled)
         self._region = None
 

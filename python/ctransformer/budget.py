@@ -30,7 +30,7 @@ def _probe(task, model, optimizer, scheduler, rng, train_step, probe_steps):
     seconds = []
     try:
         model.train()
-        with ct.autocast(enabled=task.cfg.get("precision") == "bf16"):
+        with ct.autocast(enabled=task.cfg.get("precision") == "bfloat16"):
             for step in range(probe_steps + 1):
                 began = time.perf_counter()
                 train_step(task, model, optimizer, scheduler, rng, step)

@@ -23,6 +23,9 @@ import tempfile
 
 import numpy as np
 
+from ctransformer import _arguments
+from ctransformer.precision import ALIASES as PRECISION_ALIASES
+
 FORMAT = "ctransformer-checkpoint-1"
 # safetensors' own cap on the JSON header (its MAX_HEADER_SIZE); ours has a few hundred bytes per tensor.
 MAX_HEADER_BYTES = 100_000_000
@@ -167,12 +170,25 @@ def load_model_state(model, state, int8, quantization):
         linears[name].set_int8_weight(weight)
 
 
+def _check_optimizer_and_scheduler(optimizer, scheduler, caller):
+    method = "state_dict" if caller == "save_checkpoint" else "load_state_dict"
+    for name, value in (("optimizer", optimizer), ("scheduler", scheduler)):
+        if value is not None:
+            _arguments.with_methods(value, f"{caller}: {name}", [method], f"an {name} with a {method}() (or None)"
+                                    if name == "optimizer" else f"a {name} with a {method}() (or None)")
+
+
 def save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, config=None, extra=None):
     """Write model (+ optimizer, scheduler) state, the step, the config and `extra` atomically. A model
     quantised to int8 is stored quantised (see the module's docstring)."""
+    path = _arguments.path(path, "save_checkpoint: path")
+    _arguments.with_methods(model, "save_checkpoint: model", ["state_dict"], "a model (anything with a state_dict())")
+    _check_optimizer_and_scheduler(optimizer, scheduler, "save_checkpoint")
+    step = _arguments.integer(step, "save_checkpoint: step", minimum=0)
+    config, extra = _arguments.mapping(config, "save_checkpoint: config"), _arguments.mapping(extra, "save_checkpoint: extra")
     tensors = _model_tensors(model)
-    metadata = {"format": FORMAT, "step": json.dumps(int(step)), "config": json.dumps(config or {}),
-                "extra": json.dumps(_flatten(extra or {}, "extra", tensors))}
+    metadata = {"format": FORMAT, "step": json.dumps(step), "config": json.dumps(config),
+                "extra": json.dumps(_flatten(extra, "extra", tensors))}
     if getattr(model, "quantization", None) is not None:
         metadata["quantization"] = model.quantization
     if optimizer is not None:
@@ -330,8 +346,15 @@ def load_checkpoint(path, model, optimizer=None, scheduler=None, config=None):
     When `config` is given it must equal the stored config, else CheckpointError names the
     differing keys (a checkpoint of another model). Shapes are checked by load_state_dict.
     """
+    path = _arguments.path(path, "load_checkpoint: path")
+    _arguments.with_methods(model, "load_checkpoint: model", ["load_state_dict"],
+                            "a model (anything with a load_state_dict())")
+    _check_optimizer_and_scheduler(optimizer, scheduler, "load_checkpoint")
+    _arguments.mapping(config, "load_checkpoint: config")
     tensors, metadata = read_checkpoint(path)
     stored_config = _metadata_json(metadata, "config", path, default="{}")
+    if isinstance(stored_config.get("precision"), str):   # written before "bf16" became "bfloat16"
+        stored_config["precision"] = PRECISION_ALIASES.get(stored_config["precision"], stored_config["precision"])
     if config is not None and json.loads(json.dumps(config)) != stored_config:
         keys = sorted(k for k in set(config) | set(stored_config) if config.get(k) != stored_config.get(k))
         raise CheckpointError(f"checkpoint: {path} was saved for another configuration; differing keys: "

@@ -21,13 +21,16 @@ from ._core.nn import Transformer as _Transformer
 from ._core.nn.gpt import GPT as _GPT
 from .amp import autocast
 from .hf_beam_search import hf_beam_search
+from . import precision as _precision
 
-COMPUTE_TYPES = ("default", "float32", "int8", "bfloat16")
-"""What a decoding call's compute_type may be: the model's own precision ("default"), or float32, int8 or
-bfloat16 for this call."""
+PRECISIONS = _precision.DECODING
+"""What a decoding call's precision may be: the model's own ("default"), or float32, bfloat16 or int8 for this
+call (ctransformer.precision; "fp32" and "bf16" are aliases)."""
+COMPUTE_TYPES = PRECISIONS
+"""The old name of PRECISIONS (CTranslate2's word for it)."""
 
 __all__ = ["greedy_decode", "beam_search", "hf_beam_search", "generate", "length_penalty", "StepDecoder", "GPTCache", "PackedWeights",
-           "DEFAULT_BEAM_SIZE", "DEFAULT_ALPHA", "COMPUTE_TYPES", "using_compute_type"]
+           "DEFAULT_BEAM_SIZE", "DEFAULT_ALPHA", "PRECISIONS", "COMPUTE_TYPES", "using_precision", "using_compute_type"]
 
 
 def _check_model(model, caller, expected, kind=None):
@@ -58,24 +61,23 @@ def _ids(banned, caller):
 
 
 @contextlib.contextmanager
-def using_compute_type(model, compute_type, caller="using_compute_type"):
-    """The model computing in compute_type for one call, as CTranslate2's compute_type: "default" (as the
-    model is, under whatever ct.autocast region encloses the call), "float32", "int8"
-    (ctransformer.quantization; a float32 model is quantised for the call) or "bfloat16" (the products under
-    ctransformer.autocast). The model is left as it was."""
+def using_precision(model, precision, caller="using_precision"):
+    """The model computing in `precision` for one call: "default" (as the model is, under whatever ct.autocast
+    region encloses the call), "float32", "bfloat16" (the products under ct.autocast) or "int8"
+    (ctransformer.quantization; a float32 model is quantised for the call), as CTranslate2's compute_type.
+    The model is left as it was."""
     _check_model(model, caller, "ctransformer model (a ct.nn.Module)")
-    if not isinstance(compute_type, str) or compute_type not in COMPUTE_TYPES:
-        raise ValueError(f"{caller}: compute_type must be one of {COMPUTE_TYPES}, got {compute_type!r}")
+    precision = _precision.canonical(precision, PRECISIONS, caller)
     was = model.quantization
-    if compute_type == "int8" and was is None:
+    if precision == "int8" and was is None:
         model.quantize("int8")
-    elif compute_type in ("float32", "bfloat16") and was is not None:
+    elif precision in ("float32", "bfloat16") and was is not None:
         model.dequantize()
     try:
-        if compute_type == "default":  # an enclosing ct.autocast region stays in force
+        if precision == "default":  # an enclosing ct.autocast region stays in force
             yield
         else:
-            with autocast(enabled=compute_type == "bfloat16"):
+            with autocast(enabled=precision == "bfloat16"):
                 yield
     finally:
         if was is None and model.quantization is not None:
@@ -84,8 +86,17 @@ def using_compute_type(model, compute_type, caller="using_compute_type"):
             model.quantize(was)
 
 
+def using_compute_type(model, compute_type, caller="using_compute_type"):
+    """using_precision under CTranslate2's name for the setting (an alias)."""
+    return using_precision(model, compute_type, caller)
+
+
+def _using(model, precision, compute_type, caller):
+    return using_precision(model, _precision.from_arguments(precision, compute_type, PRECISIONS, caller), caller)
+
+
 def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, *, use_cache=True,
-                  return_logits=False, compute_type="default", banned=(), force_end=False):
+                  return_logits=False, precision=None, banned=(), force_end=False, compute_type=None):
     """(b, max_len) int64 ids, starting with start_symbol, for the (b, ls) source ids `src`.
 
     As the Annotated Transformer's greedy_decode: the encoder runs once; each step appends the arg-max (the first
@@ -98,14 +109,15 @@ def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, 
     use_cache: key/value-cached steps (default) or the Annotated Transformer's full-prefix loop.
     return_logits: also return the float32 logits of every step, (b, max_len - 1, n_trg_vocab), row
     r's step t predicting ids[r, t + 1] (NaN after the row ended).
-    compute_type: "default" (the model as it is), "float32", "int8" or "bfloat16", as CTranslate2's.
+    precision: "default" (the model as it is; None too), "float32", "bfloat16" or "int8" (ctransformer.precision);
+    compute_type is its alias, CTranslate2's name.
     banned: ids never chosen (Hugging Face's bad_words_ids of single ids; a Marian model bans its pad id).
     force_end: a row that reaches its last position ends with end_symbol there (Hugging Face's
     forced_eos_token_id). The returned logits are the model's, before these rules.
     """
     _check_model(model, "greedy_decode", "ct.nn.Transformer", _Transformer)
     _check_flags("greedy_decode", use_cache=use_cache, return_logits=return_logits, force_end=force_end)
-    with using_compute_type(model, compute_type, "greedy_decode"):
+    with _using(model, precision, compute_type, "greedy_decode"):
         return _decode.greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol,
                                      use_cache=use_cache, return_logits=return_logits, banned=_ids(banned, "greedy_decode"),
                                      force_end=force_end)
@@ -119,7 +131,7 @@ DEFAULT_ALPHA = _decode.DEFAULT_ALPHA
 
 def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size=DEFAULT_BEAM_SIZE,
                 alpha=DEFAULT_ALPHA, *,
-                n_best=None, use_cache=True, compute_type="default", banned=(), force_end=False):
+                n_best=None, use_cache=True, precision=None, banned=(), force_end=False, compute_type=None):
     """Beam search with GNMT's length penalty; returns (ids (b, max_len) int64, scores (b,) float64).
 
     A hypothesis y after start_symbol, of |y| tokens (end_symbol included when it ended), scores
@@ -133,19 +145,20 @@ def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_si
 
     ids are padded with the model's trg_pad_idx after the hypothesis. With n_best=k (<= beam_size),
     returns the k best: (ids (b, k, max_len), scores (b, k)), best first, -inf where fewer finished.
-    src_mask, use_cache, compute_type, banned and force_end as in greedy_decode (banned ids are dropped after
+    src_mask, use_cache, precision (compute_type), banned and force_end as in greedy_decode (banned ids are dropped after
     the log-softmax, as Hugging Face's beam search does: the other words' log-probabilities are unchanged).
     """
     _check_model(model, "beam_search", "ct.nn.Transformer", _Transformer)
     _check_flags("beam_search", use_cache=use_cache, force_end=force_end)
     _check_number("beam_search", alpha=alpha)
-    with using_compute_type(model, compute_type, "beam_search"):
+    with _using(model, precision, compute_type, "beam_search"):
         return _decode.beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size, alpha,
                                    n_best=n_best, use_cache=use_cache, banned=_ids(banned, "beam_search"),
                                    force_end=force_end)
 
 
-def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, *, use_cache=True, compute_type="default"):
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, *, use_cache=True, precision=None,
+             compute_type=None):
     """The GPT reference's generate for a GPT: (b, t + max_new_tokens) int64 ids (not squeezed).
 
     Each new id is drawn from softmax(logits[:, -1] / temperature) restricted to the top_k largest
@@ -155,12 +168,12 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, *, use_cac
     every kept token to a new (learned, absolute) position and the cached keys depend on the dropped
     tokens, so the cache is rebuilt from the cropped window at each step (the uncached cost); the ids
     are the same as use_cache=False (``GPT.generate(..., use_cache=False)``, the GPT reference's loop).
-    compute_type as in greedy_decode.
+    precision (compute_type) as in greedy_decode.
     """
     _check_model(model, "generate", "ct.nn.GPT", _GPT)
     _check_flags("generate", use_cache=use_cache)
     _check_number("generate", temperature=temperature)
-    with using_compute_type(model, compute_type, "generate"):
+    with _using(model, precision, compute_type, "generate"):
         return _decode.generate(model, idx, max_new_tokens, temperature, top_k, use_cache=use_cache)
 
 

@@ -34,6 +34,8 @@ ctranslate2 is an optional dependency (``pip install ctransformer[export]``).
 """
 import numpy as np
 
+from . import _arguments
+
 __all__ = ["to_ctranslate2"]
 
 
@@ -61,6 +63,9 @@ def _check_supported(cfg):
 
 
 def _check_vocabulary(name, tokens, size):
+    if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__iter__"):
+        raise TypeError(f"to_ctranslate2: {name} must be a list of str (or a MarianTokenizer), got "
+                        f"{type(tokens).__name__}")
     tokens = list(tokens)
     if len(tokens) != size:
         raise ValueError(f"to_ctranslate2: {name} has {len(tokens)} tokens, the model's vocabulary has {size}")
@@ -233,6 +238,9 @@ def to_ctranslate2(model, path, vocabulary, *, target_vocabulary=None, unk_token
     passed as they are (no bos/eos added). quantization: None (float32, or a quantised model's own int8), or
     a CTranslate2 scheme such as "int8" for a float32 model. force: replace an existing directory. Returns path.
     """
+    _arguments.transformer(model, "to_ctranslate2: model")
+    path = _arguments.path(path, "to_ctranslate2: path")
+    _arguments.flag(force, "to_ctranslate2: force")
     ctranslate2, transformer_spec = _ctranslate2()
     cfg = model.config
     if cfg.layout == "marian":

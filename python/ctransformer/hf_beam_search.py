@@ -17,8 +17,11 @@ Arithmetic is float32 where Hugging Face's is (log-probabilities, running sums, 
 same logits give the same choices; the logits themselves differ by float32 rounding, which can only decide a
 step where two candidates tie (tests/decode/test_marian_generate.py).
 """
+import numbers
+
 import numpy as np
 
+from . import _arguments
 from ._core.decode import StepDecoder
 
 __all__ = ["hf_beam_search"]
@@ -50,6 +53,13 @@ def hf_beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, num_
     max_len counts start_symbol (generate's max_length); ids are padded with the model's trg_pad_idx after the
     end symbol. banned and force_end as decode.greedy_decode's. A score is the hypothesis's summed
     log-probabilities over its generated length (end included) ** length_penalty."""
+    _arguments.transformer(model, "hf_beam_search: model")
+    max_len = _arguments.integer(max_len, "hf_beam_search: max_len")
+    start_symbol = _arguments.integer(start_symbol, "hf_beam_search: start_symbol")
+    end_symbol = _arguments.integer(end_symbol, "hf_beam_search: end_symbol")
+    if isinstance(length_penalty, (bool, np.bool_)) or not isinstance(length_penalty, numbers.Real):
+        raise TypeError(f"hf_beam_search: length_penalty must be a number, got {type(length_penalty).__name__}")
+    _arguments.flag(force_end, "hf_beam_search: force_end")
     if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or num_beams < 1:
         raise ValueError(f"hf_beam_search: num_beams must be an int >= 1, got {num_beams!r}")
     if early_stopping not in (False, True, "never"):

@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 
+from . import _arguments
 from .checkpoint import _check_layout
 
 __all__ = ["load_pretrained", "save_pretrained", "read_config", "transformer_config", "read_weights",
@@ -167,6 +168,7 @@ def load_pretrained(path):
     """A Hugging Face Marian directory as a Transformer in eval mode (its state_dict names are Hugging Face's)."""
     from ._core.nn import Transformer
 
+    path = _arguments.path(path, "from_pretrained: path")
     config = read_config(path)
     model = Transformer(transformer_config(config))
     state = complete_state(read_weights(path), model)
@@ -216,6 +218,9 @@ def save_pretrained(model, path, eos_token_id=0, config_extra=None):
     left out, as transformers saves them) into the directory `path`, created if needed."""
     from safetensors.numpy import save_file
 
+    _arguments.transformer(model, "save_pretrained: model")
+    path = _arguments.path(path, "save_pretrained: path")
+    _arguments.mapping(config_extra, "save_pretrained: config_extra")
     config = hf_config(model, eos_token_id, config_extra)
     if model.quantization:
         raise ValueError("save_pretrained: the model is quantised to int8; Hugging Face's format holds float32 "

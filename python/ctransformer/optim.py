@@ -24,6 +24,25 @@ from ._core.optim import (
     rate,
 )
 
+from . import optim_state as _optim_state
+
+
+def _state_dict(self) -> dict:
+    """{'state': {i: {'step', 'exp_avg', 'exp_avg_sq'}}, 'param_groups': [...]}: NumPy copies in torch's layout
+    (ctransformer.optim_state)."""
+    return _optim_state.state_dict(self)
+
+
+def _load_state_dict(self, state_dict: dict) -> None:
+    """Restore steps, moments and group hyperparameters (also from torch.optim.Adam/AdamW state dicts); a bad
+    state dict raises and leaves the optimizer as it was (ctransformer.optim_state)."""
+    _optim_state.load_state_dict(self, state_dict)
+
+
+# The format is Python's; the optimizer and its update are C++'s (AdamW inherits both from Adam).
+Adam.state_dict = _state_dict
+Adam.load_state_dict = _load_state_dict
+
 __all__ = [
     "Optimizer", "Adam", "AdamW", "ParamGroup", "LRScheduler", "LambdaLR", "StepLR", "CosineWarmupLR",
     "NoamLambda", "ScheduledOptim", "rate", "cosine_with_warmup", "clip_grad_norm_",

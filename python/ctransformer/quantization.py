@@ -16,6 +16,7 @@ an int8 Linear, and a ``backward()`` that reaches one raises; ``dequantize()`` r
 parameters are kept (a tied embedding reads them), so ``state_dict()`` is unchanged; the int8 weights are
 ``linear.int8_weight``, and quantised checkpoints hold them (``ctransformer.checkpoint``).
 """
+from ._core.nn import Module as _Module
 from ._core.quantization import Int8Weight, int8_kernel, int8_kernels_available, matmul_s32, quantize_rows, \
     quantize_weight, set_int8_kernel
 from ._core.quantization import linear as linear_int8
@@ -32,6 +33,9 @@ def quantize_dynamic(model, dtype="qint8", inplace=False):
     dtype: "qint8" (torch's name) or "int8". inplace=False quantises a copy, made from the model's
     ``config`` and state_dict (a Transformer); a model without ``config`` needs inplace=True.
     """
+    if not isinstance(model, _Module):
+        raise TypeError(f"quantize_dynamic: model must be a ctransformer model (a ct.nn.Module), got "
+                        f"{type(model).__name__}")
     if str(dtype).replace("torch.", "") not in DTYPES:
         raise ValueError(f"quantize_dynamic: dtype must be one of {DTYPES}, got {dtype!r}")
     if not inplace:

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import ctransformer as ct
-from ctransformer import budget
+from ctransformer import budget, precision
 from ctransformer.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_contents, save_checkpoint
 from ctransformer.data.parallel_corpus import CorpusError
 from ctransformer.kept_models import KeptModels
@@ -49,7 +49,7 @@ def train_step(task, model, optimizer, scheduler, rng, step):
     global_count = task.loss_count(batch)
     # precision bf16: the whole step in an autocast region, so each weight is rounded to bf16 once (and
     # Adam rewrites the copies as it updates the weights; train() holds a region across steps)
-    with ct.autocast(enabled=task.cfg.get("precision") == "bf16"):
+    with ct.autocast(enabled=task.cfg.get("precision") == "bfloat16"):
         with shard.split(*batch) as local:
             local = local if len(batch) > 1 else (local,)
             loss, metrics = task.loss(model, local)
@@ -165,7 +165,7 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
     model.train()
     # precision bf16: one autocast region around the loop, so the parameters' bf16 copies live from step to
     # step (Adam keeps them current); validation inside it runs in float32
-    with ct.autocast(enabled=cfg.get("precision") == "bf16"):
+    with ct.autocast(enabled=cfg.get("precision") == "bfloat16"):
         for step in range(start, stop):
             metrics = train_step(task, model, optimizer, scheduler, rng, step)
             tokens += metrics.pop("tokens")
@@ -280,8 +280,9 @@ def main(argv=None):
                              "the same global batches, split over the processes, gradients averaged during backward")
     parser.add_argument("--bucket-mb", type=float, default=1.0,
                         help="with --distributed: MiB of gradients per all-reduce bucket (default 1)")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default=None,
-                        help="bf16: train under ct.autocast (bf16 products, fp32 weights); the same as --set precision=bf16")
+    parser.add_argument("--precision", choices=[*precision.TRAINING, *precision.ALIASES], default=None,
+                        help="bfloat16: train under ct.autocast (bf16 products, fp32 weights); the same as --set "
+                             "precision=bfloat16. fp32 and bf16 are aliases")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                         help="override any default shown by --list, e.g. --set lr=1e-3 (several: --set a=1 b=2, "

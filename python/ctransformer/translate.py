@@ -18,16 +18,17 @@ it is translated, never a crash.
 detokenised text, its default 13a tokenisation, cased) and prints the score with its signature.
 
 ``--save-quantized OUT`` translates nothing: it writes the checkpoint with its model quantised to int8
-(``ctransformer.translation.quantize_checkpoint``: every Linear's weight int8 with per-row scales) to
+(``ctransformer.translator.quantize_checkpoint``: every Linear's weight int8 with per-row scales) to
 OUT, which ctransformer-translate then runs in int8, as CTranslate2's converter's ``--quantization int8``.
 """
 import argparse
 import sys
 
 import ctransformer as ct
+from ctransformer import precision
 from ctransformer.data.parallel_corpus import read_lines
-# The library side lives in ctransformer.translation; these names stay importable from here (aliases).
-from ctransformer.translation import (  # noqa: F401
+# The library side lives in ctransformer.translator; these names stay importable from here (aliases).
+from ctransformer.translator import (  # noqa: F401
     TASK, Translator, build_model, corpus_bleu, load_translation_checkpoint, quantize_checkpoint,
 )
 
@@ -53,19 +54,21 @@ def main(argv=None):
     parser.add_argument("--bleu", metavar="REF", help="print sacrebleu's corpus BLEU and signature against this reference file (on stderr when the "
                              "translations go to stdout)")
     parser.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                        help="bf16: decode under ct.autocast, the weights rounded to bf16 once (default fp32)")
-    parser.add_argument("--compute-type", choices=["default", "float32", "int8", "bfloat16"], default="default",
-                        help="as CTranslate2's: int8 quantises every Linear (weights per output row, activations "
-                             "per row; ctransformer.quantization), bfloat16 is --precision bf16; default: as the "
-                             "checkpoint holds the model (float32, or int8 for a quantised checkpoint)")
+    choices = [*precision.DECODING, *precision.ALIASES]
+    parser.add_argument("--precision", choices=choices, default=None,
+                        help="float32, bfloat16 (bf16 products under ct.autocast, the weights rounded to bf16 once) or "
+                             "int8 (every Linear quantised: weights per output row, activations per row; "
+                             "ctransformer.quantization); default: as the checkpoint holds the model (float32, or "
+                             "int8 for a quantised checkpoint). fp32 and bf16 are aliases")
+    parser.add_argument("--compute-type", choices=choices, default=None,
+                        help="CTranslate2's name for --precision (an alias)")
     parser.add_argument("--save-quantized", metavar="OUT",
                         help="write the checkpoint with its model quantised to int8 to OUT, and translate nothing")
     args = parser.parse_args(argv)
     if args.save_quantized:
         if args.pretrained:
             parser.error("--save-quantized writes a ctransformer checkpoint; with --pretrained, quantise at run time "
-                         "with --compute-type int8")
+                         "with --precision int8")
         try:
             quantize_checkpoint(args.checkpoint, args.save_quantized)
         except (OSError, ValueError) as error:
@@ -74,9 +77,10 @@ def main(argv=None):
         return 0
     if args.threads:
         ct.set_num_threads(args.threads)
-    if args.precision == "bf16" and args.compute_type not in ("default", "bfloat16"):
-        parser.error(f"--precision bf16 and --compute-type {args.compute_type} disagree")
-    compute_type = "bfloat16" if args.precision == "bf16" else args.compute_type
+    try:
+        chosen = precision.from_arguments(args.precision, args.compute_type, precision.DECODING, "ctransformer-translate")
+    except ValueError:
+        parser.error(f"--precision {args.precision} and --compute-type {args.compute_type} disagree")
     try:
         if args.pretrained:
             options = {k: v for k, v in (("length_penalty", args.length_penalty),
@@ -107,7 +111,7 @@ def main(argv=None):
         parser.exit(2, f"ctransformer-translate: error: the input is not UTF-8 text ({error})\n")
     except (OSError, ValueError) as error:
         parser.exit(2, f"ctransformer-translate: error: {error}\n")
-    with ct.decode.using_compute_type(model, compute_type):
+    with ct.decode.using_precision(model, chosen):
         translations = translator.translate(sentences)
     text = "".join(t + "\n" for t in translations)
     if args.output:

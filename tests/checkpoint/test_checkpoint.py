@@ -127,7 +127,7 @@ def test_loading_executes_no_code(tmp_path):
 
 def test_contents_read_without_a_model(tmp_path):
     """read_checkpoint_contents: the weights under their module names, step, config and extra (its arrays
-    put back), for readers that build the model from the stored config (ctransformer.translation)."""
+    put back), for readers that build the model from the stored config (ctransformer.translator)."""
     model, optimizer, scheduler = _model_and_optimizer()
     path = tmp_path / "ckpt.safetensors"
     table = np.arange(6, dtype=np.uint8)

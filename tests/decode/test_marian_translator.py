@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import ctransformer as ct
-from ctransformer.translation import Translator
+from ctransformer.translator import Translator
 from marian_dirs import write_generation, write_marian_dir
 from test_marian_generate import KNIFE, lively
 

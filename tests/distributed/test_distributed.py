@@ -215,7 +215,7 @@ def _one_process_as_two(task, model, optimizer, scheduler, rng, step, record):
     """ctransformer.train.train_step of a job of WORLD processes, taken by one: see above. `record` prefix:
     <record>.step<N>.npz gets the whole batch's loss and gradients ("full") and the halves' average
     ("halves"), both from the weights and dropout generator this step starts from."""
-    assert task.cfg.get("precision", "fp32") == "fp32" and not task.run.shard.distributed
+    assert task.cfg.get("precision", "float32") == "float32" and not task.run.shard.distributed
     batch = task.train_batch(step, rng)
     n, global_count = len(batch[0]), task.loss_count(batch)
     names = [name for name, _ in model.named_parameters()]

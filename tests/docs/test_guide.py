@@ -16,7 +16,7 @@ BLOCKS = [(page, i, block) for page in PAGES
           for i, block in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S))]
 # The modules the API reference covers (docs/api.md), each with every name of its __all__.
 API_MODULES = ["ctransformer", "ctransformer.functional", "ctransformer.nn", "ctransformer.optim", "ctransformer.decode",
-               "ctransformer.amp", "ctransformer.quantization", "ctransformer.training", "ctransformer.export",
+               "ctransformer.amp", "ctransformer.quantization", "ctransformer.annotated", "ctransformer.export", "ctransformer.translator", "ctransformer.precision",
                "ctransformer.marian"]
 
 

@@ -86,7 +86,7 @@ def test_penalization_chart_data(render_plots):
 
 
 def test_subsequent_mask_chart_data():
-    rows = chart_rows(plots.subsequent_mask_chart(ct.training.subsequent_mask(20)[0]))
+    rows = chart_rows(plots.subsequent_mask_chart(ct.annotated.subsequent_mask(20)[0]))
     assert len(rows) == 400
     for r in rows:   # "Masking" is the query row, "Window" the key column
         assert r["Subsequent Mask"] == float(r["Window"] <= r["Masking"])

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ctransformer as ct
-from ctransformer.training import LabelSmoothing, SimpleLossCompute
+from ctransformer.annotated import LabelSmoothing, SimpleLossCompute
 from helpers import assert_close, rand
 
 

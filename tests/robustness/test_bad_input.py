@@ -322,14 +322,14 @@ def _decoding_calls():
     mask = ct.nn.get_pad_mask(src, 0)
     common = dict(src=src, src_mask=mask, max_len=6, start_symbol=1, end_symbol=2)
     wrong = dict(model="model", src="abc", src_mask=3, max_len="10", start_symbol=1.5, end_symbol="x", use_cache="yes",
-                 compute_type=3)
+                 precision=3, compute_type=3)
     for name, fn, good, extra in [
             ("greedy_decode", ct.decode.greedy_decode, dict(model=transformer, **common), dict(return_logits="no")),
             ("beam_search", ct.decode.beam_search, dict(model=transformer, **common),
              dict(beam_size="4", alpha="0.6", n_best=1.5)),
             ("generate", ct.decode.generate, dict(model=gpt, idx=np.ones((1, 2), np.int64), max_new_tokens=3),
              dict(model=transformer, idx="x", max_new_tokens="3", temperature="hot", top_k=1.5, use_cache="yes",
-                  compute_type=3))]:
+                  precision=3, compute_type=3))]:
         cases = extra if name == "generate" else {**wrong, **extra}
         for argument, value in cases.items():
             yield pytest.param(fn, good, argument, value, id=f"{name}-{argument}")

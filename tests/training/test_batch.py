@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctransformer.training import Batch, subsequent_mask
+from ctransformer.annotated import Batch, subsequent_mask
 
 
 def seed_subsequent_mask(size):

@@ -109,10 +109,10 @@ def test_every_option_is_read():
     import inspect
 
     import ctransformer.train as train_module
-    import ctransformer.translation as translation_module
+    import ctransformer.translator as translator_module
     from ctransformer.train import TASKS
 
-    loop = inspect.getsource(train_module) + inspect.getsource(translation_module)
+    loop = inspect.getsource(train_module) + inspect.getsource(translator_module)
     for name, cls in TASKS.items():
         source = inspect.getsource(inspect.getmodule(cls)) + loop
         unread = [key for key in cls.defaults if f'"{key}"' not in source.replace(f'"{key}": ', "", 1)]

@@ -44,6 +44,8 @@ struct Int8Weight {
     }
     // q (out, in) row-major, unpacked.
     std::vector<std::int8_t> unpacked() const;
+    // q * scale[:, None] (out, in) row-major, float32: what the int8 weight stands for.
+    std::vector<float> dequantized() const;
 };
 
 // Quantise a row-major fp32 weight (out, in): per-row scales as above.

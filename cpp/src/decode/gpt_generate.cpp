@@ -74,4 +74,10 @@ IndexArray generate(const nn::gpt::GPT& model, const IndexArray& idx, std::size_
     return out;
 }
 
+IndexArray generate(const nn::gpt::GPT& model, const IndexArray& idx, std::size_t max_new_tokens, float temperature,
+                    std::optional<std::int64_t> top_k, const ShouldStop& should_stop, bool use_cache) {
+    return use_cache ? generate(model, idx, max_new_tokens, temperature, top_k, should_stop)
+                     : model.generate(idx, max_new_tokens, temperature, top_k, should_stop);
+}
+
 }  // namespace ct::decode

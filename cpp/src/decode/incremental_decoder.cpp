@@ -22,7 +22,8 @@ Tensor IncrementalDecoder::step(const std::vector<std::int64_t>& ids) {
     NoGradGuard no_grad;
     // One position per row; no target mask: nothing later than it exists yet.
     const Mask* src_mask = src_mask_ ? &*src_mask_ : nullptr;
-    const Tensor x = model_.decoder->forward(IndexArray{ids, {rows_, 1}}, nullptr, cache_, src_mask).output;
+    // check_step_ids scanned the ids: the decoder and its embedding do not again.
+    const Tensor x = model_.decoder->forward_valid_ids(IndexArray{ids, {rows_, 1}}, nullptr, cache_, src_mask).output;
     // (rows, 1, d_model) to (rows, d_model) before the projection, not its (rows, 1, n_trg_vocab) output after:
     // reshape copies, and the logits are 8000 floats a row.
     return model_.project(reshape(x, {std::int64_t(rows_), std::int64_t(x.size(2))}));

@@ -58,15 +58,22 @@ Decoder::Decoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
 
 DecoderOutput Decoder::forward(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor& enc_output,
                                const Mask* src_mask, bool return_attns) const {
-    return run(trg_seq, trg_mask, &enc_output, src_mask, return_attns, nullptr);
+    return run(trg_seq, trg_mask, &enc_output, src_mask, return_attns, nullptr, true);
 }
 
 DecoderOutput Decoder::forward(const IndexArray& trg_seq, const Mask* trg_mask, Cache& cache, const Mask* src_mask,
                                bool return_attns) const {
-    if (cache.layers.size() != layers.size())
-        throw RuntimeError("Decoder.forward: the cache has " + std::to_string(cache.layers.size()) + " layers, the decoder " +
-                           std::to_string(layers.size()) + " (make it with start_cache)");
-    return run(trg_seq, trg_mask, nullptr, src_mask, return_attns, &cache);
+    return run(trg_seq, trg_mask, nullptr, src_mask, return_attns, &cache, true);
+}
+
+DecoderOutput Decoder::forward_valid_ids(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor& enc_output,
+                                         const Mask* src_mask, bool return_attns) const {
+    return run(trg_seq, trg_mask, &enc_output, src_mask, return_attns, nullptr, false);
+}
+
+DecoderOutput Decoder::forward_valid_ids(const IndexArray& trg_seq, const Mask* trg_mask, Cache& cache,
+                                         const Mask* src_mask, bool return_attns) const {
+    return run(trg_seq, trg_mask, nullptr, src_mask, return_attns, &cache, false);
 }
 
 Decoder::Cache Decoder::start_cache(const Tensor& enc_output) const {
@@ -76,8 +83,11 @@ Decoder::Cache Decoder::start_cache(const Tensor& enc_output) const {
 }
 
 DecoderOutput Decoder::run(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor* enc_output,
-                           const Mask* src_mask, bool return_attns, Cache* cache) const {
-    detail::check_token_ids(trg_seq, config.n_trg_vocab, config.n_position, "Decoder.forward", "trg_seq");
+                           const Mask* src_mask, bool return_attns, Cache* cache, bool check_ids) const {
+    if (cache && cache->layers.size() != layers.size())
+        throw RuntimeError("Decoder.forward: the cache has " + std::to_string(cache->layers.size()) + " layers, the decoder " +
+                           std::to_string(layers.size()) + " (make it with start_cache)");
+    if (check_ids) detail::check_token_ids(trg_seq, config.n_trg_vocab, config.n_position, "Decoder.forward", "trg_seq");
     if (enc_output && (enc_output->dim() != 3 || enc_output->size(0) != trg_seq.shape[0] ||
                        enc_output->size(2) != config.d_model))
         throw ValueError("Decoder.forward: enc_output must be (batch = " + std::to_string(trg_seq.shape[0]) +
@@ -85,7 +95,7 @@ DecoderOutput Decoder::run(const IndexArray& trg_seq, const Mask* trg_mask, cons
                          shape_str(enc_output->shape()));
     const std::size_t start = cache ? cache->length : 0;
     DecoderOutput result;
-    Tensor x = trg_word_emb->forward(trg_seq);
+    Tensor x = trg_word_emb->forward_valid_ids(trg_seq);
     if (scale_emb) x = scale(x, float(std::sqrt(double(config.d_model))));
     x = position_enc->forward(x, start);
     if (dropout) x = dropout->forward(x);

@@ -29,4 +29,8 @@ Embedding::Embedding(std::size_t n, std::size_t d, std::optional<std::int64_t> p
 
 Tensor Embedding::forward(const IndexArray& ids) const { return embedding(ids, weight, padding_idx); }
 
+Tensor Embedding::forward_valid_ids(const IndexArray& ids) const {
+    return detail::embedding_of_valid_ids(ids, weight, padding_idx);
+}
+
 }  // namespace ct::nn

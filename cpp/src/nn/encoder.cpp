@@ -85,8 +85,13 @@ std::vector<std::size_t> read_rows_of(const Mask* mask, std::size_t b, std::size
 EncoderOutput Encoder::forward(const IndexArray& src_seq, const Mask* src_mask, bool return_attns,
                                bool masked_rows_unread) const {
     detail::check_token_ids(src_seq, config.n_src_vocab, config.n_position, "Encoder.forward", "src_seq");
+    return forward_valid_ids(src_seq, src_mask, return_attns, masked_rows_unread);
+}
+
+EncoderOutput Encoder::forward_valid_ids(const IndexArray& src_seq, const Mask* src_mask, bool return_attns,
+                                         bool masked_rows_unread) const {
     EncoderOutput result;
-    Tensor x = src_word_emb->forward(src_seq);
+    Tensor x = src_word_emb->forward_valid_ids(src_seq);
     if (scale_emb) x = scale(x, float(std::sqrt(double(config.d_model))));   // enc_output *= d_model ** 0.5
     x = position_enc->forward(x);
     if (dropout) x = dropout->forward(x);

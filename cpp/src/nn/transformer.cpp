@@ -70,13 +70,13 @@ Transformer::Transformer(const TransformerConfig& c) : config(validated(c)) {
 EncoderOutput Transformer::encode(const IndexArray& src_seq, const Mask* src_mask, bool return_attns,
                                   bool masked_rows_unread) const {
     detail::check_token_ids(src_seq, config.n_src_vocab, config.n_position, "Transformer.encode", "src_seq");
-    return encoder->forward(src_seq, src_mask, return_attns, masked_rows_unread);
+    return encoder->forward_valid_ids(src_seq, src_mask, return_attns, masked_rows_unread);
 }
 
 DecoderOutput Transformer::decode(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor& enc_output,
                                   const Mask* src_mask, bool return_attns) const {
     detail::check_token_ids(trg_seq, config.n_trg_vocab, config.n_position, "Transformer.decode", "trg_seq");
-    return decoder->forward(trg_seq, trg_mask, enc_output, src_mask, return_attns);
+    return decoder->forward_valid_ids(trg_seq, trg_mask, enc_output, src_mask, return_attns);
 }
 
 Tensor Transformer::project(const Tensor& dec_output) const {
@@ -101,8 +101,9 @@ TransformerOutput Transformer::forward(const IndexArray& src_seq, const IndexArr
                               ? mask_and(get_pad_mask(trg_seq, config.trg_pad_idx), get_subsequent_mask(trg_seq))
                               : get_subsequent_mask(trg_seq);
 
-    EncoderOutput enc = encoder->forward(src_seq, &src_mask, return_attns);
-    DecoderOutput dec = decoder->forward(trg_seq, &trg_mask, enc.output, &src_mask, return_attns);
+    // The ids were checked above, once: the encoder, decoder and embeddings below do not scan them again.
+    EncoderOutput enc = encoder->forward_valid_ids(src_seq, &src_mask, return_attns);
+    DecoderOutput dec = decoder->forward_valid_ids(trg_seq, &trg_mask, enc.output, &src_mask, return_attns);
     TransformerOutput out;
     // Flattened before the projection, the same rows: a copy of (b*lt, d_model) instead of the
     // logits' (b*lt, n_trg_vocab).

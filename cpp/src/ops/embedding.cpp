@@ -41,6 +41,16 @@ struct EmbeddingBackward : Node {
 }  // namespace
 
 Tensor embedding(const IndexArray& ids, const Tensor& weight, std::optional<std::int64_t> padding_idx) {
+    const std::int64_t V = weight.dim() == 2 ? std::int64_t(weight.size(0)) : 0;
+    if (weight.dim() == 2)
+        for (std::size_t i = 0; i < ids.numel(); ++i)
+            if (ids.data[i] < 0 || ids.data[i] >= V)
+                throw IndexError("embedding: token id " + std::to_string(ids.data[i]) + " at flat position " +
+                                 std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    return detail::embedding_of_valid_ids(ids, weight, padding_idx);
+}
+
+Tensor detail::embedding_of_valid_ids(const IndexArray& ids, const Tensor& weight, std::optional<std::int64_t> padding_idx) {
     if (weight.dim() != 2)
         throw ValueError("embedding: weight must have rank 2 (num_embeddings, embedding_dim), got shape " +
                          shape_str(weight.shape()));
@@ -53,10 +63,6 @@ Tensor embedding(const IndexArray& ids, const Tensor& weight, std::optional<std:
             throw IndexError("embedding: padding_idx must be within num_embeddings = " + std::to_string(V) + ", got " +
                              std::to_string(*padding_idx));
     }
-    for (std::size_t i = 0; i < ids.numel(); ++i)
-        if (ids.data[i] < 0 || ids.data[i] >= V)
-            throw IndexError("embedding: token id " + std::to_string(ids.data[i]) + " at flat position " +
-                             std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
     Shape out_shape = ids.shape;
     out_shape.push_back(D);
     Tensor out(Array::from_shape(out_shape));

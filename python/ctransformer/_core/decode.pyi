@@ -37,7 +37,7 @@ class StepDecoder:
     that position; select(rows) keeps, reorders or repeats rows (a list of row indices). use_cache=True keeps
     key/value caches (one position's work per step); False re-decodes the whole prefix each step.
     """
-    def __init__(self, model: ctransformer._core.nn.Transformer, src: typing.Any, src_mask: typing.Any, use_cache: bool = True) -> None:
+    def __init__(self, model: typing.Any, src: typing.Any, src_mask: typing.Any, use_cache: bool = True) -> None:
         ...
     def select(self, rows: typing.Any) -> None:
         ...

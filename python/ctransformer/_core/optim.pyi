@@ -72,13 +72,28 @@ class Adam(Optimizer):
         ...
     def __repr__(self) -> str:
         ...
-    def load_state_dict(self, state_dict: typing.Any) -> None:
+    def _load(self, where: str, hypers: list, states: list) -> None:
         """
-        Restore steps, moments and group hyperparameters (also accepts torch.optim.Adam/AdamW state dicts).
+        Commit a checked state (ctransformer.optim_state.load_state_dict); nothing changes if a value fails.
+        """
+    def _param_state(self, group: typing.SupportsInt | typing.SupportsIndex, index: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        None, or (step, exp_avg, exp_avg_sq) as NumPy copies (for ctransformer.optim_state).
+        """
+    def load_state_dict(self, state_dict: dict) -> None:
+        """
+        Restore steps, moments and group hyperparameters (also from torch.optim.Adam/AdamW state dicts); a bad
+            state dict raises and leaves the optimizer as it was (ctransformer.optim_state).
         """
     def state_dict(self) -> dict:
         """
-        {'state': {i: {'step', 'exp_avg', 'exp_avg_sq'}}, 'param_groups': [...]}, NumPy copies, torch's layout.
+        {'state': {i: {'step', 'exp_avg', 'exp_avg_sq'}}, 'param_groups': [...]}: NumPy copies in torch's layout
+            (ctransformer.optim_state).
+        """
+    @property
+    def decoupled_weight_decay(self) -> bool:
+        """
+        True for AdamW (p *= 1 - lr * weight_decay), False for Adam's L2 term.
         """
 class AdamW(Adam):
     """

@@ -18,6 +18,8 @@ import json
 import os
 import re
 
+from .. import _arguments
+
 UNK, EOS, PAD = "<unk>", "</s>", "<pad>"
 SPIECE_UNDERLINE = "\u2581"
 # transformers' clean_up_tokenization: spaces before these go.
@@ -36,6 +38,7 @@ class MarianTokenizer:
     def __init__(self, path):
         from .subword import _spm
 
+        path = _arguments.path(path, "MarianTokenizer: path")
         files = {name: os.path.join(path, name) for name in ("source.spm", "target.spm", "vocab.json")}
         missing = [name for name, file in files.items() if not os.path.isfile(file)]
         if missing:
@@ -64,7 +67,9 @@ class MarianTokenizer:
         self.special_tokens = [t for t in (self.eos_token, self.unk_token, self.pad_token) if t]
         self._special = re.compile("(" + "|".join(re.escape(t) for t in
                                                   sorted(self.special_tokens, key=len, reverse=True)) + ")")
-        self._special_pieces = {self.source_vocab[t]: t for t in self.special_tokens if t in self.source_vocab}
+        # Special tokens take their source-side ids on both sides, as transformers registers them once.
+        self._special_ids = {t: self.source_vocab[t] for t in self.special_tokens if t in self.source_vocab}
+        self._special_pieces = {i: t for t, i in self._special_ids.items()}
         self.language_codes = [p for p in self.source_vocab if p.startswith(">>") and p.endswith("<<")]
 
     def __len__(self):
@@ -109,8 +114,7 @@ class MarianTokenizer:
             raise TypeError("MarianTokenizer.encode: expected a list of sentences, got one str (wrap it in a list)")
         vocab = self.target_vocab if target else self.source_vocab
         unk = vocab[self.unk_token]
-        # Special tokens take their source-side ids on both sides, as transformers registers them once.
-        special = {t: self.source_vocab[t] for t in self.special_tokens if t in self.source_vocab}
+        special = self._special_ids
         end = [special.get(self.eos_token, vocab[self.eos_token])] if add_eos else []
         return [[special[p] if p in special else vocab.get(p, unk) for p in self.pieces(s, target)] + end
                 for s in sentences]

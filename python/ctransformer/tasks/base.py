@@ -8,12 +8,13 @@ schedule. A task supplies the rest: its model and optimizer (``build``), each st
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ctransformer import precision as _precision
 from ctransformer.distributed import Shard
 
 
-# "bf16": every training step's forward and backward run under ct.autocast (bf16 products, fp32 master
-# weights and everything else); evaluation and decoding stay float32.
-PRECISIONS = ("fp32", "bf16")
+# "bfloat16" ("bf16"): every training step's forward and backward run under ct.autocast (bf16 products, fp32
+# master weights and everything else); evaluation and decoding stay float32. ctransformer.precision.
+PRECISIONS = _precision.TRAINING
 
 
 @dataclass
@@ -42,9 +43,8 @@ class Task:
         if unknown:
             raise ValueError(f"unknown option(s) for task {self.name!r}: {', '.join(sorted(unknown))}")
         self.cfg = {**self.defaults, **(config or {})}
-        precision = self.cfg.get("precision", "fp32")
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if "precision" in self.cfg:    # one spelling in the run's config (and its checkpoints): "bf16" -> "bfloat16"
+            self.cfg["precision"] = _precision.canonical(self.cfg["precision"], PRECISIONS, self.name or "task")
         self.run = run or Run()
 
     def log(self, message):

@@ -3,7 +3,7 @@ import numpy as np
 
 import ctransformer as ct
 from ctransformer.data import copy_batch
-from ctransformer.training import Batch, LabelSmoothing, SimpleLossCompute
+from ctransformer.annotated import Batch, LabelSmoothing, SimpleLossCompute
 
 from .base import Task
 
@@ -18,7 +18,7 @@ class Copy(Task):
         "vocab": 11, "length": 10, "batch_size": 80, "start_symbol": 1, "pad": 0,
         "d_model": 128, "d_inner": 512, "n_layers": 2, "n_head": 4, "dropout": 0.1,
         "lr": 0.5, "factor": 1.0, "warmup": 400, "smoothing": 0.0, "eval_batches": 5,
-        "precision": "fp32",   # or "bf16": train steps under ct.autocast (the loop reads it)
+        "precision": "float32",   # or "bfloat16" ("bf16"): train steps under ct.autocast (the loop reads it)
     }
 
     def build(self):

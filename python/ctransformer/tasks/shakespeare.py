@@ -19,7 +19,7 @@ class Shakespeare(Task):
         "lr": 1e-3, "min_lr": 1e-4, "warmup_iters": 100, "lr_decay_iters": 2000, "beta1": 0.9, "beta2": 0.99,
         "weight_decay": 0.1, "decay": "seed", "grad_clip": 1.0, "sample_chars": 300, "temperature": 0.8, "top_k": 40,
         "target_val_loss": 1.88,
-        "precision": "fp32",   # or "bf16": train steps under ct.autocast (the loop reads it)
+        "precision": "float32",   # or "bfloat16" ("bf16"): train steps under ct.autocast (the loop reads it)
     }
 
     name = "shakespeare"

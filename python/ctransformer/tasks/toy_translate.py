@@ -16,7 +16,7 @@ class ToyTranslate(Task):
         "seed": 0, "steps": 9000, "steps_per_epoch": 750, "log_every": 500, "batch_size": 8,
         "lr": 2e-3, "step_size": 3, "gamma": 0.5, "dropout": 0.1, "eval_samples": 200,
         "target_token_accuracy": 0.99, "target_exact_match": 0.90,
-        "precision": "fp32",   # or "bf16": train steps under ct.autocast (the loop reads it)
+        "precision": "float32",   # or "bfloat16" ("bf16"): train steps under ct.autocast (the loop reads it)
     }
 
     def build(self):

@@ -23,5 +23,9 @@ namespace ct::decode {
 IndexArray generate(const nn::gpt::GPT& model, const IndexArray& idx, std::size_t max_new_tokens,
                     float temperature = 1.0f, std::optional<std::int64_t> top_k = std::nullopt,
                     const ShouldStop& should_stop = {});
+// The same, or with use_cache=false GPT::generate, the reference's loop (the same ids, uncached): the one
+// place that chooses, for both bindings (ctransformer.decode.generate and GPT.generate).
+IndexArray generate(const nn::gpt::GPT& model, const IndexArray& idx, std::size_t max_new_tokens, float temperature,
+                    std::optional<std::int64_t> top_k, const ShouldStop& should_stop, bool use_cache);
 
 }  // namespace ct::decode

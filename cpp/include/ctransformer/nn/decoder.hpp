@@ -40,6 +40,12 @@ public:
     // with. The cache then holds s more positions.
     DecoderOutput forward(const IndexArray& trg_seq, const Mask* trg_mask, Cache& cache, const Mask* src_mask,
                           bool return_attns = false) const;
+    // Both forwards for a caller that checked trg_seq (sequence_checks.hpp) at its own entry: the ids are
+    // scanned once per call, not once per layer of the call chain.
+    DecoderOutput forward_valid_ids(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor& enc_output,
+                                    const Mask* src_mask, bool return_attns = false) const;
+    DecoderOutput forward_valid_ids(const IndexArray& trg_seq, const Mask* trg_mask, Cache& cache,
+                                    const Mask* src_mask, bool return_attns = false) const;
     // A cache with no target position, for the source whose encoder output is enc_output (b, ls, d_model).
     Cache start_cache(const Tensor& enc_output) const;
     std::string type_name() const override { return "Decoder"; }
@@ -56,7 +62,7 @@ public:
 private:
     // Both forwards: enc_output is read without a cache, the cache's keys/values with one.
     DecoderOutput run(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor* enc_output, const Mask* src_mask,
-                      bool return_attns, Cache* cache) const;
+                      bool return_attns, Cache* cache, bool check_ids) const;
 };
 
 }  // namespace ct::nn

@@ -12,6 +12,8 @@ public:
     Embedding(std::size_t num_embeddings, std::size_t embedding_dim,
               std::optional<std::int64_t> padding_idx = std::nullopt);
     Tensor forward(const IndexArray& ids) const;
+    // forward without the scan of ids: for a caller that checked them (ops/embedding.hpp's detail).
+    Tensor forward_valid_ids(const IndexArray& ids) const;
     std::string type_name() const override { return "Embedding"; }
 
     Tensor weight;

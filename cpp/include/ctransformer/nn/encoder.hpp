@@ -30,6 +30,10 @@ public:
     // finite values than a full forward's. A sentence with no position left unmasked keeps all its rows.
     EncoderOutput forward(const IndexArray& src_seq, const Mask* src_mask, bool return_attns = false,
                           bool masked_rows_unread = false) const;
+    // forward for a caller that checked src_seq (sequence_checks.hpp) at its own entry: the ids are scanned
+    // once per call, not once per layer of the call chain.
+    EncoderOutput forward_valid_ids(const IndexArray& src_seq, const Mask* src_mask, bool return_attns = false,
+                                    bool masked_rows_unread = false) const;
     std::string type_name() const override { return "Encoder"; }
 
     const TransformerConfig config;

@@ -90,6 +90,13 @@ std::vector<std::int8_t> Int8Weight::unpacked() const {
     return q;
 }
 
+std::vector<float> Int8Weight::dequantized() const {
+    std::vector<float> w(out_features * in_features);
+    for (std::size_t n = 0; n < out_features; ++n)
+        for (std::size_t k = 0; k < in_features; ++k) w[n * in_features + k] = float(at(n, k)) * scale[n];
+    return w;
+}
+
 Int8Weight quantize_weight_int8(const float* w, std::size_t out, std::size_t in) {
     Int8Weight r;
     r.out_features = out;

@@ -63,7 +63,7 @@ class Module:
         """
     def eval(self) -> Module:
         ...
-    def load_state_dict(self, state_dict: dict, strict: bool = True) -> typing.Any:
+    def load_state_dict(self, state_dict: typing.Any, strict: bool = True) -> typing.Any:
         """
         Copy arrays (NumPy, torch CPU tensors, ctransformer tensors) into the parameters in place.
         """
