@@ -4,8 +4,8 @@
 
 ctransformer trains with the multi30k task's own step (``tasks/multi30k.py``); PyTorch trains seed
 000's model (tests/reference) from the same initial weights (copied from ctransformer's, tied the same
-way) on the same token batches, with torch.optim.Adam(0.9, 0.98, 1e-9) at the same Noam rate and
-``cross_entropy(label_smoothing=0.1, ignore_index=pad)``. Dropout is on in both, so the curves
+way) on the same token batches, with torch.optim.Adam(0.9, 0.98, 1e-9) at the task's rate (fitted or Noam),
+the same gradient clipping and ``cross_entropy(label_smoothing=0.1, ignore_index=pad)``. Dropout is on in both, so the curves
 differ by their dropout masks only (tests/training/test_multi30k.py checks a step with dropout off is equal).
 
 The two take turns step by step, so the machine's other load hits both alike. Prints the loss of
@@ -79,6 +79,8 @@ def main():
                                                  ignore_index=PAD_ID, label_smoothing=cfg["label_smoothing"])
         torch_opt.zero_grad()
         loss.backward()
+        if cfg["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), cfg["grad_clip"])
         torch_opt.step()
         torch_sched.step()
         return loss.item()

@@ -353,7 +353,7 @@ def test_a_budgeted_run_is_the_run_of_the_steps_it_planned(corpus_files, tmp_pat
 
 
 def test_checkpoint_carries_a_tied_model_and_its_vocab(trained):
-    from ctransformer.translation import load_translation_checkpoint
+    from ctransformer.translator import load_translation_checkpoint
 
     task, model, _, path = trained
     loaded, vocab, cfg = load_translation_checkpoint(path)
@@ -420,7 +420,7 @@ def test_beam_one_is_greedy_on_the_trained_model(trained):
     kernel from the first product) moves these logits by at most GREEDY_MARGIN / 10 (seen 1.4e-6, so ~70x
     inside the margin). Seen: the smallest gap along the path is 1.1e-3, every step of the 12 sentences
     is compared; at least 90% of the steps must be."""
-    from ctransformer.translation import Translator
+    from ctransformer.translator import Translator
 
     task, model, _, _ = trained
     model.eval()
@@ -508,7 +508,7 @@ def test_translate_cli_stdin_to_stdout_with_bleu(trained, corpus_files):
     # kernels: packed weight copies from the second product on), the same thread count and compute type.
     # Equal by construction, so compared exactly: beam decisions are argmaxes, and a 60-step model's logits
     # leave no margin to compare two different float32 computations by.
-    from ctransformer.translation import Translator, load_translation_checkpoint
+    from ctransformer.translator import Translator, load_translation_checkpoint
 
     model, vocab, cfg = load_translation_checkpoint(path)
     translator = Translator(model, vocab, beam_size=2, length_penalty=cfg["length_penalty"],
@@ -543,7 +543,7 @@ def test_quantised_checkpoint_translates_as_the_quantised_model(trained, tmp_pat
     # quantize_checkpoint writes the model's Linears in int8; reading it back gives the int8 model, whose
     # translations equal the float32 checkpoint's under --compute-type int8 (the same int8 weights either way).
     from ctransformer.checkpoint import read_checkpoint
-    from ctransformer.translation import Translator, load_translation_checkpoint, quantize_checkpoint
+    from ctransformer.translator import Translator, load_translation_checkpoint, quantize_checkpoint
 
     task, _, _, path = trained
     quantised = str(tmp_path / "int8.safetensors")
@@ -643,7 +643,7 @@ def test_a_training_step_equals_torch(corpus_files, tmp_path):
 
     task = Multi30k(_tiny(corpus_files), Run(checkpoint=str(tmp_path / "run.safetensors"), log=_quiet))  # vocabulary cached there
     cfg = task.cfg
-    assert cfg["label_smoothing"] == 0.1
+    assert cfg["label_smoothing"] == 0.1 and cfg["grad_clip"] == 1.0
     ct.manual_seed(0)
     model, optimizer, scheduler = task.build()
     model.eval()
@@ -663,7 +663,7 @@ def test_a_training_step_equals_torch(corpus_files, tmp_path):
     assert ref.trg_word_prj.weight is ref.encoder.src_word_emb.weight          # tied in torch too
     torch_opt = torch.optim.Adam(ref.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     torch_sched = torch.optim.lr_scheduler.LambdaLR(
-        torch_opt, lambda step: ct.training.rate(step, cfg["d_model"], cfg["lr_factor"], cfg["warmup"]))
+        torch_opt, lambda step: ct.annotated.rate(step, cfg["d_model"], cfg["lr_factor"], cfg["warmup"]))
     noise = {}
     rates = []
     for step in range(3):
@@ -681,6 +681,7 @@ def test_a_training_step_equals_torch(corpus_files, tmp_path):
         loss = loss_of(ref, src, tgt)
         torch_opt.zero_grad()
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), cfg["grad_clip"])   # the recipe clips (1.0)
         torch_opt.step()
         torch_sched.step()
         assert metrics["loss"] == pytest.approx(loss.item(), rel=1e-5)
