@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
 }
 """
 
-SHAPES = {  # benchmarks/cases.py's system A configurations: (batch, length, heads, head size)
+SHAPES = {  # benchmarks/cases.py's post-norm configurations (POST_NORM): (batch, length, heads, head size)
     "tiny": (8, 50, 4, 8), "small": (32, 30, 8, 32), "base": (16, 32, 8, 64), "multi30k b64 L30": (64, 30, 8, 64),
 }
 

@@ -25,7 +25,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 # (m, n, k): the base model's Linear products at 4096 rows (batch x length) and smaller, the decoding
-# step's 32 rows, and the tiny model's (seed 003 at batch 128 x length 50 splits into pieces like these).
+# step's 32 rows, and the tiny model's (the toy translator at batch 128 x length 50 splits into pieces like these).
 SHAPES = [(4096, 512, 512), (4096, 2048, 512), (4096, 512, 2048), (1024, 512, 512), (32, 512, 512),
           (128, 64, 128), (128, 128, 64)]
 # Every OpenBLAS x86-64 core worth naming here, with what it needs of the CPU (/proc/cpuinfo flags).

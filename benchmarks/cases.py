@@ -16,8 +16,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))  # tests/reference: the PyTorch 
 
 
 # --- configurations -------------------------------------------------------------------------------
-# System A (SPEC): seed 000's encoder-decoder Transformer, post-norm, shared embeddings, 'prj' scaling.
-SYSTEM_A = {
+# The post-norm Transformer (SPEC): jadore801120's encoder-decoder model, post-norm, shared embeddings, 'prj'
+# scaling.
+POST_NORM = {
     "tiny": dict(d_model=32, n_head=4, d_inner=64, n_layers=3, vocab=39, batch=8, length=50),
     "small": dict(d_model=256, n_head=8, d_inner=1024, n_layers=3, vocab=8000, batch=32, length=30),
     "base": dict(d_model=512, n_head=8, d_inner=2048, n_layers=6, vocab=10000, batch=16, length=32),
@@ -33,7 +34,8 @@ SYSTEM_A = {
 GPT = dict(vocab=65, block=64, n_layer=4, n_head=4, n_embd=128, batch=12, lr=1e-3, betas=(0.9, 0.99),
            weight_decay=0.1, grad_clip=1.0)
 DECODE_STEPS = 50
-PAD, BOS, EOS = 0, 1, 2  # system A: padding id, start symbol, end symbol ("</s>" in the CTranslate2 export's vocabulary)
+# The post-norm model's padding id, start symbol and end symbol ("</s>" in the CTranslate2 export's vocabulary).
+PAD, BOS, EOS = 0, 1, 2
 BEAM, ALPHA = 5, 0.6     # the beam cases: beam width and GNMT length penalty
 
 
@@ -45,7 +47,7 @@ def gpt_flops(c):
     return {"forward": fwd, "train": 3 * fwd}  # backward: dX and dW, twice the forward
 
 
-def system_a_flops(c):
+def post_norm_flops(c):
     b, l, e, f, v = c["batch"], c["length"], c["d_model"], c["d_inner"], c["vocab"]
     ns = nt = b * l  # source and target tokens (the target is the full length, as fed to the model)
     enc = 4 * 2 * ns * e * e + 2 * 2 * b * l * l * e + 2 * 2 * ns * e * f
@@ -56,7 +58,7 @@ def system_a_flops(c):
     return {"forward": fwd, "train": 3 * fwd}
 
 
-def system_a_gemms(c):
+def post_norm_gemms(c):
     """The step's Linear products at this configuration (forward, dX, dW), for the sgemm limit."""
     from measure import linear_gemms
     n, e, f, L = c["batch"] * c["length"], c["d_model"], c["d_inner"], c["n_layers"]
@@ -75,7 +77,7 @@ def gpt_batch(c, seed=0):
     return idx, targets
 
 
-# ct.nn.GPT names its sizes as the Transformer does; the torch reference keeps the seed's names.
+# ct.nn.GPT names its sizes as the Transformer does; the torch reference keeps the GPT post's names.
 CT_NAMES = {"num_layer": "n_layers", "embed_dim": "d_model", "num_head": "n_head", "feedforward_dim": "d_inner"}
 
 
@@ -121,15 +123,15 @@ def build_gpt_train(side, share, torch_model=None):
     return step, model
 
 
-# --- system A: seed 000's Transformer -------------------------------------------------------------
+# --- the post-norm Transformer (jadore801120's) ---------------------------------------------------
 # Training: src (b, L), trg (b, L + 1) -> the model sees trg[:, :-1] and predicts trg[:, 1:] (the
-# seeds' patch_trg); rows end in padding at random lengths in [L/2, L]; dropout 0.1 (the model's
+# jadore801120's patch_trg); rows end in padding at random lengths in [L/2, L]; dropout 0.1 (the model's
 # default), cross_entropy with ignore_index=PAD and label_smoothing=0.1 (mean over real tokens),
-# Adam(lr 1e-4, betas (0.9, 0.98), eps 1e-9) as seed 002.
+# Adam(lr 1e-4, betas (0.9, 0.98), eps 1e-9) as the Annotated Transformer's.
 LABEL_SMOOTHING, LR, BETAS, EPS = 0.1, 1e-4, (0.9, 0.98), 1e-9
 
 
-def a_args(c, dropout=0.1):
+def post_norm_args(c, dropout=0.1):
     d, h = c["d_model"], c["n_head"]
     return dict(n_src_vocab=c["vocab"], n_trg_vocab=c["vocab"], src_pad_idx=PAD, trg_pad_idx=PAD, d_word_vec=d,
                 d_model=d, d_inner=c["d_inner"], n_layers=c["n_layers"], n_head=h, d_k=d // h, d_v=d // h,
@@ -137,7 +139,7 @@ def a_args(c, dropout=0.1):
                 scale_emb_or_prj=c.get("scale_emb_or_prj", "prj"))
 
 
-def a_batch(c, seed=0, rows=None):
+def post_norm_batch(c, seed=0, rows=None):
     rng = np.random.default_rng(seed)
     b, L, v = rows or c["batch"], c["length"], c["vocab"]
     src = rng.integers(3, v, (b, L))
@@ -149,32 +151,32 @@ def a_batch(c, seed=0, rows=None):
     return src, trg
 
 
-def torch_system_a(c, dropout=0.1, seed=0):
+def torch_post_norm(c, dropout=0.1, seed=0):
     import torch
-    from reference.seed000 import Transformer as TorchTransformer
+    from reference.post_norm import Transformer as TorchTransformer
     torch.manual_seed(seed)
-    return TorchTransformer(**a_args(c, dropout))
+    return TorchTransformer(**post_norm_args(c, dropout))
 
 
-def ct_system_a(c, torch_model=None, dropout=0.1, seed=0):
+def ct_post_norm(c, torch_model=None, dropout=0.1, seed=0):
     import ctransformer as ct
     ct.manual_seed(seed)
-    model = ct.nn.Transformer(**a_args(c, dropout))
+    model = ct.nn.Transformer(**post_norm_args(c, dropout))
     if torch_model is not None:  # the same weights
         model.load_state_dict({k: v.detach().numpy() for k, v in torch_model.state_dict().items()})
     return model
 
 
-def build_a_train(size):
-    c = SYSTEM_A[size]
+def build_post_norm_train(size):
+    c = POST_NORM[size]
 
     def build(side, share, torch_model=None):
-        src, trg = a_batch(c)
+        src, trg = post_norm_batch(c)
         trg_in, gold = trg[:, :-1], trg[:, 1:].reshape(-1)
         if side == "torch":
             import torch
             import torch.nn.functional as F
-            model = torch_system_a(c).train()
+            model = torch_post_norm(c).train()
             opt = torch.optim.Adam(model.parameters(), lr=LR, betas=BETAS, eps=EPS)
             ts, tt, tg = torch.from_numpy(src), torch.from_numpy(trg_in), torch.from_numpy(gold)
 
@@ -187,7 +189,7 @@ def build_a_train(size):
                 return loss
             return step, model
         import ctransformer as ct
-        model = ct_system_a(c, torch_model if share else None).train()
+        model = ct_post_norm(c, torch_model if share else None).train()
         opt = ct.optim.Adam(model.parameters(), lr=LR, betas=BETAS, eps=EPS)
 
         def step():
@@ -202,10 +204,10 @@ def build_a_train(size):
 
 
 def torch_greedy_decode(model, src, src_mask, max_len, start_symbol):
-    """Seed 002's greedy_decode for seed 000's model, batched: encode once, then decode the whole
-    prefix at every step and append the arg-max of the last position's logits."""
+    """The Annotated Transformer's greedy_decode for the post-norm model, batched: encode once, then decode
+    the whole prefix at every step and append the arg-max of the last position's logits."""
     import torch
-    from reference.seed000 import get_subsequent_mask
+    from reference.post_norm import get_subsequent_mask
     with torch.no_grad():
         memory, *_ = model.encoder(src, src_mask)
         ys = torch.full((src.size(0), 1), start_symbol, dtype=src.dtype)
@@ -219,25 +221,25 @@ def torch_greedy_decode(model, src, src_mask, max_len, start_symbol):
 
 
 def ct_decoding_model(c, src, torch_model, int8):
-    """ct's system-A model for decoding `src` (torch_model's weights, or its own seeded ones), in eval mode and,
+    """ct's post-norm model for decoding `src` (torch_model's weights, or its own seeded ones), in eval mode and,
     with int8, quantised (Module.quantize("int8"), as CTranslate2's compute_type="int8"); and src's pad mask."""
     import ctransformer as ct
-    model = ct_system_a(c, torch_model).eval()
+    model = ct_post_norm(c, torch_model).eval()
     if int8:
         model.quantize("int8")
     return model, ct.nn.get_pad_mask(src, PAD)
 
 
-def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS, int8=False):
+def build_post_norm_decode(size, rows, use_cache, steps=DECODE_STEPS, int8=False):
     """int8: ct's model quantised (Module.quantize("int8")), as CTranslate2's compute_type="int8"."""
-    c = SYSTEM_A[size]
+    c = POST_NORM[size]
 
     def build(side, share, torch_model=None, steps=steps):
-        src, _ = a_batch(c, seed=1, rows=rows)
+        src, _ = post_norm_batch(c, seed=1, rows=rows)
         if side == "torch":
             import torch
-            from reference.seed000 import get_pad_mask
-            model = torch_system_a(c).eval()
+            from reference.post_norm import get_pad_mask
+            model = torch_post_norm(c).eval()
             ts = torch.from_numpy(src)
             mask = get_pad_mask(ts, PAD)
             return (lambda: torch_greedy_decode(model, ts, mask, steps + 1, BOS)), model
@@ -251,18 +253,18 @@ def build_a_decode(size, rows, use_cache, steps=DECODE_STEPS, int8=False):
     return build
 
 
-def build_a_beam(size, rows, steps=DECODE_STEPS, int8=False):
+def build_post_norm_beam(size, rows, steps=DECODE_STEPS, int8=False):
     """ct's batched beam search (beam BEAM, length penalty ALPHA) for `steps` tokens, float32 or int8; the
-    same sources as the greedy cases. No torch side: the seeds have no beam search. CTranslate2 holds EOS off
-    for `steps` tokens (min_decoding_length); ct cannot, so each call checks that every sentence's search ran
-    the full `steps` (its best hypothesis is as long as max_len: a search stopped earlier would do less work
-    than CTranslate2's). With random weights no token stands out, and a finished hypothesis never beats the
-    live ones' bound (log P falls ~log V a token), so none stops early."""
-    c = SYSTEM_A[size]
+    same sources as the greedy cases. No torch side: the blog posts' code has no beam search. CTranslate2
+    holds EOS off for `steps` tokens (min_decoding_length); ct cannot, so each call checks that every
+    sentence's search ran the full `steps` (its best hypothesis is as long as max_len: a search stopped
+    earlier would do less work than CTranslate2's). With random weights no token stands out, and a finished
+    hypothesis never beats the live ones' bound (log P falls ~log V a token), so none stops early."""
+    c = POST_NORM[size]
 
     def build(side, share, torch_model=None):
         import ctransformer as ct
-        src, _ = a_batch(c, seed=1, rows=rows)
+        src, _ = post_norm_batch(c, seed=1, rows=rows)
         model, mask = ct_decoding_model(c, src, torch_model if share else None, int8)
 
         def step():
@@ -276,13 +278,13 @@ def build_a_beam(size, rows, steps=DECODE_STEPS, int8=False):
     return build
 
 
-def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2, compute_type="float32", beam=1):
+def build_post_norm_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2, compute_type="float32", beam=1):
     """CTranslate2 decoding the same sources with the same weights, in a process of its own
     (ct2_process.py): `ct_model` exported by ct.export.to_ctranslate2. EOS is held off for `steps`
     tokens (min_decoding_length), so it runs exactly the steps ct's greedy_decode (or beam search, with
     beam > 1: CTranslate2's length_penalty ALPHA, its exponent on the length) does; None when
     ctranslate2 is not installed. `limit`: seconds one call may take (ct2_process.fastest)."""
-    c = SYSTEM_A[size]
+    c = POST_NORM[size]
 
     def build(ct_model, folder, limit=None):
         try:
@@ -291,7 +293,7 @@ def build_a_decode_ct2(size, rows, steps=DECODE_STEPS, threads=2, compute_type="
             return None
         import ctransformer as ct
         from ct2_process import Call, fastest
-        src, _ = a_batch(c, seed=1, rows=rows)
+        src, _ = post_norm_batch(c, seed=1, rows=rows)
         vocab = ["<pad>", "<s>", "</s>", "<unk>"] + [f"t{i}" for i in range(4, c["vocab"])]
         path = ct.export.to_ctranslate2(ct_model, os.path.join(folder, f"{size}-ct2"), vocab, force=True)
         options = dict(beam_size=beam, min_decoding_length=steps, max_decoding_length=steps, max_batch_size=rows)
@@ -332,8 +334,9 @@ def under_autocast(build):
 # each in a process of its own.
 CASES = {}
 for _size in ("tiny", "small", "base", "multi30k"):
-    CASES[f"{_size}/train"] = dict(build=build_a_train(_size), flops=(lambda s=_size: system_a_flops(SYSTEM_A[s])["train"]),
-                                   config=SYSTEM_A[_size], kind="train")
+    CASES[f"{_size}/train"] = dict(build=build_post_norm_train(_size),
+                                   flops=(lambda s=_size: post_norm_flops(POST_NORM[s])["train"]),
+                                   config=POST_NORM[_size], kind="train")
 CASES["gpt/train"] = dict(build=build_gpt_train, flops=lambda: gpt_flops(GPT)["train"], config=GPT, kind="train")
 # bf16 training (issue 21): each side under its own autocast, with both sides' float32 steps timed in the same
 # turns ("fp32": the float32 case's build), so one run gives ct bf16 against ct fp32, torch bf16 and torch fp32.
@@ -343,17 +346,19 @@ for _name in ("small/train", "base/train", "multi30k/train", "gpt/train"):
 for _size in ("tiny", "small", "base"):
     for _rows in (1, 32):
         CASES[f"{_size}/decode-b{_rows}"] = dict(
-            build=build_a_decode(_size, _rows, use_cache=False), cached=build_a_decode(_size, _rows, use_cache=True),
-            cached_int8=build_a_decode(_size, _rows, use_cache=True, int8=True),
-            ct2=build_a_decode_ct2(_size, _rows), ct2_int8=build_a_decode_ct2(_size, _rows, compute_type="int8"),
-            flops=None, config=SYSTEM_A[_size], kind="decode", rows=_rows,
+            build=build_post_norm_decode(_size, _rows, use_cache=False),
+            cached=build_post_norm_decode(_size, _rows, use_cache=True),
+            cached_int8=build_post_norm_decode(_size, _rows, use_cache=True, int8=True),
+            ct2=build_post_norm_decode_ct2(_size, _rows),
+            ct2_int8=build_post_norm_decode_ct2(_size, _rows, compute_type="int8"),
+            flops=None, config=POST_NORM[_size], kind="decode", rows=_rows,
             slow=(_size == "base" and _rows == 32))  # ~30 s per torch run: skipped by --quick
 # Beam search (issue 22): ct float32 and int8 against CTranslate2 float32 and int8, no torch side.
 for _size in ("small", "base"):
     for _rows in (1, 32):
         CASES[f"{_size}/beam{BEAM}-b{_rows}"] = dict(
-            build=build_a_beam(_size, _rows), int8=build_a_beam(_size, _rows, int8=True),
-            ct2=build_a_decode_ct2(_size, _rows, beam=BEAM),
-            ct2_int8=build_a_decode_ct2(_size, _rows, compute_type="int8", beam=BEAM),
-            flops=None, config=SYSTEM_A[_size], kind="beam", rows=_rows,
+            build=build_post_norm_beam(_size, _rows), int8=build_post_norm_beam(_size, _rows, int8=True),
+            ct2=build_post_norm_decode_ct2(_size, _rows, beam=BEAM),
+            ct2_int8=build_post_norm_decode_ct2(_size, _rows, compute_type="int8", beam=BEAM),
+            flops=None, config=POST_NORM[_size], kind="beam", rows=_rows,
             slow=(_size == "base" and _rows == 32))  # seconds a call for every engine: skipped by --quick

@@ -8,7 +8,7 @@
            --max-minutes 60 --no-progress --json OUT/m30k.json --set log_every=100
    with the task's defaults: the fitted schedule laid over the steps the hour buys (measured from the run's
    first steps and one validation, ctransformer.budget), batches of 1024 tokens. --recipe noam runs the
-   recipe the guide's first hour was measured with instead (seed 000's Noam schedule, warmup 800,
+   recipe the guide's first hour was measured with instead (jadore801120's Noam schedule, warmup 800,
    lr_factor 0.5, batches of 4096 tokens, dropout 0.2, no clipping; validation every epoch). The time
    budget covers training and validation (greedy BLEU on all 1014 validation sentences).
    The task then reports test2016 BLEU (beam 4, length penalty 0.6) for the last model and for the

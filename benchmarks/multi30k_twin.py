@@ -2,11 +2,12 @@
 
     python benchmarks/multi30k_twin.py --steps 300 [--set KEY=VALUE ...] [--out DIR]
 
-ctransformer trains with the multi30k task's own step (``tasks/multi30k.py``); PyTorch trains seed
-000's model (tests/reference) from the same initial weights (copied from ctransformer's, tied the same
-way) on the same token batches, with torch.optim.Adam(0.9, 0.98, 1e-9) at the task's rate (fitted or Noam),
-the same gradient clipping and ``cross_entropy(label_smoothing=0.1, ignore_index=pad)``. Dropout is on in both, so the curves
-differ by their dropout masks only (tests/training/test_multi30k.py checks a step with dropout off is equal).
+ctransformer trains with the multi30k task's own step (``tasks/multi30k.py``); PyTorch trains the
+post-norm reference (tests/reference/post_norm.py) from the same initial weights (copied from
+ctransformer's, tied the same way) on the same token batches, with torch.optim.Adam(0.9, 0.98, 1e-9) at
+the task's rate (fitted or Noam), the same gradient clipping and
+``cross_entropy(label_smoothing=0.1, ignore_index=pad)``. Dropout is on in both, so the curves differ by
+their dropout masks only (tests/training/test_multi30k.py checks a step with dropout off is equal).
 
 The two take turns step by step, so the machine's other load hits both alike. Prints the loss of
 both every --log-every steps, the median step time of each and the time of an epoch (the median step
@@ -47,7 +48,7 @@ def main():
     from ctransformer.tasks.multi30k import Multi30k
     from ctransformer.tasks import Run
     from ctransformer.train import _parse_value, train_step
-    from reference import seed000 as R0
+    from reference import post_norm as post_ref
     from reference.parity import ct_to_torch
 
     torch.set_num_threads(THREADS)
@@ -64,9 +65,9 @@ def main():
     model, optimizer, scheduler = task.build()
     model.train()
     n, d, h = len(task.vocab), cfg["d_model"], cfg["n_head"]
-    ref = R0.Transformer(n, n, PAD_ID, PAD_ID, d_word_vec=d, d_model=d, d_inner=cfg["d_inner"],
-                         n_layers=cfg["n_layers"], n_head=h, d_k=d // h, d_v=d // h, dropout=cfg["dropout"],
-                         n_position=cfg["n_position"], scale_emb_or_prj=cfg["scale_emb_or_prj"])
+    ref = post_ref.Transformer(n, n, PAD_ID, PAD_ID, d_word_vec=d, d_model=d, d_inner=cfg["d_inner"],
+                               n_layers=cfg["n_layers"], n_head=h, d_k=d // h, d_v=d // h, dropout=cfg["dropout"],
+                               n_position=cfg["n_position"], scale_emb_or_prj=cfg["scale_emb_or_prj"])
     ct_to_torch(model, ref)
     ref.train()
     torch_opt = torch.optim.Adam(ref.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)

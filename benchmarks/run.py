@@ -51,7 +51,7 @@ import simd_levels  # noqa: E402
 THREADS = 2
 PEER_TIMEOUT_S = 60  # default --peer-timeout: above the slowest call of the suite on the machines it ran on
 # (base/decode-b32's torch loop, 12-23 s on a Zen 5) with room for a slower CPU
-# CTranslate2 in processes of their own on the decoding cases' weights (cases.build_a_decode_ct2).
+# CTranslate2 in processes of their own on the decoding cases' weights (cases.build_post_norm_decode_ct2).
 CT2_PEERS = {"ct2": "CTranslate2 float32", "ct2_int8": "CTranslate2 int8"}
 
 
@@ -163,7 +163,7 @@ def time_case(spec, budget, max_repeats, min_repeats=3, limit=None):
     set_threads("torch")
     set_threads("ct")
     dropped = {}
-    if spec["kind"] == "beam":  # ct float32 and int8 against CTranslate2's; the seeds have no torch beam search
+    if spec["kind"] == "beam":  # ct float32 and int8 against CTranslate2's; the posts' code has no beam search
         fns = {}
         fns["ct"], ct_model = spec["build"]("ct", share=False)
         fns["ct_int8"] = spec["int8"]("ct", share=False)[0]
@@ -185,7 +185,7 @@ def time_case(spec, budget, max_repeats, min_repeats=3, limit=None):
 
 def add_ct2_peers(fns, spec, ct_model, limit=None, dropped=None):
     """CTranslate2 float32 and int8 on ct_model's weights, each in a process of its own (the case's "ct2" and
-    "ct2_int8": cases.build_a_decode_ct2), when ctranslate2 is installed. One that cannot be set up (every
+    "ct2_int8": cases.build_post_norm_decode_ct2), when ctranslate2 is installed. One that cannot be set up (every
     setting refused or too slow, the export failed) goes to `dropped` with its exception; the case goes on."""
     with tempfile.TemporaryDirectory() as folder:  # a translator has read its files once loaded
         for peer in CT2_PEERS:
@@ -383,12 +383,12 @@ def main():
     import ctransformer as ct
 
     # The practical limit: OpenBLAS sgemm at the base model's Linear shapes, 2 threads.
-    base = cases.SYSTEM_A["base"]
-    sgemm = recorded("OpenBLAS sgemm rate", measure.sgemm_rate, cases.system_a_gemms(base), threads=THREADS,
+    base = cases.POST_NORM["base"]
+    sgemm = recorded("OpenBLAS sgemm rate", measure.sgemm_rate, cases.post_norm_gemms(base), threads=THREADS,
                      min_time=0.05 if a.quick else 0.15)
     if "gflops" in sgemm:
         print(f"OpenBLAS sgemm at the base model's shapes, {THREADS} threads: {sgemm['gflops']:.0f} GFLOP/s", flush=True)
-    bf16_gemm = recorded("ctransformer's bf16 GEMM rate", measure.bf16_gemm_rate, cases.system_a_gemms(base),
+    bf16_gemm = recorded("ctransformer's bf16 GEMM rate", measure.bf16_gemm_rate, cases.post_norm_gemms(base),
                          threads=THREADS, min_time=0.05 if a.quick else 0.15)
     if "gflops" in bf16_gemm:
         versus = f", {bf16_gemm['gflops'] / sgemm['gflops']:.2f}x sgemm" if "gflops" in sgemm else ""
@@ -517,8 +517,9 @@ def table(results, meta):
                           f"{bg['gflops'] / sg:.2f}x OpenBLAS sgemm's {sg:.0f}."]
     dec = [r for r in measured if r["kind"] == "decode"]
     if dec:
-        lines += ["", f"Greedy decoding of {cases.DECODE_STEPS} tokens (torch: seed 002's full-prefix loop; ct: the same "
-                      "loop, and ct's key/value-cached decoder in float32 and in int8 (Module.quantize); CTranslate2 "
+        lines += ["", f"Greedy decoding of {cases.DECODE_STEPS} tokens (torch: the Annotated Transformer's "
+                      "full-prefix greedy loop; ct: the same loop, and ct's key/value-cached decoder in float32 and "
+                      "in int8 (Module.quantize); CTranslate2 "
                       "float32 and int8 on the same weights, "
                       f"each in a process of its own, {THREADS} threads, its own cached decoder; engines take turns, "
                       f"each turn a {measure.GAP_S:g} s pause (no engine's idle threads spin into the next one's "

@@ -10,9 +10,9 @@ One checkpoint of ``ctransformer-train multi30k``, six engines on the same weigh
   ``ct.export.to_ctranslate2``, its sources the same subwords plus end-of-sentence, each in a process
   of its own as its docs run it (ct2_process.py; the time is taken there, around translate_batch), in
   the fastest of its documented backend/ISA settings for the setting (ct2_process.fastest);
-- PyTorch 2.13: seed 000's model (tests/reference) with the checkpoint's state dict, decoded by seed
-  002's greedy loop (the whole prefix at every step), batched; the seeds have no beam search, so
-  PyTorch has greedy rows only.
+- PyTorch 2.13: the post-norm reference (jadore801120's model, tests/reference/post_norm.py) with the
+  checkpoint's state dict, decoded by the Annotated Transformer's greedy loop (the whole prefix at every
+  step), batched; the blog posts' code has no beam search, so PyTorch has greedy rows only.
 For each setting (beam 5 and greedy; batch 1 and 32) the engines take turns, round after round, each
 call after a pause (measure.GAP_S) so that no engine's idle threads spin into the next one's call, and
 the table gives the median over rounds of sentences/s and output subwords/s (each engine's own
@@ -31,7 +31,7 @@ import numpy as np
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/reference: seed 000 in PyTorch
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/reference: the post-norm reference
 
 import level_cap  # noqa: E402
 
@@ -83,7 +83,7 @@ def call(run, ids):
 
 def torch_engine(state, cfg, vocab_size, batch, max_len):
     import torch
-    from reference.seed000 import Transformer, get_pad_mask, get_subsequent_mask
+    from reference.post_norm import Transformer, get_pad_mask, get_subsequent_mask
     from ctransformer.data.subword import BOS_ID, EOS_ID, PAD_ID
     from ctransformer.data.token_batches import make_arrays
     d, h = cfg["d_model"], cfg["n_head"]
@@ -170,7 +170,7 @@ def main():
                    "CTranslate2 float32": CTranslate2Engine(ct2_path, "float32", vocab, ids, beam, batch, max_len),
                    "CTranslate2 int8": CTranslate2Engine(ct2_path, "int8", vocab, ids, beam, batch, max_len)}
         if beam == 1:
-            engines["PyTorch (seed 002 loop)"] = torch_engine(state, cfg, len(vocab), batch, max_len)
+            engines["PyTorch (greedy loop)"] = torch_engine(state, cfg, len(vocab), batch, max_len)
         times = {name: [] for name in engines}
         switches = {name: [] for name in engines}
         tokens = {}

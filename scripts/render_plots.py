@@ -1,11 +1,12 @@
 #!/usr/bin/env python
-"""Render the blog's plots (seed 002), computed by ctransformer, to PNG files for the guide (docs/images).
+"""Render the blog's plots (the Annotated Transformer's), computed by ctransformer, to PNG files for the
+guide (docs/images).
 
     python scripts/render_plots.py [--out docs/images] [--attention-steps N]
 
 Writes learning_rate.png, label_smoothing.png, subsequent_mask.png, penalization.png (the blog's four
 plots), positional_encoding.png (the paper's sinusoid table) and, with --attention-steps N > 0,
-toy_cross_attention.png: the cross-attention of seed 003's toy translator after N training steps of
+toy_cross_attention.png: the cross-attention of the toy translator after N training steps of
 the toy-translate task with epochs of 600 steps, as the toy_translation notebook (minutes of training,
 so off by default; the committed image used 6000). The numbers come from ctransformer exactly as in the
 notebooks; the charts are ctransformer.plots' and vl-convert draws them (no browser).
@@ -25,7 +26,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def learning_rates(opts=((512, 1, 4000), (512, 1, 8000), (256, 1, 4000)), steps=20000):
-    """Plot 1: lr read from a real Adam(lr=1) under LambdaLR(rate) before every step, as the seed."""
+    """Plot 1: lr read from a real Adam(lr=1) under LambdaLR(rate) before every step, as the Annotated
+    Transformer does."""
     dummy_model = ct.nn.Linear(1, 1)
     result = {}
     for model_size, factor, warmup in opts:
@@ -42,14 +44,15 @@ def learning_rates(opts=((512, 1, 4000), (512, 1, 8000), (256, 1, 4000)), steps=
 
 
 def label_smoothing_dist():
-    """Plot 2: LabelSmoothing(5, 0, 0.4).true_dist for the seed's predictions and targets [2, 1, 0, 3, 3]."""
+    """Plot 2: LabelSmoothing(5, 0, 0.4).true_dist for the Annotated Transformer's predictions and targets
+    [2, 1, 0, 3, 3]."""
     crit = LabelSmoothing(5, 0, 0.4)
     crit(ct.tensor(np.array([[0, 0.2, 0.7, 0.1, 0]] * 5, dtype=np.float32)), np.array([2, 1, 0, 3, 3]))
     return crit.true_dist
 
 
 def penalization_losses():
-    """Plot 4: the seed's loss(x, crit) with LabelSmoothing(5, 0, 0.1), x = 1..99."""
+    """Plot 4: the Annotated Transformer's loss(x, crit) with LabelSmoothing(5, 0, 0.1), x = 1..99."""
     crit = LabelSmoothing(5, 0, 0.1)
 
     def loss(x):
@@ -61,7 +64,7 @@ def penalization_losses():
 
 
 def toy_cross_attention(steps, steps_per_epoch=600, seed=0):
-    """Seed 003's toy translator trained `steps` steps by the library's recipe (ctransformer.train's
+    """The toy translator trained `steps` steps by the library's recipe (ctransformer.train's
     toy-translate task); its last cross-attention layer on a fresh sentence, cut to the real words,
     with the words as labels, and the task's evaluation."""
     from ctransformer.data import PAD, SOS, VOCAB_X, VOCAB_Y, toy_translation_batch

@@ -1,10 +1,14 @@
-"""The Shakespeare task trained twice from the same start: ctransformer and seed 004's GPT in PyTorch.
+"""The Shakespeare task trained twice from the same start: ctransformer and the GPT's PyTorch reference.
 
 Same initial weights (ctransformer's, loaded into the torch reference), the same 2000 batches, the
 same AdamW groups, schedule and clipping; both are then judged on the whole validation split. It
 shows whether a gap to nanoGPT's reported ~1.88 is ctransformer's or the recipe's.
 
     python scripts/shakespeare_torch.py [--steps 2000] [--decay seed|nanogpt]   (about 4 minutes)
+
+--decay seed (the task's name for it) decays as the GPT reference's configure_optimizers does (Linear
+weights; no biases, LayerNorms or embeddings); nanogpt decays every parameter of rank >= 2, embeddings
+included.
 """
 import argparse
 import os

@@ -61,6 +61,7 @@ ct::Tensor as_tensor(const py::handle& obj, const char* arg);
 struct Int : py::object {
     Int() = default;
     explicit Int(py::object o) : py::object(std::move(o)) {}
+    static constexpr auto stub_name = py::detail::io_name("typing.SupportsInt | typing.SupportsIndex", "int");
 };
 
 // A real-number parameter taken as the Python object it was, so to_double can check it by name (a bare double
@@ -68,6 +69,7 @@ struct Int : py::object {
 struct Real : py::object {
     Real() = default;
     explicit Real(py::object o) : py::object(std::move(o)) {}
+    static constexpr auto stub_name = py::detail::io_name("typing.SupportsFloat | typing.SupportsIndex", "float");
 };
 
 // The name of an object's type, for error messages ("list", "NoneType", ...).
@@ -79,24 +81,19 @@ std::vector<ct::Tensor> to_tensor_list(const py::handle& obj, const std::string&
 }  // namespace ctpy
 
 namespace pybind11::detail {
-template <>
-struct type_caster<ctpy::Int> {
-    PYBIND11_TYPE_CASTER(ctpy::Int, io_name("typing.SupportsInt | typing.SupportsIndex", "int"));
-    bool load(handle src, bool) {  // any object: the function checks it, naming the argument
+// Int and Real take any object; the function that receives it checks it, naming the argument.
+template <typename T>
+struct object_taken_as_is {
+    PYBIND11_TYPE_CASTER(T, T::stub_name);
+    bool load(handle src, bool) {
         if (!src) return false;
-        value = ctpy::Int(reinterpret_borrow<object>(src));
+        value = T(reinterpret_borrow<object>(src));
         return true;
     }
-    static handle cast(const ctpy::Int& v, return_value_policy, handle) { return v.inc_ref(); }
+    static handle cast(const T& v, return_value_policy, handle) { return v.inc_ref(); }
 };
 template <>
-struct type_caster<ctpy::Real> {
-    PYBIND11_TYPE_CASTER(ctpy::Real, io_name("typing.SupportsFloat | typing.SupportsIndex", "float"));
-    bool load(handle src, bool) {  // any object: the function checks it, naming the argument
-        if (!src) return false;
-        value = ctpy::Real(reinterpret_borrow<object>(src));
-        return true;
-    }
-    static handle cast(const ctpy::Real& v, return_value_policy, handle) { return v.inc_ref(); }
-};
+struct type_caster<ctpy::Int> : object_taken_as_is<ctpy::Int> {};
+template <>
+struct type_caster<ctpy::Real> : object_taken_as_is<ctpy::Real> {};
 }  // namespace pybind11::detail

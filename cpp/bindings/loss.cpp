@@ -11,7 +11,7 @@ using ct::Tensor;
 void bind_loss(py::module_& m) {
     py::class_<ct::LabelSmoothing>(m, "LabelSmoothing", R"doc(LabelSmoothing(size, padding_idx, smoothing=0.0)
 
-Seed 002's criterion: KL divergence (summed) of log-probabilities x (N, size) from the smoothed
+The Annotated Transformer's criterion: KL divergence (summed) of log-probabilities x (N, size) from the smoothed
 target distribution: smoothing / (size - 2) everywhere, 1 - smoothing at the target, 0 in the
 padding column and in rows whose target is padding_idx. ``crit(x, target)`` returns a 0-d Tensor;
 ``crit.true_dist`` is the distribution of the last call (a NumPy array), None before one.)doc")

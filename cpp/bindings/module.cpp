@@ -158,7 +158,7 @@ PYBIND11_MODULE(_core, m) {
     ctpy::bind_nn_transformer(nn);
     auto optim = m.def_submodule("optim", "Optimizers, learning-rate schedules and gradient clipping.");
     ctpy::bind_optim(optim);
-    auto loss = m.def_submodule("loss", "Loss modules with state (seed 002's LabelSmoothing).");
+    auto loss = m.def_submodule("loss", "Loss modules with state (the Annotated Transformer's LabelSmoothing).");
     ctpy::bind_loss(loss);
     auto decode = m.def_submodule("decode", "Greedy decoding, beam search and GPT generation with key/value caches.");
     ctpy::bind_decode(decode);

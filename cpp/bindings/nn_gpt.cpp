@@ -18,13 +18,13 @@ using release_gil = py::call_guard<py::gil_scoped_release>;
 
 namespace {
 
-// A GPT size given by its Transformer name (n_layers, ...) or by the seed's (num_layer, ...), which warns.
+// A GPT size given by its Transformer name (n_layers, ...) or by the blog post's (num_layer, ...), which warns.
 std::size_t gpt_size(py::object value, const char* name, const py::object& seed_value, const char* seed_name) {
     const bool seeds = !seed_value.is_none();
     if (seeds) {
         if (!value.is_none())
-            throw ct::TypeError(std::string("GPT: got both ") + name + " and " + seed_name + ", the seed's name for it");
-        const std::string message = std::string("GPT: ") + seed_name + " is the seed's name for " + name +
+            throw ct::TypeError(std::string("GPT: got both ") + name + " and " + seed_name + ", the older name for it");
+        const std::string message = std::string("GPT: ") + seed_name + " is the older name for " + name +
                                     "; pass " + name + " (the Transformer's name)";
         if (PyErr_WarnEx(PyExc_FutureWarning, message.c_str(), 1) != 0) throw py::error_already_set();
         value = seed_value;
@@ -42,7 +42,7 @@ py::tuple gpt_forward(const GPT& model, py::object word_idx, py::object targets)
         py::gil_scoped_release release;
         out = model.forward(idx, tgt ? &*tgt : nullptr);
     }
-    // As the seed: (logits, loss) with targets, else (logits, [attention weights of each layer]).
+    // As the blog post's GPT: (logits, loss) with targets, else (logits, [attention weights of each layer]).
     if (out.loss) return py::make_tuple(out.logits, *out.loss);
     py::list weights;
     for (const auto& w : out.attention_weights) weights.append(w);
@@ -52,10 +52,10 @@ py::tuple gpt_forward(const GPT& model, py::object word_idx, py::object targets)
 }  // namespace
 
 void bind_nn_gpt(py::module_& nn) {
-    auto gpt = nn.def_submodule("gpt", "Seed 004's decoder-only GPT and its parts.");
+    auto gpt = nn.def_submodule("gpt", "The decoder-only GPT and its parts.");
 
     py::class_<SelfAttention, Module, std::shared_ptr<SelfAttention>>(gpt, "SelfAttention",
-        "Causal multi-head self-attention (seed 004): q_layer, k_layer, v_layer, proj_layer, attn_drop, proj_drop.")
+        "Causal multi-head self-attention: q_layer, k_layer, v_layer, proj_layer, attn_drop, proj_drop.")
         .def(py::init([](ctpy::Int embed_dim, ctpy::Int num_head, float dropout) {
             const std::size_t e = to_size(embed_dim, "SelfAttention: embed_dim"), h = to_size(num_head, "SelfAttention: num_head");
             return std::make_shared<SelfAttention>(e, h, dropout);
@@ -71,7 +71,7 @@ void bind_nn_gpt(py::module_& nn) {
         .def_readonly("num_head", &SelfAttention::num_head)
         .def_readonly("head_dim", &SelfAttention::head_dim);
 
-    py::class_<FFN, Module, std::shared_ptr<FFN>>(gpt, "FFN", "drop(fc2(gelu_tanh(fc1(x)))) (seed 004).")
+    py::class_<FFN, Module, std::shared_ptr<FFN>>(gpt, "FFN", "drop(fc2(gelu_tanh(fc1(x)))), the GPT's feed-forward.")
         .def(py::init([](ctpy::Int embed_dim, ctpy::Int feedforward_dim, float dropout) {
             const std::size_t e = to_size(embed_dim, "FFN: embed_dim"), f = to_size(feedforward_dim, "FFN: feedforward_dim");
             return std::make_shared<FFN>(e, f, dropout);
@@ -82,7 +82,7 @@ void bind_nn_gpt(py::module_& nn) {
         .def_readonly("drop", &FFN::drop);
 
     py::class_<TransformerLayer, Module, std::shared_ptr<TransformerLayer>>(gpt, "TransformerLayer",
-        "Pre-norm block (seed 004): x + attn(norm1(x)), then + ffn(norm2(.)); no residuals when no_res.")
+        "The GPT's pre-norm block: x + attn(norm1(x)), then + ffn(norm2(.)); no residuals when no_res.")
         .def(py::init([](ctpy::Int embed_dim, ctpy::Int num_head, ctpy::Int feedforward_dim, float dropout, bool no_res) {
             const std::size_t e = to_size(embed_dim, "TransformerLayer: embed_dim"),
                               h = to_size(num_head, "TransformerLayer: num_head"),
@@ -118,11 +118,11 @@ void bind_nn_gpt(py::module_& nn) {
         }, py::arg("index"))
         .def("__iter__", [](const LayerList& l) { return py::iter(py::cast(l.items())); });
 
-    py::class_<GPT, Module, std::shared_ptr<GPT>>(gpt, "GPT", R"doc(Seed 004's decoder-only GPT.
+    py::class_<GPT, Module, std::shared_ptr<GPT>>(gpt, "GPT", R"doc(The decoder-only GPT (nanoGPT-style, as in the blog post that annotates it).
 
 GPT(vocab_size, max_seq_len, n_layers, d_model, n_head, d_inner, dropout, no_res=False, no_pos=False)
 
-The sizes take the Transformer's names; the seed's (num_layer, embed_dim, num_head, feedforward_dim) are
+The sizes take the Transformer's names; the blog post's (num_layer, embed_dim, num_head, feedforward_dim) are
 accepted as keywords and warn (FutureWarning). Token + learned position embeddings, dropout, ``n_layers``
 pre-norm TransformerLayers, a final LayerNorm and a bias-free ``language_model_head`` whose weight is the
 token embedding's weight. Weights ~ N(0, 0.02), biases 0, attention output projections
@@ -185,18 +185,18 @@ parameter name; the tied head weight appears once (as word_token_embedding.weigh
                 py::gil_scoped_release release;
                 out = ct::decode::generate(m, ids, max_new_tokens, temperature, top_k, should_stop, use_cache);
             }
-            // As the seed: idx.squeeze().cpu().numpy().
+            // As the blog post's GPT: idx.squeeze().cpu().numpy().
             return ids_to_numpy(out).attr("squeeze")();
         }, py::arg("idx"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0f, py::arg("top_k") = py::none(),
            py::arg("use_cache") = true,
            R"doc(Append max_new_tokens ids to idx (batch, t), each drawn from softmax(logits[:, -1] / temperature)
 restricted to the top_k largest logits; the context is cropped to its last max_seq_len ids. No graph is
-recorded; draws come from the manual_seed generator. Returns the int64 ids squeezed, as the seed
+recorded; draws come from the manual_seed generator. Returns the int64 ids squeezed, as the blog post's GPT
 (shape (t + max_new_tokens,) for one sequence).
 
 use_cache=True (the default) keeps each layer's keys/values so a token costs one position's work
 (ctransformer.decode.generate; once the context is longer than max_seq_len the cache is rebuilt from
-the cropped window at each step, as positions are absolute). use_cache=False is the seed's loop, the
+the cropped window at each step, as positions are absolute). use_cache=False is the blog post's loop, the
 whole context re-run per token; both give the same ids.)doc")
         .def_readonly("word_token_embedding", &GPT::word_token_embedding)
         .def_readonly("word_pos_embedding", &GPT::word_pos_embedding)
@@ -210,10 +210,10 @@ whole context re-run per token; both give the same ids.)doc")
         .def_readonly("d_model", &GPT::embed_dim)
         .def_readonly("n_head", &GPT::num_head)
         .def_readonly("d_inner", &GPT::feedforward_dim)
-        .def_readonly("num_layer", &GPT::num_layer, "The seed's name for n_layers.")
-        .def_readonly("embed_dim", &GPT::embed_dim, "The seed's name for d_model.")
-        .def_readonly("num_head", &GPT::num_head, "The seed's name for n_head.")
-        .def_readonly("feedforward_dim", &GPT::feedforward_dim, "The seed's name for d_inner.")
+        .def_readonly("num_layer", &GPT::num_layer, "The older name for n_layers.")
+        .def_readonly("embed_dim", &GPT::embed_dim, "The older name for d_model.")
+        .def_readonly("num_head", &GPT::num_head, "The older name for n_head.")
+        .def_readonly("feedforward_dim", &GPT::feedforward_dim, "The older name for d_inner.")
         .def_readonly("no_res", &GPT::no_res)
         .def_readonly("no_pos", &GPT::no_pos)
         .def_readonly_static("ignore_index", &GPT::ignore_index);

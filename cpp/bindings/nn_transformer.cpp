@@ -65,7 +65,7 @@ SublayerOptions make_options(const std::string& layout, bool norm_first, bool qk
         py::arg("n_position") = defaults::small_pre_norm::n_position, py::arg("dropout") = defaults::small_pre_norm::dropout
 
 const char* kSublayerDoc =
-    "Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', "
+    "Keyword options (the post-norm model's defaults; the toy translator's small pre-norm model: layout='pre_norm', "
     "norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, "
     "scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.";
 
@@ -159,15 +159,15 @@ void bind_nn_transformer(py::module_& nn) {
         const std::int64_t pad = to_int(pad_idx, "get_pad_mask: pad_idx");
         return mask_to_numpy(get_pad_mask(to_index_array(seq, "seq"), pad));
     }, py::arg("seq"), py::arg("pad_idx"),
-       "(seq != pad_idx)[:, None, :]: a (b, 1, len) boolean array, True where a key may be attended (seed 000).");
+       "(seq != pad_idx)[:, None, :]: a (b, 1, len) boolean array, True where a key may be attended (jadore801120's get_pad_mask).");
     nn.def("get_subsequent_mask", [](py::object seq) {
         return mask_to_numpy(get_subsequent_mask(to_index_array(seq, "seq")));
-    }, py::arg("seq"), "The no-peek mask: a (1, len, len) boolean array, True on and below the diagonal (seed 000).");
+    }, py::arg("seq"), "The no-peek mask: a (1, len, len) boolean array, True on and below the diagonal (jadore801120's get_subsequent_mask).");
 
     // --- configuration -----------------------------------------------------------------------------
     py::class_<TransformerConfig> config(nn, "TransformerConfig",
-        "Every option of the encoder-decoder Transformer. The defaults are the paper's post-norm model (seed 000); "
-        "TransformerConfig.small_pre_norm() is the toy translator's pre-norm model (seed 003; older name: seed003()). "
+        "Every option of the encoder-decoder Transformer. The defaults are the paper's post-norm model (jadore801120's); "
+        "TransformerConfig.small_pre_norm() is the toy translator's pre-norm model (older name: seed003()). "
         "Keyword arguments set fields.");
     config.def(py::init([](py::kwargs kwargs) {
               TransformerConfig c;
@@ -236,7 +236,7 @@ void bind_nn_transformer(py::module_& nn) {
         .def_readwrite("flatten_logits", &TransformerConfig::flatten_logits)
         .def("validate", &TransformerConfig::validate)
         .def_static("small_pre_norm", &TransformerConfig::small_pre_norm, CT_SMALL_PRE_NORM_ARGS,
-                    "The toy translator's model (seed 003): pre-norm with one LayerNorm shared by q, k and v, d_model 32, "
+                    "The toy translator's model: pre-norm with one LayerNorm shared by q, k and v, d_model 32, "
                     "4 heads, FFN 64, 3 + 3 layers, vocabulary 39, <PAD> = 2, length <= 50.")
         .def_static("marian", [](ctpy::Int vocab, std::optional<ctpy::Int> trg_vocab, ctpy::Int d_model, ctpy::Int d_inner,
                                  ctpy::Int n_layers, ctpy::Int n_head, ctpy::Int n_position, ctpy::Int pad_idx, bool share,
@@ -317,7 +317,7 @@ void bind_nn_transformer(py::module_& nn) {
         return m.forward(q, k, v, ptr(msk));
     };
     py::class_<MultiHeadAttention, Module, std::shared_ptr<MultiHeadAttention>>(nn, "MultiHeadAttention",
-        (std::string("Multi-head attention (seed 000's SubLayers.py). forward(q, k, v, mask=None) returns "
+        (std::string("Multi-head attention (jadore801120's SubLayers.py). forward(q, k, v, mask=None) returns "
                      "(output, attn); mask is (b or 1, len_q or 1, len_k), True = may attend. ") + kSublayerDoc).c_str())
         .def(py::init([](ctpy::Int n_head_obj, ctpy::Int d_model_obj, ctpy::Int d_k_obj, ctpy::Int d_v_obj,
                          float dropout, const std::string& layout, bool norm_first, bool qkv_bias, bool proj_bias,
@@ -401,7 +401,7 @@ void bind_nn_transformer(py::module_& nn) {
         return m.forward(idx);
     };
     py::class_<PositionEmbedding, Module, std::shared_ptr<PositionEmbedding>>(nn, "PositionEmbedding",
-        "Seed 003's embedding front: embed(ids) + pe[:, :len]; the model's embed_x / embed_y.")
+        "The toy translator's embedding front: embed(ids) + pe[:, :len]; the model's embed_x / embed_y.")
         .def("forward", pos_emb, py::arg("input"))
         .def_readonly("embed", &PositionEmbedding::embed)
         .def_property_readonly("pe", [](const PositionEmbedding& m) { return m.position_enc->pos_table; });
@@ -413,7 +413,7 @@ void bind_nn_transformer(py::module_& nn) {
     };
     py::class_<Encoder, Module, std::shared_ptr<Encoder>>(nn, "Encoder",
         "Embedding -> (* sqrt(d_model)) -> + positional encoding -> dropout -> LayerNorm -> EncoderLayers "
-        "(seed 000). forward(src_seq, src_mask, return_attns=False) returns enc_output, or "
+        "(jadore801120's Models.py). forward(src_seq, src_mask, return_attns=False) returns enc_output, or "
         "(enc_output, [enc_slf_attn per layer]).")
         .def(py::init([](ctpy::Int n_src_vocab, ctpy::Int d_word_vec, ctpy::Int n_layers, ctpy::Int n_head,
                          ctpy::Int d_k, ctpy::Int d_v, ctpy::Int d_model, ctpy::Int d_inner, ctpy::Int pad_idx,
@@ -445,7 +445,7 @@ void bind_nn_transformer(py::module_& nn) {
                            });
     };
     py::class_<Decoder, Module, std::shared_ptr<Decoder>>(nn, "Decoder",
-        "The Encoder's front on the target, then DecoderLayers (seed 000). forward(trg_seq, trg_mask, enc_output, "
+        "The Encoder's front on the target, then DecoderLayers (jadore801120's Models.py). forward(trg_seq, trg_mask, enc_output, "
         "src_mask, return_attns=False) returns dec_output, or (dec_output, [dec_slf_attn], [dec_enc_attn]).")
         .def(py::init([](ctpy::Int n_trg_vocab, ctpy::Int d_word_vec, ctpy::Int n_layers, ctpy::Int n_head,
                          ctpy::Int d_k, ctpy::Int d_v, ctpy::Int d_model, ctpy::Int d_inner, ctpy::Int pad_idx,
@@ -510,7 +510,7 @@ void bind_nn_transformer(py::module_& nn) {
         return std::make_shared<Transformer>(TransformerConfig::small_pre_norm(sv, tv, pad, dm, nh, di, nl, np, dropout));
     };
     py::class_<Transformer, Module, std::shared_ptr<Transformer>>(nn, "Transformer",
-        R"doc(The encoder-decoder Transformer: the paper's post-norm model with seed 000's (jadore801120's)
+        R"doc(The encoder-decoder Transformer: the paper's post-norm model with jadore801120's
 arguments, or the toy translator's small pre-norm model (Transformer.small_pre_norm(); older name
 seed003()), or any TransformerConfig.
 
@@ -571,7 +571,7 @@ for the post-norm model, (b, len, n_trg_vocab) for the small pre-norm one; with 
         .def_readonly("lm_head", &Transformer::trg_word_prj, "Marian's name for trg_word_prj.")
         .def_readonly("final_logits_bias", &Transformer::final_logits_bias,
                       "Marian's (1, n_trg_vocab) logits bias buffer (config.logits_bias); an empty tensor otherwise.")
-        .def_readonly("fc_out", &Transformer::trg_word_prj, "Seed 003's name for trg_word_prj.")
+        .def_readonly("fc_out", &Transformer::trg_word_prj, "The toy translator's name for trg_word_prj.")
         .def_property_readonly("embed_x", [](const Transformer& m) { return m.encoder->embed; })
         .def_property_readonly("embed_y", [](const Transformer& m) { return m.decoder->embed; })
         .def_property_readonly("src_pad_idx", [](const Transformer& m) { return m.config.src_pad_idx; })

@@ -318,7 +318,7 @@ torch.optim.AdamW's update: decoupled weight decay, p *= 1 - lr * weight_decay, 
     m.def("rate", [](py::object step, double model_size, double factor, double warmup) {
         return rate(to_whole(step, "rate: step"), model_size, factor, warmup);
     }, py::arg("step"), py::arg("model_size"), py::arg("factor"), py::arg("warmup"),
-       "Seed 002's Noam rate: factor * model_size^-0.5 * min(step^-0.5, step * warmup^-1.5), step 0 counted as 1.");
+       "The Annotated Transformer's Noam rate: factor * model_size^-0.5 * min(step^-0.5, step * warmup^-1.5), step 0 counted as 1.");
     m.def("cosine_with_warmup", [](py::object it, std::int64_t warmup_iters, std::int64_t lr_decay_iters,
                                    double learning_rate, double min_lr) {
         return cosine_with_warmup(to_whole(it, "cosine_with_warmup: it"), warmup_iters, lr_decay_iters, learning_rate, min_lr);
@@ -391,7 +391,7 @@ nanoGPT's schedule: lr at epoch it = cosine_with_warmup(it, warmup_iters, lr_dec
 
     py::class_<ScheduledOptim, std::shared_ptr<ScheduledOptim>>(m, "ScheduledOptim", R"doc(ScheduledOptim(optimizer, lr_mul, d_model, n_warmup_steps)
 
-Seeds 000/001: step_and_update_lr() does n_steps += 1, sets every group's
+jadore801120's: step_and_update_lr() does n_steps += 1, sets every group's
 lr = lr_mul * d_model^-0.5 * min(n_steps^-0.5, n_steps * n_warmup_steps^-1.5), then steps the optimizer.)doc")
         .def(py::init([](py::object optimizer, double lr_mul, double d_model, ctpy::Int n_warmup_steps) {
             return std::make_shared<ScheduledOptim>(as_optimizer(optimizer, "ScheduledOptim"), lr_mul, d_model,
@@ -404,7 +404,7 @@ lr = lr_mul * d_model^-0.5 * min(n_steps^-0.5, n_steps * n_warmup_steps^-1.5), t
         .def_property_readonly("d_model", &ScheduledOptim::d_model)
         .def_property_readonly("n_warmup_steps", &ScheduledOptim::n_warmup_steps)
         .def_property_readonly("optimizer", &ScheduledOptim::optimizer)
-        .def_property_readonly("_optimizer", &ScheduledOptim::optimizer, "The seed's name for the inner optimizer.")
+        .def_property_readonly("_optimizer", &ScheduledOptim::optimizer, "jadore801120's name for the inner optimizer.")
         .def("state_dict", [](const ScheduledOptim& s) {
             py::dict d;
             d["n_steps"] = s.n_steps();

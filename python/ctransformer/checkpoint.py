@@ -172,10 +172,9 @@ def load_model_state(model, state, int8, quantization):
 
 def _check_optimizer_and_scheduler(optimizer, scheduler, caller):
     method = "state_dict" if caller == "save_checkpoint" else "load_state_dict"
-    for name, value in (("optimizer", optimizer), ("scheduler", scheduler)):
+    for name, article, value in (("optimizer", "an", optimizer), ("scheduler", "a", scheduler)):
         if value is not None:
-            _arguments.with_methods(value, f"{caller}: {name}", [method], f"an {name} with a {method}() (or None)"
-                                    if name == "optimizer" else f"a {name} with a {method}() (or None)")
+            _arguments.with_methods(value, f"{caller}: {name}", [method], f"{article} {name} with a {method}() (or None)")
 
 
 def save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, config=None, extra=None):

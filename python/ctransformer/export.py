@@ -55,8 +55,8 @@ def _check_supported(cfg):
               "embed_layer_norm": True, "pe_formula": "paired", "scale_after_matmul": False}
     for name, value in wanted.items():
         if getattr(cfg, name) != value:
-            raise ValueError(f"to_ctranslate2: model.config.{name} is {getattr(cfg, name)!r}; only system A's "
-                             f"{name}={value!r} is supported (seed 000/001's Transformer)")
+            raise ValueError(f"to_ctranslate2: model.config.{name} is {getattr(cfg, name)!r}; only the post-norm "
+                             f"Transformer's {name}={value!r} is supported")
     if cfg.d_k != cfg.d_v:
         raise ValueError(f"to_ctranslate2: model.config.d_k ({cfg.d_k}) must equal d_v ({cfg.d_v}): "
                          "CTranslate2 has one head size")

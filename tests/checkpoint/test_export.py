@@ -1,11 +1,12 @@
-"""ctransformer.export.to_ctranslate2: system A written as a CTranslate2 model decodes as ctransformer does.
+"""ctransformer.export.to_ctranslate2: the post-norm Transformer written as a CTranslate2 model decodes as
+ctransformer does.
 
 Two checks on each exported model, float32 both sides:
 - greedy decoding (ctranslate2 beam_size=1 against decode.greedy_decode) gives the same tokens, at every step whose
   top-1/top-2 logit gap is far wider than the engines can disagree on (GREEDY_MARGIN);
 - ctranslate2's score_batch (teacher-forced log-probabilities of a target) equals the log-softmax of
   ctransformer's forward on the same target, to 2e-5 absolute (the engines sum in other orders).
-on random weights (the seed's initialisation with embeddings scaled up so that the arg-max moves from
+on random weights (jadore801120's initialisation with embeddings scaled up so that the arg-max moves from
 token to token) and on weights trained on the copy task.
 A quantised model's export is held to CTranslate2's own int8 quantisation file entry by file entry (model.bin).
 """
@@ -200,7 +201,7 @@ def test_int8_model_runs_and_mostly_agrees(tmp_path, trained_copy_model):
 def test_refuses_what_it_cannot_express(tmp_path):
     vocab = _vocab(39)
     with pytest.raises(ValueError, match="model.config.layout"):
-        to_ctranslate2(ct.nn.Transformer.seed003(), tmp_path / "a", vocab)
+        to_ctranslate2(ct.nn.Transformer.small_pre_norm(), tmp_path / "a", vocab)
     model = _random_model()
     with pytest.raises(ValueError, match="vocabulary has 39 tokens, the model's vocabulary has 40"):
         to_ctranslate2(model, tmp_path / "b", vocab)

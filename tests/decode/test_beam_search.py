@@ -2,13 +2,14 @@
 
 score(y) = log P(y | src) / ((5 + |y|) / 6) ** alpha, |y| counting the tokens after start_symbol
 (end_symbol included). What is proved:
-- beam_size=1 is greedy decoding stopped at end_symbol (seed 000 padded batch; seed 003 preset);
+- beam_size=1 is greedy decoding stopped at end_symbol (the post-norm Transformer on a padded
+  batch; the toy translator's preset);
 - cached and uncached searches return the same hypotheses and scores (every source of these searches
   decides nothing within BEAM_MARGIN, so all are compared);
 - on a tiny target vocabulary (5 ids, max_len 5: all 341 possible outputs), a beam wide enough to
   keep every hypothesis finds the brute-force optimum, and its 5-best list is the brute-force top 5;
-  brute force scores each sequence by teacher-forcing it through the torch reference (seed 000's
-  code, same state dict) in float64 log-softmax;
+  brute force scores each sequence by teacher-forcing it through the post-norm reference (jadore801120's
+  code in torch, same state dict) in float64 log-softmax;
 - narrow beams (2, 3, 4) score at least as well as greedy's output on those models (not a theorem of
   beam search in general, but what it must do in these cases, where it beats greedy by up to 3.5);
 - every returned score is the score of the returned sequence, recomputed by teacher forcing in torch;
@@ -29,11 +30,11 @@ import pytest
 import torch
 
 import ctransformer as ct
-from reference import seed000 as R0
-from reference import seed003 as R3
+from reference import post_norm as post_ref
+from reference import pre_norm as pre_ref
 from reference.parity import ct_to_torch, single_threaded_torch  # noqa: F401 (autouse fixture)
-from test_decode import (GREEDY_MARGIN, PAD, SMALL, START, VOCAB, assert_same_greedy_ids, seed000_batch, seed000_model,
-                         seed003_batch, seed003_model, sharpen)
+from test_decode import (GREEDY_MARGIN, PAD, SMALL, START, VOCAB, assert_same_greedy_ids, post_norm_batch,
+                         post_norm_model, pre_norm_batch, pre_norm_model, sharpen)
 from kernel_levels import every_level
 
 # Every test at each level's searches, few-rows and packed products (kernels/simd/search.cpp, kernels/fp32/).
@@ -161,12 +162,12 @@ def assert_same_search(trace, other_trace, ids, scores, other_ids, other_scores,
 
 
 def torch_log_probs(ref, src_row, seqs, scale_prj=False):
-    """{sequence: log P(sequence[1:] | src_row)} by teacher forcing through seed 000's torch model:
+    """{sequence: log P(sequence[1:] | src_row)} by teacher forcing through the post-norm reference:
     the decoder under the no-peek mask (as decoding sees it), log_softmax in float64."""
     out = {}
     with torch.no_grad():
         src = torch.from_numpy(np.asarray(src_row)[None])
-        src_mask = R0.get_pad_mask(src, ref.src_pad_idx)
+        src_mask = post_ref.get_pad_mask(src, ref.src_pad_idx)
         memory, *_ = ref.encoder(src, src_mask)
         by_len = {}
         for q in seqs:
@@ -174,7 +175,7 @@ def torch_log_probs(ref, src_row, seqs, scale_prj=False):
         for group in by_len.values():
             ids = torch.tensor(group)
             trg = ids[:, :-1]
-            dec, *_ = ref.decoder(trg, R0.get_subsequent_mask(trg), memory.expand(len(group), -1, -1), src_mask)
+            dec, *_ = ref.decoder(trg, post_ref.get_subsequent_mask(trg), memory.expand(len(group), -1, -1), src_mask)
             logits = ref.trg_word_prj(dec)
             if ref.scale_prj:
                 logits *= ref.d_model ** -0.5
@@ -210,32 +211,32 @@ def assert_beam_one_is_greedy(model, src, src_mask, max_len, start, end, use_cac
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
-def test_beam_size_one_is_greedy_seed000(use_cache):
+def test_beam_size_one_is_greedy_post_norm(use_cache):
     """Seen: smallest gap on greedy's paths 1.2e-2 (120x GREEDY_MARGIN; the steps up to 19 that the torch test
     does not check included), every step compared; greedy's routes differ by <= 1e-6, the beam's scores from
     greedy's log P by <= 7.5e-7."""
-    model = seed000_model("untied", seed=6)
-    src, src_mask = seed000_batch(seed=6)
+    model = post_norm_model("untied", seed=6)
+    src, src_mask = post_norm_batch(seed=6)
     for end in (5, 12, 40):   # ends in some rows, in every row, in none
         assert_beam_one_is_greedy(model, src, src_mask, 20, START, end, use_cache)
 
 
-def test_beam_size_one_is_greedy_seed003():
-    model = seed003_model(seed=5)
-    x, src_mask = seed003_batch(b=4, seed=5)
+def test_beam_size_one_is_greedy_pre_norm():
+    model = pre_norm_model(seed=5)
+    x, src_mask = pre_norm_batch(b=4, seed=5)
     plain, plain_logits = ct.decode.greedy_decode(model, x, src_mask, 50, 0, return_logits=True)
     end = int(plain[1, 7])   # a token row 1 produces, so at least one row ends early
     greedy, greedy_logits, ids = assert_beam_one_is_greedy(model, x, src_mask, 50, 0, end)
     # Row 1 ends where the plain decode produced that token: the same tokens up to there (the decode with an
     # end drops finished rows, another float32 route).
     assert_same_greedy_ids(greedy, greedy_logits, plain, plain_logits, whole_rows=False, what="with end vs plain")
-    assert (ids[1, 8:] == R3.PAD).all()
+    assert (ids[1, 8:] == pre_ref.PAD).all()
 
 
 # ---- cached == uncached; batch == one by one ------------------------------------------------------------
 def test_cached_beam_equals_uncached():
-    model = seed000_model("untied", seed=2)
-    src, src_mask = seed000_batch(seed=2)
+    model = post_norm_model("untied", seed=2)
+    src, src_mask = post_norm_batch(seed=2)
     a_ids, a_scores = ct.decode.beam_search(model, src, src_mask, 14, START, 7, beam_size=4, n_best=4)
     b_ids, b_scores = ct.decode.beam_search(model, src, src_mask, 14, START, 7, beam_size=4, n_best=4,
                                             use_cache=False)
@@ -246,14 +247,14 @@ def test_cached_beam_equals_uncached():
     assert_same_search(*traces, a_ids, a_scores, b_ids, b_scores, PAD, at_least=4, what="cached vs uncached")
 
 
-def test_seed003_cached_beam_equals_uncached():
-    model = seed003_model(seed=6)
-    x, src_mask = seed003_batch(b=2, seed=6)
+def test_pre_norm_cached_beam_equals_uncached():
+    model = pre_norm_model(seed=6)
+    x, src_mask = pre_norm_batch(b=2, seed=6)
     a = ct.decode.beam_search(model, x, src_mask, 30, 0, 1, beam_size=3, n_best=3)
     b = ct.decode.beam_search(model, x, src_mask, 30, 0, 1, beam_size=3, n_best=3, use_cache=False)
     # Seen: smallest decision gap per source 2.7e-3, 1.0e-2; spread 3.3e-6.
     traces = [traced_beam_search(model, x, src_mask, 30, 0, 1, 3, 0.6, 3, use_cache) for use_cache in (True, False)]
-    assert_same_search(*traces, *a, *b, R3.PAD, at_least=2, what="cached vs uncached")
+    assert_same_search(*traces, *a, *b, pre_ref.PAD, at_least=2, what="cached vs uncached")
 
 
 def test_batch_is_searched_source_by_source():
@@ -262,8 +263,8 @@ def test_batch_is_searched_source_by_source():
     its decisions clear BEAM_MARGIN. Source 0's do not: at its 4th step the 3rd and 4th candidates are 5.2e-5
     apart in log P ((2, 10, 25, 36, 25) kept, (2, 10, 9, 29, 13) dropped), which a legal order could swap; the
     other three clear it by 1.1e-3 or more (spread 2.3e-6), and all three must be compared."""
-    model = seed000_model("untied", seed=2)
-    src, src_mask = seed000_batch(seed=2)
+    model = post_norm_model("untied", seed=2)
+    src, src_mask = post_norm_batch(seed=2)
     args = (14, START, 7, 3, 1.0, 2)
     ids, scores = ct.decode.beam_search(model, src, src_mask, *args[:3], beam_size=3, alpha=1.0, n_best=2)
     one = [ct.decode.beam_search(model, src[r:r + 1], src_mask[r:r + 1], *args[:3], beam_size=3, alpha=1.0, n_best=2)
@@ -284,7 +285,7 @@ def tiny_model(seed):
     options = dict(trg_emb_prj_weight_sharing=False, emb_src_trg_weight_sharing=False)
     ct.manual_seed(seed)
     model = sharpen(ct.nn.Transformer(9, TINY_V, TINY_PAD, TINY_PAD, **SMALL, **options), seed).eval()
-    ref = R0.Transformer(9, TINY_V, TINY_PAD, TINY_PAD, **SMALL, **options).eval()
+    ref = post_ref.Transformer(9, TINY_V, TINY_PAD, TINY_PAD, **SMALL, **options).eval()
     ct_to_torch(model, ref)
     rng = np.random.default_rng(seed)
     src = rng.integers(1, 9, (3, 7))
@@ -352,10 +353,10 @@ def test_the_beam_beats_greedy_somewhere():
 # ---- the scores are those of the returned sequences --------------------------------------------------------
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_scores_match_teacher_forcing(alpha):
-    model = seed000_model("prj-tied", seed=6)
-    ref = R0.Transformer(VOCAB, VOCAB, PAD, PAD, **SMALL).eval()
+    model = post_norm_model("prj-tied", seed=6)
+    ref = post_ref.Transformer(VOCAB, VOCAB, PAD, PAD, **SMALL).eval()
     ct_to_torch(model, ref)
-    src, src_mask = seed000_batch(seed=6)
+    src, src_mask = post_norm_batch(seed=6)
     end = 5
     ids, scores = ct.decode.beam_search(model, src, src_mask, 16, START, end, beam_size=4, alpha=alpha, n_best=4)
     assert np.all(np.diff(scores, axis=1) <= 0), "n-best lists are sorted, best first"
@@ -375,8 +376,8 @@ def test_length_penalty():
 
 
 def test_max_len_one():
-    model = seed000_model("prj-tied")
-    src, src_mask = seed000_batch()
+    model = post_norm_model("prj-tied")
+    src, src_mask = post_norm_batch()
     ids, scores = ct.decode.beam_search(model, src, src_mask, 1, START, 5)
     np.testing.assert_array_equal(ids, np.full((4, 1), START))
     np.testing.assert_array_equal(scores, np.zeros(4))
@@ -397,8 +398,8 @@ BAD = [
 
 @pytest.mark.parametrize("change,error,message", BAD, ids=[str(b[0]) for b in BAD])
 def test_bad_arguments_name_them(change, error, message):
-    model = seed000_model("prj-tied")
-    src, src_mask = seed000_batch()
+    model = post_norm_model("prj-tied")
+    src, src_mask = post_norm_batch()
     args = dict(max_len=5, end_symbol=3, beam_size=4, alpha=0.6, n_best=None)
     args.update(change)
     with pytest.raises(error, match=message):

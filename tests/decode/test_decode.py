@@ -1,11 +1,12 @@
-"""Greedy decoding (seed 002's greedy_decode) with key/value caches: ctransformer.decode.greedy_decode.
+"""Greedy decoding (the Annotated Transformer's greedy_decode) with key/value caches:
+ctransformer.decode.greedy_decode.
 
-What is proved, for system A (seed 000's post-norm Transformer, small config, padded batch, random
-weights) in four weight-sharing/scaling variants and for system C (seed 003's pre-norm preset, -inf
-masks, the seed's own batches):
-- the cached decode returns the same ids as the uncached one (seed 002's loop: the whole prefix
-  decoded at every step), and every step's logits agree;
-- both return the ids of seed 002's loop run in torch on the reference models of tests/reference/
+What is proved, for the post-norm Transformer (jadore801120's model; small config, padded batch, random
+weights) in four weight-sharing/scaling variants and for the toy translator (the pre-norm preset, -inf
+masks, the toy translator's own batches):
+- the cached decode returns the same ids as the uncached one (the Annotated Transformer's greedy loop: the
+  whole prefix decoded at every step), and every step's logits agree;
+- both return the ids of that greedy loop run in torch on the reference models of tests/reference/
   (same state dict), and the step logits agree with torch's;
 - end_symbol: rows that produced it are padded with trg_pad_idx afterwards, decoding stops when every
   row is done, and the tokens before it are those of the decode without end_symbol;
@@ -19,10 +20,10 @@ order, so two routes differ in rounding):
   goes through assert_same_greedy_ids: along one route's path, up to its first step whose gap is below
   GREEDY_MARGIN = 1e-4, with the two routes' logits over those steps asserted within GREEDY_MARGIN / 10.
   Measured (AVX-512, and with OPENBLAS_CORETYPE=Haswell/Prescott, CTRANSFORMER_KERNEL_LEVEL=x86-64-v3/
-  x86-64): the routes differ by <= 1.9e-6 (cached vs uncached, seed 003), <= 1.1e-6 (a row alone vs in
-  the batch), <= 2e-6 (ct vs torch), so the margin is >= 50x any of them; the smallest gap on a compared
-  path is 9.4e-4 (seed 003's preset, not sharpened), 9x the margin, so every step is compared today and
-  at least 90% must be;
+  x86-64): the routes differ by <= 1.9e-6 (cached vs uncached, the toy translator), <= 1.1e-6 (a row
+  alone vs in the batch), <= 2e-6 (ct vs torch), so the margin is >= 50x any of them; the smallest gap on
+  a compared path is 9.4e-4 (the toy translator's preset, not sharpened), 9x the margin, so every step is
+  compared today and at least 90% must be;
 - logits at fixed ids (StepDecoder.select): |d| <= 1e-5 + 1e-5 |x| (seen <= 1e-6 on logits up to ~10).
 """
 
@@ -32,8 +33,8 @@ import torch
 
 import ctransformer as ct
 from helpers import assert_close, assert_releases_gil
-from reference import seed000 as R0
-from reference import seed003 as R3
+from reference import post_norm as post_ref
+from reference import pre_norm as pre_ref
 from reference.parity import ct_to_torch, single_threaded_torch  # noqa: F401 (autouse fixture)
 from kernel_levels import every_level
 
@@ -71,13 +72,13 @@ def sharpen(model, seed, scale=0.8):
     return model
 
 
-def seed000_model(variant, seed=0):
+def post_norm_model(variant, seed=0):
     ct.manual_seed(seed)
     model = ct.nn.Transformer(VOCAB, VOCAB, PAD, PAD, **SMALL, **VARIANTS[variant])
     return sharpen(model, seed).eval()
 
 
-def seed000_batch(seed=0):
+def post_norm_batch(seed=0):
     """src (4, 11) with PAD tails of different lengths (one row unpadded)."""
     rng = np.random.default_rng(seed)
     src = rng.integers(3, VOCAB, (4, 11))
@@ -87,14 +88,14 @@ def seed000_batch(seed=0):
     return src, ct.nn.get_pad_mask(src, PAD)
 
 
-def seed003_model(seed=0):
+def pre_norm_model(seed=0):
     ct.manual_seed(seed)
-    return sharpen(ct.nn.Transformer.seed003(), seed).eval()
+    return sharpen(ct.nn.Transformer.small_pre_norm(), seed).eval()
 
 
-def seed003_batch(b=6, seed=0):
-    x, _ = R3.get_batch(b, seed=seed)   # the seed's get_data: 50 ids, <SOS> ... <EOS> <PAD>...
-    return x, ct.nn.get_pad_mask(x, R3.PAD)
+def pre_norm_batch(b=6, seed=0):
+    x, _ = pre_ref.get_batch(b, seed=seed)   # the toy translator's get_data: 50 ids, <SOS> ... <EOS> <PAD>...
+    return x, ct.nn.get_pad_mask(x, pre_ref.PAD)
 
 
 # The smallest top-1/top-2 logit gap at which two float32 routes of the same greedy decode must pick the
@@ -155,18 +156,18 @@ def assert_cached_equals_uncached(model, src, src_mask, max_len, start, end=None
 
 # ---- cached == uncached -----------------------------------------------------------------------------
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_seed000_cached_equals_uncached(variant):
-    model = seed000_model(variant)
-    src, src_mask = seed000_batch()
+def test_post_norm_cached_equals_uncached(variant):
+    model = post_norm_model(variant)
+    src, src_mask = post_norm_batch()
     ids, _ = assert_cached_equals_uncached(model, src, src_mask, 16, START)
     assert (ids[:, 0] == START).all()
     if variant == "untied":
         assert len(np.unique(ids[:, 1:])) >= 6, "a degenerate decode would prove little"
 
 
-def test_seed000_cached_equals_uncached_without_mask_and_with_a_broadcast_mask():
-    model = seed000_model("prj-tied", seed=1)
-    src, src_mask = seed000_batch(seed=1)
+def test_post_norm_cached_equals_uncached_without_mask_and_with_a_broadcast_mask():
+    model = post_norm_model("prj-tied", seed=1)
+    src, src_mask = post_norm_batch(seed=1)
     assert_cached_equals_uncached(model, src, None, 12, START)
     # A (1, 1, ls) mask broadcasts over the batch: the same as repeating it per row. Cached against uncached,
     # so another float32 route: the ids along the path's clear steps (smallest gap seen 5.4e-3, 54x the
@@ -178,20 +179,20 @@ def test_seed000_cached_equals_uncached_without_mask_and_with_a_broadcast_mask()
     assert_same_greedy_ids(*b, *a, what="broadcast mask vs repeated")
 
 
-def test_seed003_cached_equals_uncached():
-    model = seed003_model()
-    x, src_mask = seed003_batch()
-    ids, _ = assert_cached_equals_uncached(model, x, src_mask, 50, R3.VOCAB_Y["<SOS>"])
+def test_pre_norm_cached_equals_uncached():
+    model = pre_norm_model()
+    x, src_mask = pre_norm_batch()
+    ids, _ = assert_cached_equals_uncached(model, x, src_mask, 50, pre_ref.VOCAB_Y["<SOS>"])
     assert len(np.unique(ids[:, 1:])) >= 8
 
 
-def test_seed003_trained_preset_decodes_the_same_cached():
-    """The preset as the seed builds it (N(0, 0.1) embeddings, torch's default init), not sharpened: its
-    logits lie closer together (smallest gap on the path 9.4e-4, 9x GREEDY_MARGIN; the routes differ by
-    <= 7.2e-7)."""
+def test_pre_norm_trained_preset_decodes_the_same_cached():
+    """The preset as the toy translator builds it (N(0, 0.1) embeddings, torch's default init), not
+    sharpened: its logits lie closer together (smallest gap on the path 9.4e-4, 9x GREEDY_MARGIN; the routes
+    differ by <= 7.2e-7)."""
     ct.manual_seed(4)
-    model = ct.nn.Transformer.seed003().eval()
-    x, src_mask = seed003_batch(b=3, seed=2)
+    model = ct.nn.Transformer.small_pre_norm().eval()
+    x, src_mask = pre_norm_batch(b=3, seed=2)
     assert_cached_equals_uncached(model, x, src_mask, 50, 0)
 
 
@@ -199,8 +200,8 @@ def test_batch_rows_are_independent():
     """Decoding a row alone gives what it got in the padded batch. Another float32 route (a batch of 4 reads
     packed weights, one row does not; BLAS blocks other shapes): ids along the batch's clear steps (smallest
     gap 4.0e-3, 40x the margin; a row's logits differ by <= 1.1e-6 between the two)."""
-    model = seed000_model("untied", seed=2)
-    src, src_mask = seed000_batch(seed=2)
+    model = post_norm_model("untied", seed=2)
+    src, src_mask = post_norm_batch(seed=2)
     ids, logits = ct.decode.greedy_decode(model, src, src_mask, 14, START, return_logits=True)
     for r in range(len(src)):
         one, one_logits = ct.decode.greedy_decode(model, src[r:r + 1], src_mask[r:r + 1], 14, START,
@@ -208,17 +209,17 @@ def test_batch_rows_are_independent():
         assert_same_greedy_ids(ids[r:r + 1], logits[r:r + 1], one, one_logits, what=f"row {r} alone")
 
 
-# ---- against seed 002's loop in torch -----------------------------------------------------------------
-def torch_greedy_seed000(ref, src, src_mask, max_len, start_symbol):
-    """Seed 002's greedy_decode on seed 000's torch model, for a batch: encode once; at each step decode
-    the prefix under the subsequent mask, take the last position through the generator
+# ---- against the Annotated Transformer's greedy loop in torch ------------------------------------------
+def torch_greedy_post_norm(ref, src, src_mask, max_len, start_symbol):
+    """The Annotated Transformer's greedy_decode on the post-norm reference, for a batch: encode once; at
+    each step decode the prefix under the subsequent mask, take the last position through the generator
     (log_softmax(proj(x))) and append its torch.max. Returns (ids, step logits)."""
     with torch.no_grad():
         memory, *_ = ref.encoder(src, src_mask)
         ys = torch.full((src.size(0), 1), start_symbol, dtype=src.dtype)
         steps = []
         for _ in range(max_len - 1):
-            out, *_ = ref.decoder(ys, R0.get_subsequent_mask(ys), memory, src_mask)
+            out, *_ = ref.decoder(ys, post_ref.get_subsequent_mask(ys), memory, src_mask)
             logits = ref.trg_word_prj(out[:, -1])
             if ref.scale_prj:
                 logits *= ref.d_model ** -0.5
@@ -229,12 +230,13 @@ def torch_greedy_seed000(ref, src, src_mask, max_len, start_symbol):
     return ys.numpy(), torch.stack(steps, 1).numpy()
 
 
-def torch_greedy_seed003(ref, x, max_len, start_symbol):
-    """Seed 002's loop on seed 003's torch model: the seed's pad mask of x (True = masked, -inf) for the
-    encoder and the cross-attention, and the no-peek mask (its upper triangle) for the target."""
+def torch_greedy_pre_norm(ref, x, max_len, start_symbol):
+    """The Annotated Transformer's greedy loop on the pre-norm reference: the toy translator's pad mask of x
+    (True = masked, -inf) for the encoder and the cross-attention, and the no-peek mask (its upper
+    triangle) for the target."""
     with torch.no_grad():
         b, ls = x.shape
-        mask_x = (x == R3.PAD).reshape(b, 1, 1, ls)
+        mask_x = (x == pre_ref.PAD).reshape(b, 1, 1, ls)
         memory = ref.encoder(ref.embed_x(x), mask_x)
         ys = torch.full((b, 1), start_symbol, dtype=x.dtype)
         steps = []
@@ -250,12 +252,13 @@ def torch_greedy_seed003(ref, x, max_len, start_symbol):
 
 
 @pytest.mark.parametrize("variant", ["prj-tied", "untied"])
-def test_seed000_greedy_equals_torch_reference(variant):
-    model = seed000_model(variant, seed=6)
-    ref = R0.Transformer(VOCAB, VOCAB, PAD, PAD, **SMALL, **VARIANTS[variant]).eval()
+def test_post_norm_greedy_equals_torch_reference(variant):
+    model = post_norm_model(variant, seed=6)
+    ref = post_ref.Transformer(VOCAB, VOCAB, PAD, PAD, **SMALL, **VARIANTS[variant]).eval()
     ct_to_torch(model, ref)
-    src, src_mask = seed000_batch(seed=6)
-    expected, expected_logits = torch_greedy_seed000(ref, torch.from_numpy(src), torch.from_numpy(src_mask), 16, START)
+    src, src_mask = post_norm_batch(seed=6)
+    expected, expected_logits = torch_greedy_post_norm(ref, torch.from_numpy(src), torch.from_numpy(src_mask), 16,
+                                                       START)
     assert len(np.unique(expected[:, 1:])) >= 5
     for use_cache in (True, False):
         ids, logits = ct.decode.greedy_decode(model, src, src_mask, 16, START, use_cache=use_cache, return_logits=True)
@@ -268,25 +271,26 @@ def test_the_encoder_skips_the_pads_and_a_wholly_masked_sentence_keeps_its_rows(
     masked attends to all of them alike (a softmax of equal -1e9 scores), so its rows are read and must be
     computed: here row 1 is all padding, and its logits, which read those rows, are torch's (with those rows
     skipped too they moved by 0.73; the margins are assert_same_greedy_ids's)."""
-    model = seed000_model("untied", seed=7)
-    ref = R0.Transformer(VOCAB, VOCAB, PAD, PAD, **SMALL, **VARIANTS["untied"]).eval()
+    model = post_norm_model("untied", seed=7)
+    ref = post_ref.Transformer(VOCAB, VOCAB, PAD, PAD, **SMALL, **VARIANTS["untied"]).eval()
     ct_to_torch(model, ref)
-    src, src_mask = seed000_batch(seed=7)
+    src, src_mask = post_norm_batch(seed=7)
     src[1, :] = PAD
     src_mask = ct.nn.get_pad_mask(src, PAD)
-    expected, expected_logits = torch_greedy_seed000(ref, torch.from_numpy(src), torch.from_numpy(src_mask), 12, START)
+    expected, expected_logits = torch_greedy_post_norm(ref, torch.from_numpy(src), torch.from_numpy(src_mask), 12,
+                                                       START)
     for use_cache in (True, False):
         ids, logits = ct.decode.greedy_decode(model, src, src_mask, 12, START, use_cache=use_cache, return_logits=True)
         assert_same_greedy_ids(expected, expected_logits, ids, logits, what=f"vs torch (use_cache={use_cache})")
 
 
-def test_seed003_greedy_equals_torch_reference():
-    model = seed003_model(seed=5)
-    ref = R3.Transformer().eval()
+def test_pre_norm_greedy_equals_torch_reference():
+    model = pre_norm_model(seed=5)
+    ref = pre_ref.Transformer().eval()
     ct_to_torch(model, ref)
-    x, src_mask = seed003_batch(b=4, seed=5)
-    sos = R3.VOCAB_Y["<SOS>"]
-    expected, expected_logits = torch_greedy_seed003(ref, torch.from_numpy(x), 50, sos)
+    x, src_mask = pre_norm_batch(b=4, seed=5)
+    sos = pre_ref.VOCAB_Y["<SOS>"]
+    expected, expected_logits = torch_greedy_pre_norm(ref, torch.from_numpy(x), 50, sos)
     assert len(np.unique(expected[:, 1:])) >= 8
     ids, logits = ct.decode.greedy_decode(model, x, src_mask, 50, sos, return_logits=True)
     assert_same_greedy_ids(expected, expected_logits, ids, logits, what="vs torch")
@@ -296,8 +300,8 @@ def test_seed003_greedy_equals_torch_reference():
 def end_symbol_case():
     """A model whose plain decode (20 positions) has token 5 in some rows only and token 12 in every row.
     Every step of it clears GREEDY_MARGIN (smallest gap 1.25e-2), so it is the same decode on any CPU."""
-    model = seed000_model("untied", seed=6)
-    src, src_mask = seed000_batch(seed=6)
+    model = post_norm_model("untied", seed=6)
+    src, src_mask = post_norm_batch(seed=6)
     plain, plain_logits = ct.decode.greedy_decode(model, src, src_mask, 20, START, return_logits=True)
     assert (top2_gaps(plain_logits) >= GREEDY_MARGIN).all()
     in_rows = lambda w: int((plain[:, 1:] == w).any(1).sum())  # noqa: E731
@@ -337,9 +341,9 @@ def test_decoding_stops_once_every_row_ended():
     assert (ids[:, last + 1:] == PAD).all()
 
 
-def test_max_len_one_and_the_seed_signature():
-    model = seed000_model("prj-tied")
-    src, src_mask = seed000_batch()
+def test_max_len_one_and_the_annotated_transformers_signature():
+    model = post_norm_model("prj-tied")
+    src, src_mask = post_norm_batch()
     np.testing.assert_array_equal(ct.decode.greedy_decode(model, src, src_mask, 1, START), np.full((4, 1), START))
     # Positional arguments and NumPy integers, as tasks/copy.py and toy_translate.py call it: converted before
     # anything runs, so the same computation as the call with Python ints (equal by construction, no margin).
@@ -350,8 +354,8 @@ def test_max_len_one_and_the_seed_signature():
 def test_step_decoder_select_follows_rows():
     """StepDecoder.select keeps, reorders and repeats rows: after select([2, 0, 0]) the rows decode as
     rows 2, 0 and 0 of the original batch."""
-    model = seed000_model("untied", seed=8)
-    src, src_mask = seed000_batch(seed=8)
+    model = post_norm_model("untied", seed=8)
+    src, src_mask = post_norm_batch(seed=8)
     for use_cache in (True, False):
         dec = ct.decode.StepDecoder(model, src, src_mask, use_cache=use_cache)
         first = dec.step(np.full(4, START)).numpy()
@@ -369,8 +373,8 @@ def check_selects_against_the_uncached_decoder(seed, orders):
     """A first step for every source, then for each `rows` of `orders` a select and a step with fixed ids (not
     an arg-max a near-tie could flip): the cached decoder's logits against the uncached one's, which
     recomputes every step from its reordered prefixes."""
-    model = seed000_model("untied", seed=seed)
-    src, src_mask = seed000_batch(seed=seed)
+    model = post_norm_model("untied", seed=seed)
+    src, src_mask = post_norm_batch(seed=seed)
     rng = np.random.default_rng(seed)
     ids = [rng.integers(4, model.config.n_trg_vocab, size=len(rows)) for rows in orders]
     logits = {}
@@ -401,8 +405,8 @@ def test_step_decoder_select_drops_and_repeats_sources():
 
 
 def test_decoding_records_no_graph_and_keeps_grad_mode():
-    model = seed000_model("prj-tied")
-    src, src_mask = seed000_batch()
+    model = post_norm_model("prj-tied")
+    src, src_mask = post_norm_batch()
     assert ct.is_grad_enabled()
     ct.decode.greedy_decode(model, src, src_mask, 5, START)
     ct.decode.beam_search(model, src, src_mask, 5, START, 3)
@@ -413,8 +417,8 @@ def test_decoding_records_no_graph_and_keeps_grad_mode():
 def test_decoding_releases_the_gil():
     """While a worker thread decodes (greedy, then beam search), this thread keeps getting the
     interpreter: its longest wait stays far below the calls' duration."""
-    model = seed003_model()
-    x, src_mask = seed003_batch(b=32, seed=1)
+    model = pre_norm_model()
+    x, src_mask = pre_norm_batch(b=32, seed=1)
 
     def work():   # ~40 ms a round on 2 cores; several, so the call outlasts the helper's 50 ms floor
         for _ in range(4):
@@ -444,8 +448,8 @@ BAD = [
 
 @pytest.mark.parametrize("name,change,error,message", BAD, ids=[b[0] for b in BAD])
 def test_greedy_decode_bad_arguments_name_them(name, change, error, message):
-    model = seed000_model("prj-tied")
-    src, src_mask = seed000_batch()
+    model = post_norm_model("prj-tied")
+    src, src_mask = post_norm_batch()
     args = dict(src=src, src_mask=src_mask, max_len=5, start_symbol=START, end_symbol=None)
     special = {
         "bad batch": src_mask[:2], "bad length": src_mask[:, :, :-1], "2-d": src_mask[:, 0],
@@ -466,24 +470,24 @@ def test_greedy_decode_bad_arguments_name_them(name, change, error, message):
 
 
 def test_a_source_that_may_attend_nowhere_is_refused_under_inf_masking():
-    """Seed 003 fills masked scores with -inf: a source row whose mask is all False would give NaN."""
-    model = seed003_model()
-    x, src_mask = seed003_batch(b=2)
+    """The toy translator fills masked scores with -inf: a source row whose mask is all False would give NaN."""
+    model = pre_norm_model()
+    x, src_mask = pre_norm_batch(b=2)
     src_mask = src_mask.copy()
     src_mask[1] = False
     with pytest.raises(ValueError, match="src_mask row 1 masks every source position"):
         ct.decode.greedy_decode(model, x, src_mask, 5, 0)
-    # Seed 000's -1e9 fill keeps such a row finite (uniform attention): allowed.
-    model0 = seed000_model("prj-tied")
-    src, mask0 = seed000_batch()
+    # The post-norm Transformer's -1e9 fill keeps such a row finite (uniform attention): allowed.
+    model0 = post_norm_model("prj-tied")
+    src, mask0 = post_norm_batch()
     mask0 = mask0.copy()
     mask0[1] = False
     assert np.isfinite(ct.decode.greedy_decode(model0, src, mask0, 5, START, return_logits=True)[1]).all()
 
 
 def test_step_decoder_bad_arguments():
-    model = seed000_model("prj-tied")
-    src, src_mask = seed000_batch()
+    model = post_norm_model("prj-tied")
+    src, src_mask = post_norm_batch()
     dec = ct.decode.StepDecoder(model, src, src_mask)
     with pytest.raises(ValueError, match="one token per row"):
         dec.step(np.full(3, START))

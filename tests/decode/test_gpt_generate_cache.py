@@ -1,6 +1,6 @@
-"""GPT generation with the key/value cache (system D): GPT.generate(..., use_cache=True), the default,
-and ctransformer.decode.generate, against the uncached loop (GPT.generate(..., use_cache=False), seed
-004's generate re-running the whole cropped context for every token) and torch's reference.
+"""The GPT's generation with the key/value cache: GPT.generate(..., use_cache=True), the default, and
+ctransformer.decode.generate, against the uncached loop (GPT.generate(..., use_cache=False), the GPT
+post's generate re-running the whole cropped context for every token) and torch's reference.
 
 The runs are long enough to crop the context (max_seq_len 16; prompts of 5 and of 20 ids; up to 40 new
 ids), where the cache is rebuilt from the cropped window at each step (learned absolute positions: a
@@ -40,7 +40,7 @@ def test_top1_cached_equals_uncached_and_torch(flags, prompt_len, n):
 
 @pytest.mark.parametrize("temperature,top_k", [(1.0, None), (0.8, 5), (1.5, 2)])
 def test_seeded_sampling_cached_equals_uncached(temperature, top_k):
-    _, cm = make_pair(SMALL)   # the seed's N(0, 0.02) init: flat distributions, varied samples
+    _, cm = make_pair(SMALL)   # the GPT's N(0, 0.02) init: flat distributions, varied samples
     idx = prompts(SMALL, 3, 4)
     ct.manual_seed(77)
     cached = cm.generate(idx, 40, temperature=temperature, top_k=top_k)

@@ -167,7 +167,7 @@ def small_corpus(tmp_path_factory):
 # luck (DEVELOPING.md, "Parity tests and knife edges"). One process and two sum in different orders: of
 # the ~1e5 ReLU inputs of a copy, toy-translate or multi30k run, one within float32 rounding of zero is on
 # in one and off in the other in an estimated few percent of runs, by CPU and BLAS core, and that flip
-# moves the gradients below it far past float32 (up to 1.8e-2 of a tensor's largest on seed 003's model);
+# moves the gradients below it far past float32 (up to 1.8e-2 of a tensor's largest on the toy translator);
 # and Adam turns a gradient whose sign rounding decides into a step of the whole rate. Measured, 1 process
 # (1 thread) against 2 on these configurations: the gradients agree to <= 1.2e-6 of each tensor's largest
 # entry (toy-translate's to 6e-6 by step 3, its weights drifting 4e-5 apart after 1 step, 1.3e-4 after 5),

@@ -2,8 +2,9 @@
 
 Each test executes one notebook with nbclient (see notebook_runner: this Python as the kernel, the
 parameters cell overridden by an injected cell, long runs cut to a few steps) and fails on any cell
-error. The blog's four plots (seed 002) are then read back from the executed notebook's output and
-compared with values computed here independently: the seed's formulas in plain Python / NumPy float64.
+error. The blog's four plots (the Annotated Transformer's) are then read back from the executed notebook's
+output and compared with values computed here independently: the posts' formulas in plain Python / NumPy
+float64.
 """
 import math
 import re
@@ -13,7 +14,7 @@ import pytest
 
 import ctransformer as ct
 from ctransformer.data import PAD, toy_translation_batch
-from seed_formulas import seed_penalization_loss, seed_rate, seed_true_dist, sinusoid_table
+from plot_formulas import annotated_penalization_loss, annotated_rate, annotated_true_dist, sinusoid_table
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
@@ -40,7 +41,7 @@ def test_notebook_is_committed_clean(path):
 
 
 def test_learning_rate_notebook():
-    """Seed 002 plot 1: lr of a real Adam under LambdaLR(rate), 20000 steps, three settings."""
+    """The Annotated Transformer's plot 1: lr of a real Adam under LambdaLR(rate), 20000 steps, three settings."""
     nb = run_notebook("learning_rate.ipynb")
     spec, rows = find_spec(vegalite_specs(nb), y="Learning Rate")
     assert spec["mark"]["type"] == "line" and spec["encoding"]["color"]["field"] == "model_size - warmup"
@@ -49,36 +50,38 @@ def test_learning_rate_notebook():
         line = sorted((r["step"], r["Learning Rate"]) for r in rows if r["model_size - warmup"] == label)
         assert [s for s, _ in line] == list(range(20000)), label
         lrs = [lr for _, lr in line]
-        # Exactly ctransformer's rate (LambdaLR multiplies lr = 1 by it), and the seed's Python formula
+        # Exactly ctransformer's rate (LambdaLR multiplies lr = 1 by it), and the Annotated Transformer's formula
         # to the last bit but one (exact equality is test_schedules.py's business).
         assert lrs == [ct.optim.rate(s, model_size, factor, warmup) for s in range(20000)], label
-        np.testing.assert_allclose(lrs, [seed_rate(s, model_size, factor, warmup) for s in range(20000)],
+        np.testing.assert_allclose(lrs, [annotated_rate(s, model_size, factor, warmup) for s in range(20000)],
                                    rtol=1e-15, atol=0, err_msg=label)
         assert int(np.argmax(lrs)) == warmup
 
 
 def test_label_smoothing_notebook():
-    """Seed 002 plots 2 and 4: LabelSmoothing(5, 0, 0.4)'s true_dist, and the penalisation curve."""
+    """The Annotated Transformer's plots 2 and 4: LabelSmoothing(5, 0, 0.4)'s true_dist, and the penalisation
+    curve."""
     nb = run_notebook("label_smoothing.ipynb")
     specs = vegalite_specs(nb)
 
     spec, rows = find_spec(specs, color="target distribution")
     assert spec["encoding"]["color"]["scale"]["scheme"] == "viridis"
     shown = grid(rows, "target distribution", "columns", "rows")
-    expected = seed_true_dist([2, 1, 0, 3, 3])
+    expected = annotated_true_dist([2, 1, 0, 3, 3])
     assert expected[0].tolist() == [0, 0.4 / 3, 0.6, 0.4 / 3, 0.4 / 3] and not expected[2].any()
     np.testing.assert_allclose(shown, expected, rtol=0, atol=1e-7)   # float32 true_dist
 
     _, rows = find_spec(specs, y="Loss")
     losses = [r["Loss"] for r in sorted(rows, key=lambda r: r["Steps"])]
     assert len(losses) == 99
-    expected = [seed_penalization_loss(x) for x in range(1, 100)]
+    expected = [annotated_penalization_loss(x) for x in range(1, 100)]
     np.testing.assert_allclose([losses[0], losses[-1]], [expected[0], expected[-1]], rtol=1e-5)
     np.testing.assert_allclose(losses, expected, rtol=1e-5)           # the whole curve, float32 maths
 
 
 def test_masks_notebook():
-    """Seed 002 plot 3 (the 20x20 subsequent mask) and seed 003's masks of a real padded batch."""
+    """The Annotated Transformer's plot 3 (the 20x20 subsequent mask) and the toy translator's masks of a real
+    padded batch."""
     nb = run_notebook("masks.ipynb")
     specs = vegalite_specs(nb)
 
@@ -103,7 +106,8 @@ def test_positional_encoding_notebook():
     """Both formulas' tables, as heat maps and as dimensions 4-7 over position."""
     nb = run_notebook("positional_encoding.ipynb")
     specs = vegalite_specs(nb)
-    for formula, title in [("paired", "paired (the paper, seeds 000/001)"), ("per_index", "per_index (seed 003)")]:
+    # The chart titles as notebooks/positional_encoding.ipynb writes them: the test finds the charts by them.
+    for formula, title in [("paired", "paired (the paper, jadore801120's)"), ("per_index", "per_index (the toy translator)")]:
         expected = sinusoid_table(100, 32, formula)
         _, rows = find_spec(specs, title=title, color="value")
         np.testing.assert_allclose(grid(rows, "value", "dimension", "position"), expected, rtol=0, atol=1e-7,

@@ -1,7 +1,8 @@
 """ctransformer.plots and scripts/render_plots.py: the charts carry ctransformer's numbers and render to PNG.
 
-The blog's four charts (seed 002) are built here from ctransformer's own output, as the script builds
-them, checked against the seeds' formulas (tests/seed_formulas.py), and saved with plots.save_png.
+The blog's four charts (the Annotated Transformer's) are built here from ctransformer's own output, as the
+script builds them, checked against the posts' formulas (tests/plot_formulas.py), and saved with
+plots.save_png.
 """
 import importlib.util
 import pathlib
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 import ctransformer as ct
-from seed_formulas import seed_penalization_loss, seed_rate, seed_true_dist, sinusoid_table
+from plot_formulas import annotated_penalization_loss, annotated_rate, annotated_true_dist, sinusoid_table
 
 pytest.importorskip("altair")
 pytest.importorskip("vl_convert")
@@ -61,7 +62,8 @@ def test_learning_rate_chart_data(render_plots):
     assert list(rates) == ["512 - 4000", "512 - 8000", "256 - 4000"]
     for (label, lrs), (m, f, w) in zip(rates.items(), [(512, 1, 4000), (512, 1, 8000), (256, 1, 4000)]):
         assert lrs == [ct.optim.rate(s, m, f, w) for s in range(9000)], label
-        np.testing.assert_allclose(lrs, [seed_rate(s, m, f, w) for s in range(9000)], rtol=1e-15, atol=0)
+        np.testing.assert_allclose(lrs, [annotated_rate(s, m, f, w) for s in range(9000)], rtol=1e-15,
+                                   atol=0)
     rows = chart_rows(plots.learning_rate_chart(rates))
     assert len(rows) == 3 * 9000
     assert {r["model_size - warmup"] for r in rows} == set(rates)
@@ -69,7 +71,7 @@ def test_learning_rate_chart_data(render_plots):
 
 def test_label_smoothing_chart_data(render_plots):
     true_dist = render_plots.label_smoothing_dist()
-    np.testing.assert_allclose(true_dist, seed_true_dist([2, 1, 0, 3, 3]), rtol=0, atol=1e-7)
+    np.testing.assert_allclose(true_dist, annotated_true_dist([2, 1, 0, 3, 3]), rtol=0, atol=1e-7)
     rows = chart_rows(plots.label_smoothing_chart(true_dist))
     assert len(rows) == 25
     for r in rows:
@@ -79,8 +81,8 @@ def test_label_smoothing_chart_data(render_plots):
 def test_penalization_chart_data(render_plots):
     losses = render_plots.penalization_losses()
     assert len(losses) == 99
-    np.testing.assert_allclose([losses[0], losses[-1]], [seed_penalization_loss(1), seed_penalization_loss(99)],
-                               rtol=1e-5)
+    np.testing.assert_allclose([losses[0], losses[-1]],
+                               [annotated_penalization_loss(1), annotated_penalization_loss(99)], rtol=1e-5)
     rows = chart_rows(plots.penalization_chart(losses))
     assert [r["Steps"] for r in rows] == list(range(99)) and [r["Loss"] for r in rows] == losses
 

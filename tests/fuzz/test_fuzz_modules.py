@@ -83,7 +83,7 @@ def test_gpt_constructor_with_one_hostile_field(field, value, dropout):
     try:
         model = ct.nn.GPT(**cfg, dropout=dropout)
     except CLEAR_ERRORS as error:
-        # the core's own checks name the sizes as the seed does (embed_dim, num_head, num_layer)
+        # the core's own checks name the sizes as the GPT's blog post does (embed_dim, num_head, num_layer)
         assert_names(error, field, "dropout", "Dropout", "bytes", "embed_dim", "num_head", "num_layer", "shape")
         return
     assert 0 <= dropout <= 1, f"dropout {dropout} accepted"

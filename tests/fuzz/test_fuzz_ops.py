@@ -347,7 +347,7 @@ def test_attention_masks_of_every_shape(b, h, lq, lk, d, mask_shape, data):
     assert fits, f"mask {mask_shape} accepted for scores {(b, h, lq, lk)}"
     out = out[0] if isinstance(out, tuple) else out
     tq, tk, tv = (torch.from_numpy(c_array(a)) for a in (q, k, v))
-    scores = tq @ tk.transpose(-1, -2) / np.sqrt(d)  # ct's scale (1/sqrt(d)), masked with -1e9 (seed 000)
+    scores = tq @ tk.transpose(-1, -2) / np.sqrt(d)  # ct's scale (1/sqrt(d)); the post-norm model's -1e9 fill
     if mask is not None:
         scores = scores.masked_fill(~torch.from_numpy(c_array(mask)), -1e9)
     expected = torch.softmax(scores, -1) @ tv

@@ -1,4 +1,5 @@
-"""Seed 002's LabelSmoothing and SimpleLossCompute against the seed's own classes run in torch.
+"""The Annotated Transformer's LabelSmoothing and SimpleLossCompute against the blog post's own classes run
+in torch.
 
 true_dist is compared exactly (both fill with the same float32 values); the loss rtol 1e-5,
 atol 1e-6 (a float32 sum in torch, a double one here); gradients rtol 1e-5, atol 1e-7.
@@ -14,11 +15,11 @@ from ctransformer.annotated import LabelSmoothing, SimpleLossCompute
 from helpers import assert_close, rand
 
 
-class SeedLabelSmoothing(nn.Module):
-    """Seed 002 (002_5b1a8dee14bb0756.txt), verbatim apart from the comments."""
+class AnnotatedLabelSmoothing(nn.Module):
+    """The Annotated Transformer's LabelSmoothing (002_5b1a8dee14bb0756.txt), verbatim apart from the comments."""
 
     def __init__(self, size, padding_idx, smoothing=0.0):
-        super(SeedLabelSmoothing, self).__init__()
+        super(AnnotatedLabelSmoothing, self).__init__()
         self.criterion = nn.KLDivLoss(reduction="sum")
         self.padding_idx = padding_idx
         self.confidence = 1.0 - smoothing
@@ -39,8 +40,8 @@ class SeedLabelSmoothing(nn.Module):
         return self.criterion(x, true_dist.clone().detach())
 
 
-class SeedSimpleLossCompute:
-    """Seed 002, verbatim."""
+class AnnotatedSimpleLossCompute:
+    """The Annotated Transformer's SimpleLossCompute as the blog post writes it, verbatim."""
 
     def __init__(self, criterion):
         self.criterion = criterion
@@ -58,11 +59,11 @@ def test_blog_example():
     """LabelSmoothing(5, 0, 0.4) on five rows [0, 0.2, 0.7, 0.1, 0] with targets [2, 1, 0, 3, 3]."""
     predict = np.array([[0, 0.2, 0.7, 0.1, 0]] * 5, dtype=np.float32)
     target = np.array([2, 1, 0, 3, 3])
-    crit, seed = LabelSmoothing(5, 0, 0.4), SeedLabelSmoothing(5, 0, 0.4)
+    crit, ref = LabelSmoothing(5, 0, 0.4), AnnotatedLabelSmoothing(5, 0, 0.4)
     assert crit.true_dist is None
     loss = crit(x=ct.tensor(predict), target=target)
-    expected = seed(x=torch.FloatTensor(predict), target=torch.LongTensor(target))
-    np.testing.assert_array_equal(crit.true_dist, seed.true_dist.numpy())
+    expected = ref(x=torch.FloatTensor(predict), target=torch.LongTensor(target))
+    np.testing.assert_array_equal(crit.true_dist, ref.true_dist.numpy())
     assert crit.true_dist.dtype == np.float32 and crit.true_dist.shape == (5, 5)
     assert loss.shape == () and isinstance(loss, ct.Tensor)
     assert_close(loss, expected, rtol=1e-5, atol=1e-6)
@@ -72,7 +73,7 @@ def test_blog_example():
 
 
 @pytest.mark.parametrize("size,padding_idx,smoothing", [(11, 0, 0.1), (11, 3, 0.3), (7, 6, 0.0), (40, 2, 0.1)])
-def test_loss_and_gradient_match_seed(size, padding_idx, smoothing):
+def test_loss_and_gradient_match_the_annotated_transformers(size, padding_idx, smoothing):
     """Log-probabilities from log_softmax of logits (as in training); loss, true_dist, and the
     gradient w.r.t. the log-probabilities and back through log_softmax to the logits."""
     n = 13
@@ -85,10 +86,10 @@ def test_loss_and_gradient_match_seed(size, padding_idx, smoothing):
     logp = ct.functional.log_softmax(x, -1)
     tlogp = F.log_softmax(tx, dim=-1)
     tlogp.retain_grad()
-    crit, seed = LabelSmoothing(size, padding_idx, smoothing), SeedLabelSmoothing(size, padding_idx, smoothing)
+    crit, ref = LabelSmoothing(size, padding_idx, smoothing), AnnotatedLabelSmoothing(size, padding_idx, smoothing)
     loss = crit(logp, target)
-    expected = seed(tlogp, torch.tensor(target))
-    np.testing.assert_array_equal(crit.true_dist, seed.true_dist.numpy())
+    expected = ref(tlogp, torch.tensor(target))
+    np.testing.assert_array_equal(crit.true_dist, ref.true_dist.numpy())
     assert_close(loss, expected, rtol=1e-5, atol=1e-6)
     expected.backward()
     loss.backward()
@@ -103,13 +104,13 @@ def test_loss_and_gradient_match_seed(size, padding_idx, smoothing):
 def test_penalization_example():
     """The blog's last plot: LabelSmoothing(5, 0, 0.1), prediction [0, x/d, 1/d, 1/d, 1/d] with
     d = x + 3 through log_softmax (dim=1, as F.log_softmax picks for 2-d input), target 1."""
-    crit, seed = LabelSmoothing(5, 0, 0.1), SeedLabelSmoothing(5, 0, 0.1)
+    crit, ref = LabelSmoothing(5, 0, 0.1), AnnotatedLabelSmoothing(5, 0, 0.1)
     ours, theirs = [], []
     for x in range(1, 100):
         d = x + 3 * 1
         predict = np.array([[0, x / d, 1 / d, 1 / d, 1 / d]], dtype=np.float32)
         ours.append(crit(ct.functional.log_softmax(ct.tensor(predict), 1), np.array([1])).item())
-        theirs.append(seed(F.log_softmax(torch.FloatTensor(predict), dim=1), torch.LongTensor([1])).item())
+        theirs.append(ref(F.log_softmax(torch.FloatTensor(predict), dim=1), torch.LongTensor([1])).item())
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
     assert ours[0] > ours[-1]  # the loss falls as the model grows confident in the right class
 
@@ -152,15 +153,16 @@ def test_label_smoothing_bad_input():
 
 # --- SimpleLossCompute ---------------------------------------------------------------------------
 
-def test_simple_loss_compute_seed_form():
-    """The seed's SimpleLossCompute(criterion) on (b, l, vocab) log-probabilities."""
+def test_simple_loss_compute_criterion_only_form():
+    """The blog post's SimpleLossCompute(criterion) on (b, l, vocab) log-probabilities."""
     logits = rand((2, 4, 9), seed=11)
     y = np.array([[1, 2, 3, 0], [4, 0, 0, 0]])
     norm = int((y != 0).sum())
     x = ct.tensor(logits, requires_grad=True)
     tx = torch.tensor(logits, requires_grad=True)
     value, sloss = SimpleLossCompute(LabelSmoothing(9, 0, 0.1))(ct.functional.log_softmax(x, -1), y, norm)
-    tvalue, tsloss = SeedSimpleLossCompute(SeedLabelSmoothing(9, 0, 0.1))(F.log_softmax(tx, -1), torch.tensor(y), norm)
+    theirs = AnnotatedSimpleLossCompute(AnnotatedLabelSmoothing(9, 0, 0.1))
+    tvalue, tsloss = theirs(F.log_softmax(tx, -1), torch.tensor(y), norm)
     assert isinstance(value, float)
     assert value == pytest.approx(tvalue.item(), rel=1e-5)
     assert_close(sloss, tsloss, rtol=1e-5, atol=1e-6)
@@ -180,7 +182,7 @@ def test_simple_loss_compute_with_generator():
                                 LabelSmoothing(8, 0, 0.1))
     value, sloss = compute(ct.tensor(out), y, 5)
     tx = F.log_softmax(F.linear(torch.tensor(out), tw, tb), -1)
-    tvalue, tsloss = SeedSimpleLossCompute(SeedLabelSmoothing(8, 0, 0.1))(tx, torch.tensor(y), 5)
+    tvalue, tsloss = AnnotatedSimpleLossCompute(AnnotatedLabelSmoothing(8, 0, 0.1))(tx, torch.tensor(y), 5)
     assert value == pytest.approx(tvalue.item(), rel=1e-5)
     sloss.backward()
     tsloss.backward()

@@ -1,5 +1,5 @@
-"""ctransformer.nn.gpt.GPT against a PyTorch implementation of seed 004's GPT
-(tests/reference/gpt_reference.py; seeds/004_09708f5e1787a8f3.txt).
+"""ctransformer.nn.gpt.GPT against a PyTorch implementation of the GPT (decoder-only, nanoGPT-style)
+as its blog post writes it (tests/reference/gpt_reference.py; seeds/004_09708f5e1787a8f3.txt).
 
 Tolerances (float32 on both sides, same weights, dropout 0):
 - logits: |d| <= 1e-5 + 1e-5 |x|; attention weights: |d| <= 1e-6; loss: relative 1e-6;
@@ -135,7 +135,7 @@ def param_names_by_address(named):
     return {p.numpy().__array_interface__["data"][0]: n for n, p in named}
 
 
-def test_configure_optimizers_groups_as_the_seed():
+def test_configure_optimizers_groups_as_the_reference():
     tm, cm = make_pair(dict(SMALL, num_layer=12))  # 12 layers: sorted() puts "transformer.10" before "transformer.2"
     t_names = {id(p): n for n, p in tm.named_parameters()}
     c_names = param_names_by_address(cm.named_parameters())
@@ -164,7 +164,7 @@ def test_generate_greedy_equals_torch_argmax_loop():
     assert out.dtype == np.int64 and out.shape == (2, 5 + n)
     np.testing.assert_array_equal(out, expected.numpy())
     np.testing.assert_array_equal(out[:, :5], idx)
-    # The seed's generate (top_k=1) agrees, and one sequence comes back squeezed as the seed does.
+    # The reference's generate (top_k=1) agrees, and one sequence comes back squeezed as the reference does.
     np.testing.assert_array_equal(tm.generate(torch.from_numpy(idx[:1]), n, top_k=1), out[0])
     one = cm.generate(idx[:1], n, top_k=1, temperature=0.7)
     assert one.shape == (5 + n,)
@@ -217,7 +217,7 @@ def test_generate_records_no_graph_and_keeps_grad_mode():
     assert all(p.grad is None for p in cm.parameters())
 
 
-def test_init_statistics_as_the_seed():
+def test_init_statistics_as_the_reference():
     cfg = dict(vocab_size=2000, max_seq_len=128, num_layer=4, embed_dim=128, num_head=4, feedforward_dim=512)
     ct.manual_seed(0)
     cm = ct.nn.GPT(**ct_config(cfg), dropout=0.1)
@@ -335,15 +335,16 @@ def test_long_prompt_is_cropped_in_generate(small_model):
     assert out.shape == (2, 32)
 
 
-def test_gpt_takes_the_transformers_size_names_and_the_seeds_with_a_warning():
-    """n_layers, d_model, n_head, d_inner as ct.nn.Transformer names them; the seed's num_layer, embed_dim,
-    num_head, feedforward_dim still work as keywords, warn, and build the same model (issue 36)."""
+def test_gpt_takes_the_transformers_size_names_and_the_older_ones_with_a_warning():
+    """n_layers, d_model, n_head, d_inner as ct.nn.Transformer names them; the older names (the GPT post's)
+    num_layer, embed_dim, num_head, feedforward_dim still work as keywords, warn, and build the same model
+    (issue 36)."""
     import warnings
 
     ct.manual_seed(3)
     new = ct.nn.GPT(vocab_size=50, max_seq_len=16, n_layers=2, d_model=32, n_head=4, d_inner=64, dropout=0.0)
     ct.manual_seed(3)
-    with pytest.warns(FutureWarning, match="num_layer is the seed's name for n_layers") as caught:
+    with pytest.warns(FutureWarning, match="num_layer is the older name for n_layers") as caught:
         old = ct.nn.GPT(**SMALL, dropout=0.0)
     assert len(caught) == 4
     for key, value in new.state_dict().items():
@@ -352,7 +353,7 @@ def test_gpt_takes_the_transformers_size_names_and_the_seeds_with_a_warning():
     assert (new.num_layer, new.embed_dim, new.num_head, new.feedforward_dim) == (2, 32, 4, 64)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        ct.nn.GPT(50, 16, 2, 32, 4, 64, 0.0)          # positional, the seed's order: no warning
+        ct.nn.GPT(50, 16, 2, 32, 4, 64, 0.0)          # positional, the reference's order: no warning
     with pytest.raises(TypeError, match="got both n_layers and num_layer"):
         ct.nn.GPT(50, 16, 2, 32, 4, 64, 0.0, num_layer=2)
     with pytest.raises(TypeError, match="missing the argument d_inner"):

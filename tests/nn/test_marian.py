@@ -117,8 +117,8 @@ def test_positional_table_is_hugging_faces(d):
     assert np.abs(ours - theirs).max() <= 6e-8
 
 
-def test_the_seeds_models_keep_their_names():
-    """The Marian options are off in the two seeds' models: their state dicts are as they were."""
+def test_the_post_norm_model_keeps_its_names():
+    """The Marian options are off in the post-norm Transformer: its state dict is as it was."""
     post = ct.nn.Transformer(10, 10, 0, 0, d_word_vec=8, d_model=8, d_inner=16, n_layers=1, n_head=2, d_k=4, d_v=4)
     assert "trg_word_prj.weight" in post.state_dict() and "final_logits_bias" not in post.state_dict()
     assert post.config.activation == "relu" and post.config.trg_pad_mask and post.config.decoder_start_idx is None

@@ -1,7 +1,8 @@
-"""The encoder-decoder's layers against PyTorch references written from the seeds' code.
+"""The encoder-decoder's layers against PyTorch references written from the blog posts' code.
 
-Seed 000/001 (jadore801120: Modules.py, SubLayers.py, Layers.py, Models.py) in tests/reference/seed000.py,
-seed 003 (the toy translator's MultiHead, FullyConnectedOutput, ...) in tests/reference/seed003.py.
+The post-norm Transformer (jadore801120: Modules.py, SubLayers.py, Layers.py, Models.py) in
+tests/reference/post_norm.py, the toy translator's pre-norm model (MultiHead, FullyConnectedOutput, ...) in
+tests/reference/pre_norm.py.
 Every layer: same weights (loaded from torch), same inputs -> same outputs, attention weights and
 gradients of inputs and parameters, in float32.
 
@@ -16,8 +17,8 @@ import torch
 
 import ctransformer as ct
 from helpers import assert_close, pair, rand
-from reference import seed000 as R0
-from reference import seed003 as R3
+from reference import post_norm as post_ref
+from reference import pre_norm as pre_ref
 from reference.parity import (  # noqa: F401 (single_threaded_torch is an autouse fixture)
     assert_grads_close, assert_relu_margins, assert_state_dict_layout, clear_relu_knife_edges, single_threaded_torch,
     torch_to_ct,
@@ -27,8 +28,8 @@ from kernel_levels import every_level
 # Every test at each level's SIMD loops and products.
 at_every_level = every_level("loops")
 
-SEED003_OPTIONS = dict(layout="seed003", norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5,
-                       attn_dropout=0.0, mask_fill=float("-inf"), scale_after_matmul=True)
+PRE_NORM_OPTIONS = dict(layout="pre_norm", norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5,
+                        attn_dropout=0.0, mask_fill=float("-inf"), scale_after_matmul=True)
 
 
 def weighted_sum(out, weights):
@@ -46,14 +47,14 @@ def pad_mask(b, lq, lk, valid, per_query=False):
 
 
 # ---- masks and positional encoding ---------------------------------------------------------------
-def test_masks_match_seed000_functions():
+def test_masks_match_post_norm_functions():
     seq = np.array([[5, 3, 1, 1], [2, 1, 7, 1], [4, 4, 4, 4]])
     pad = ct.nn.get_pad_mask(seq, 1)
     sub = ct.nn.get_subsequent_mask(seq)
     assert pad.dtype == np.bool_ and pad.shape == (3, 1, 4)
     assert sub.dtype == np.bool_ and sub.shape == (1, 4, 4)
-    np.testing.assert_array_equal(pad, R0.get_pad_mask(torch.tensor(seq), 1).numpy())
-    np.testing.assert_array_equal(sub, R0.get_subsequent_mask(torch.tensor(seq)).numpy())
+    np.testing.assert_array_equal(pad, post_ref.get_pad_mask(torch.tensor(seq), 1).numpy())
+    np.testing.assert_array_equal(sub, post_ref.get_subsequent_mask(torch.tensor(seq)).numpy())
     np.testing.assert_array_equal(ct.nn.get_pad_mask(seq.astype(np.int32), 1), pad)
     with pytest.raises(ValueError, match="seq"):
         ct.nn.get_pad_mask(np.array([1, 2, 3]), 1)
@@ -62,20 +63,20 @@ def test_masks_match_seed000_functions():
 
 
 @pytest.mark.parametrize("d_hid,n_position", [(32, 200), (512, 200), (7, 13)])
-def test_positional_table_matches_seed000_numpy_code(d_hid, n_position):
-    """Seed 000's _get_sinusoid_encoding_table (NumPy float64, then FloatTensor); tolerance 1e-7 absolute:
+def test_positional_table_matches_post_norm_numpy_code(d_hid, n_position):
+    """jadore801120's _get_sinusoid_encoding_table (NumPy float64, then FloatTensor); tolerance 1e-7 absolute:
     NumPy's vectorised sin/cos may differ from libm's by an ulp in float64, which at most flips the last
     float32 bit."""
     pe = ct.nn.PositionalEncoding(d_hid, n_position)
-    ref = R0.PositionalEncoding(d_hid, n_position)
+    ref = post_ref.PositionalEncoding(d_hid, n_position)
     assert pe.pos_table.shape == (1, n_position, d_hid)
     assert_close(pe.pos_table, ref.pos_table, rtol=0, atol=1e-7)
 
 
-def test_positional_table_matches_seed003_get_pe_exactly():
-    """Seed 003's get_pe (math.sin / math.cos of pos / 1e4 ** (i / d_model)): bit-identical."""
+def test_positional_table_matches_pre_norm_get_pe_exactly():
+    """The toy translator's get_pe (math.sin / math.cos of pos / 1e4 ** (i / d_model)): bit-identical."""
     pe = ct.nn.PositionalEncoding(32, 50, pe_formula="per_index")
-    ref = R3.PositionEmbedding(39, 32, 50)
+    ref = pre_ref.PositionEmbedding(39, 32, 50)
     np.testing.assert_array_equal(pe.pos_table.numpy(), ref.pe.numpy())
 
 
@@ -83,10 +84,10 @@ def test_positional_encoding_is_a_buffer_and_adds_the_table():
     pe = ct.nn.PositionalEncoding(16, 20)
     assert pe.parameters() == []
     assert [n for n, _ in pe.named_buffers()] == ["pos_table"]
-    assert list(pe.state_dict()) == list(R0.PositionalEncoding(16, 20).state_dict()) == ["pos_table"]
+    assert list(pe.state_dict()) == list(post_ref.PositionalEncoding(16, 20).state_dict()) == ["pos_table"]
     x = rand((2, 7, 16), seed=1)
     out = pe(ct.tensor(x))
-    assert_close(out, R0.PositionalEncoding(16, 20)(torch.from_numpy(x)), rtol=0, atol=1e-6)
+    assert_close(out, post_ref.PositionalEncoding(16, 20)(torch.from_numpy(x)), rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="n_position"):
         pe(ct.tensor(rand((1, 21, 16))))
     with pytest.raises(ValueError, match="pe_formula"):
@@ -94,14 +95,14 @@ def test_positional_encoding_is_a_buffer_and_adds_the_table():
 
 
 # ---- scaled dot-product attention ----------------------------------------------------------------
-def test_scaled_dot_product_attention_matches_seed000():
+def test_scaled_dot_product_attention_matches_post_norm():
     b, h, lq, lk, dk, dv = 2, 3, 5, 6, 8, 4
     q, tq = pair(rand((b, h, lq, dk), seed=1))
     k, tk = pair(rand((b, h, lk, dk), seed=2))
     v, tv = pair(rand((b, h, lk, dv), seed=3))
     mask = pad_mask(b, lq, lk, [4, 6])[:, None]        # (b, 1, 1, lk)
     m = ct.nn.ScaledDotProductAttention(dk ** 0.5).eval()
-    ref = R0.ScaledDotProductAttention(dk ** 0.5).eval()
+    ref = post_ref.ScaledDotProductAttention(dk ** 0.5).eval()
     out, attn = m(q, k, v, mask)
     rout, rattn = ref(tq, tk, tv, torch.from_numpy(mask))
     assert_close(out, rout, what="output")
@@ -126,7 +127,8 @@ def run_mha(m, ref, q_np, kv_np, ct_mask, torch_mask, self_attention):
         v, tv = k, tk
     out, attn = m(q, k, v, ct_mask)
     result = ref(tq, tk, tv, torch_mask)
-    rout, rattn = result if isinstance(result, tuple) else (result, ref.last_attn)   # seed 003 returns the output only
+    # the pre-norm reference returns the output only, and keeps its attention weights in last_attn
+    rout, rattn = result if isinstance(result, tuple) else (result, ref.last_attn)
     w = rand(out.shape, seed=9)
     weighted_sum(out, w).backward()
     weighted_sum(rout, w).backward()
@@ -136,11 +138,11 @@ def run_mha(m, ref, q_np, kv_np, ct_mask, torch_mask, self_attention):
 
 @pytest.mark.parametrize("per_query_mask", [False, True])
 @pytest.mark.parametrize("self_attention", [True, False])
-def test_multi_head_attention_matches_seed000(self_attention, per_query_mask):
+def test_multi_head_attention_matches_post_norm(self_attention, per_query_mask):
     """Post-norm MHA, projections without bias, mask (b, 1, lk) or (b, lq, lk) broadcast over heads."""
     n_head, d_model, d_k, d_v, b, lq = 4, 32, 8, 6, 3, 5
     lk = lq if self_attention else 7
-    ref = R0.MultiHeadAttention(n_head, d_model, d_k, d_v).eval()
+    ref = post_ref.MultiHeadAttention(n_head, d_model, d_k, d_v).eval()
     m = ct.nn.MultiHeadAttention(n_head, d_model, d_k, d_v).eval()
     assert_state_dict_layout(m, ref)
     torch_to_ct(ref, m)
@@ -159,18 +161,18 @@ def test_multi_head_attention_matches_seed000(self_attention, per_query_mask):
 
 
 @pytest.mark.parametrize("self_attention", [True, False])
-def test_multi_head_attention_matches_seed003_multihead(self_attention):
+def test_multi_head_attention_matches_pre_norm_multihead(self_attention):
     """Pre-norm: ONE LayerNorm on Q, K and V, biases, -inf masking, residual with the raw query."""
     b, L = 3, 9
-    ref = R3.MultiHead(32, 4).eval()
-    m = ct.nn.MultiHeadAttention(4, 32, 8, 8, 0.1, **SEED003_OPTIONS).eval()
+    ref = pre_ref.MultiHead(32, 4).eval()
+    m = ct.nn.MultiHeadAttention(4, 32, 8, 8, 0.1, **PRE_NORM_OPTIONS).eval()
     assert_state_dict_layout(m, ref)
     assert [n for n, _ in m.named_parameters()][:2] == ["fc_Q.weight", "fc_Q.bias"]
     torch_to_ct(ref, m)
     ids = np.full((b, L), 5)
-    ids[0, 6:] = R3.PAD
-    ids[2, 4:] = R3.PAD
-    torch_mask = R3.mask_tril(torch.tensor(ids)) if self_attention else R3.mask_pad(torch.tensor(ids))
+    ids[0, 6:] = pre_ref.PAD
+    ids[2, 4:] = pre_ref.PAD
+    torch_mask = pre_ref.mask_tril(torch.tensor(ids)) if self_attention else pre_ref.mask_pad(torch.tensor(ids))
     ct_mask = ~torch_mask.numpy()[:, 0]                         # (b, L, L), True = may attend
     (out, attn), (rout, _), grads = run_mha(m, ref, rand((b, L, 32), seed=1), rand((b, L, 32), seed=2),
                                             ct_mask, torch_mask, self_attention)
@@ -208,47 +210,50 @@ def check_feed_forward(m, ref, build):
     assert_grads_close(m, ref, rel=1e-5)
 
 
-def test_positionwise_feed_forward_matches_seed000():
-    ref = R0.PositionwiseFeedForward(32, 64).eval()
+def test_positionwise_feed_forward_matches_post_norm():
+    ref = post_ref.PositionwiseFeedForward(32, 64).eval()
     m = ct.nn.PositionwiseFeedForward(32, 64).eval()
-    check_feed_forward(m, ref, lambda: R0.PositionwiseFeedForward(32, 64))
+    check_feed_forward(m, ref, lambda: post_ref.PositionwiseFeedForward(32, 64))
 
 
-def test_positionwise_feed_forward_matches_seed003_fully_connected_output():
-    ref = R3.FullyConnectedOutput(32, 64).eval()
-    m = ct.nn.PositionwiseFeedForward(32, 64, 0.1, **SEED003_OPTIONS).eval()
+def test_positionwise_feed_forward_matches_pre_norm_fully_connected_output():
+    ref = pre_ref.FullyConnectedOutput(32, 64).eval()
+    m = ct.nn.PositionwiseFeedForward(32, 64, 0.1, **PRE_NORM_OPTIONS).eval()
     assert list(m.state_dict()) == ["fc.0.weight", "fc.0.bias", "fc.2.weight", "fc.2.bias", "norm.weight", "norm.bias"]
-    check_feed_forward(m, ref, lambda: R3.FullyConnectedOutput(32, 64))
+    check_feed_forward(m, ref, lambda: pre_ref.FullyConnectedOutput(32, 64))
 
 
-@pytest.mark.parametrize("family", ["seed000", "seed003"])
+@pytest.mark.parametrize("family", ["post_norm", "pre_norm"])
 def test_encoder_and_decoder_layers_match(family):
-    b, ls, lt = 2, 7, 7     # seed 003's masks need equal lengths
-    if family == "seed000":
-        ref_enc, ref_dec = R0.EncoderLayer(32, 64, 4, 8, 8).eval(), R0.DecoderLayer(32, 64, 4, 8, 8).eval()
+    b, ls, lt = 2, 7, 7     # the pre-norm reference's masks need equal lengths
+    if family == "post_norm":
+        ref_enc, ref_dec = post_ref.EncoderLayer(32, 64, 4, 8, 8).eval(), post_ref.DecoderLayer(32, 64, 4, 8, 8).eval()
         enc, dec = ct.nn.EncoderLayer(32, 64, 4, 8, 8).eval(), ct.nn.DecoderLayer(32, 64, 4, 8, 8).eval()
         src_mask = pad_mask(b, ls, ls, [7, 5])
         trg_mask = pad_mask(b, lt, lt, [6, 7]) & np.tril(np.ones((lt, lt), bool))[None]
         t_src, t_trg = torch.from_numpy(src_mask), torch.from_numpy(trg_mask)
     else:
-        ref_enc, ref_dec = R3.EncoderLayer(32, 4, 64).eval(), R3.DecoderLayer(32, 4, 64).eval()
-        enc = ct.nn.EncoderLayer(32, 64, 4, 8, 8, 0.1, **SEED003_OPTIONS).eval()
-        dec = ct.nn.DecoderLayer(32, 64, 4, 8, 8, 0.1, **SEED003_OPTIONS).eval()
+        ref_enc, ref_dec = pre_ref.EncoderLayer(32, 4, 64).eval(), pre_ref.DecoderLayer(32, 4, 64).eval()
+        enc = ct.nn.EncoderLayer(32, 64, 4, 8, 8, 0.1, **PRE_NORM_OPTIONS).eval()
+        dec = ct.nn.DecoderLayer(32, 64, 4, 8, 8, 0.1, **PRE_NORM_OPTIONS).eval()
         x_ids, y_ids = np.full((b, ls), 9), np.full((b, lt), 9)
-        x_ids[1, 5:] = R3.PAD
-        y_ids[0, 6:] = R3.PAD
-        t_src, t_trg = R3.mask_pad(torch.tensor(x_ids)), R3.mask_tril(torch.tensor(y_ids))
+        x_ids[1, 5:] = pre_ref.PAD
+        y_ids[0, 6:] = pre_ref.PAD
+        t_src, t_trg = pre_ref.mask_pad(torch.tensor(x_ids)), pre_ref.mask_tril(torch.tensor(y_ids))
         src_mask, trg_mask = ~t_src.numpy()[:, 0], ~t_trg.numpy()[:, 0]
     for m, ref in ((enc, ref_enc), (dec, ref_dec)):
         assert_state_dict_layout(m, ref)
     x, tx = pair(rand((b, ls, 32), seed=1))
     y, ty = pair(rand((b, lt, 32), seed=2))
-    kinds = (R0.EncoderLayer, R0.DecoderLayer) if family == "seed000" else (R3.EncoderLayer, R3.DecoderLayer)
-    sizes = ((32, 64, 4, 8, 8),) * 2 if family == "seed000" else ((32, 4, 64),) * 2
+    if family == "post_norm":
+        kinds = (post_ref.EncoderLayer, post_ref.DecoderLayer)
+    else:
+        kinds = (pre_ref.EncoderLayer, pre_ref.DecoderLayer)
+    sizes = ((32, 64, 4, 8, 8),) * 2 if family == "post_norm" else ((32, 4, 64),) * 2
 
     def both(pair_, dtype):
         e, d = pair_
-        if family == "seed000":
+        if family == "post_norm":
             return d(ty.to(dtype), e(tx.to(dtype), t_src)[0], t_trg, t_src)
         return d(e(tx.to(dtype), t_src), ty.to(dtype), t_src, t_trg)
 
@@ -256,7 +261,7 @@ def test_encoder_and_decoder_layers_match(family):
                        lambda: torch.nn.ModuleList([k(*a) for k, a in zip(kinds, sizes)]), both, enc, dec)
     enc_out, enc_attn = enc(x, src_mask)
     dec_out, dec_slf, dec_enc = dec(y, enc_out, trg_mask, src_mask)
-    if family == "seed000":
+    if family == "post_norm":
         renc_out, renc_attn = ref_enc(tx, t_src)
         rdec_out, rdec_slf, rdec_enc = ref_dec(ty, renc_out, t_trg, t_src)
     else:
@@ -276,8 +281,8 @@ def test_encoder_and_decoder_layers_match(family):
 
 
 # ---- dropout ---------------------------------------------------------------------------------------
-def test_attention_dropout_is_the_seeds_fixed_0_1():
-    """Seed 000's MultiHeadAttention builds ScaledDotProductAttention(temperature=d_k ** 0.5), whose
+def test_attention_dropout_is_the_post_norm_fixed_0_1():
+    """jadore801120's MultiHeadAttention builds ScaledDotProductAttention(temperature=d_k ** 0.5), whose
     attn_dropout defaults to 0.1 whatever `dropout` is: with dropout=0 the attention weights still lose
     10% of their entries in train mode, the rest scaled by 1/0.9. 3 * 4 * 40 * 40 = 19200 draws: the
     rate's standard error is 0.002, the check allows 0.012."""
@@ -294,9 +299,9 @@ def test_attention_dropout_is_the_seeds_fixed_0_1():
 
 
 def test_feed_forward_dropout_rate_and_scaling():
-    """Pre-norm FFN (seed 003): out = x + dropout(f(LN x)), so out == x exactly where dropout zeroed.
+    """Pre-norm FFN (the toy translator's): out = x + dropout(f(LN x)), so out == x exactly where dropout zeroed.
     p = 0.3 over 4 * 50 * 32 = 6400 draws: standard error 0.006, the check allows 0.03."""
-    m = ct.nn.PositionwiseFeedForward(32, 64, 0.3, **SEED003_OPTIONS)
+    m = ct.nn.PositionwiseFeedForward(32, 64, 0.3, **PRE_NORM_OPTIONS)
     x_np = rand((4, 50, 32), seed=2)
     x = ct.tensor(x_np)
     ct.manual_seed(4)
@@ -332,7 +337,7 @@ def test_layer_bad_inputs():
         m(x, x, x, np.ones((2, 1, 4), bool))
     with pytest.raises(TypeError, match="mask"):
         m(x, x, x, np.ones((2, 1, 5), np.float32))
-    with pytest.raises(ValueError, match="layout"):
+    with pytest.raises(ValueError, match="layout"):   # 'seed001' is no alias (only 'seed000' and 'seed003' are)
         ct.nn.MultiHeadAttention(4, 32, 8, 8, layout="seed001")
     with pytest.raises(ValueError, match="d_in"):
         ct.nn.PositionwiseFeedForward(32, 64)(ct.tensor(rand((2, 3, 31))))
@@ -343,13 +348,13 @@ def test_layer_bad_inputs():
         enc(np.ones((2, 3, 1), int))
 
 
-# ---- the stacks with the seed's own signatures -------------------------------------------------------
-def test_encoder_and_decoder_match_seed000():
+# ---- the stacks with jadore801120's own signatures ---------------------------------------------------
+def test_encoder_and_decoder_match_post_norm():
     """Encoder(n_src_vocab, d_word_vec, n_layers, n_head, d_k, d_v, d_model, d_inner, pad_idx, ...) and the
     Decoder, standalone, with scale_emb on: names, outputs, every layer's attention, gradients."""
     args = (23, 32, 2, 4, 8, 8, 32, 64, 0)
-    ref_enc = R0.Encoder(*args, scale_emb=True).eval()
-    ref_dec = R0.Decoder(*args, scale_emb=True).eval()
+    ref_enc = post_ref.Encoder(*args, scale_emb=True).eval()
+    ref_dec = post_ref.Decoder(*args, scale_emb=True).eval()
     enc = ct.nn.Encoder(*args, scale_emb=True).eval()
     dec = ct.nn.Decoder(*args, scale_emb=True).eval()
     for m, ref in ((enc, ref_enc), (dec, ref_dec)):
@@ -360,19 +365,21 @@ def test_encoder_and_decoder_match_seed000():
     def both(pair_, dtype):
         e, d = pair_
         t_src, t_trg = torch.from_numpy(src), torch.from_numpy(trg)
-        src_m = R0.get_pad_mask(t_src, 0)
-        return d(t_trg, R0.get_pad_mask(t_trg, 0) & R0.get_subsequent_mask(t_trg), e(t_src, src_m)[0], src_m)
+        src_m = post_ref.get_pad_mask(t_src, 0)
+        trg_m = post_ref.get_pad_mask(t_trg, 0) & post_ref.get_subsequent_mask(t_trg)
+        return d(t_trg, trg_m, e(t_src, src_m)[0], src_m)
 
     off_the_knife_edge(torch.nn.ModuleList([ref_enc, ref_dec]),
-                       lambda: torch.nn.ModuleList([R0.Encoder(*args, scale_emb=True), R0.Decoder(*args, scale_emb=True)]),
+                       lambda: torch.nn.ModuleList([post_ref.Encoder(*args, scale_emb=True),
+                                                    post_ref.Decoder(*args, scale_emb=True)]),
                        both, enc, dec)
     src_mask = ct.nn.get_pad_mask(src, 0)
     trg_mask = ct.nn.get_pad_mask(trg, 0) & ct.nn.get_subsequent_mask(trg)
     enc_out, enc_attns = enc(src, src_mask, return_attns=True)
     dec_out, slf, cross = dec(trg, trg_mask, enc_out, src_mask, return_attns=True)
     t_src, t_trg = torch.from_numpy(src), torch.from_numpy(trg)
-    t_src_mask = R0.get_pad_mask(t_src, 0)
-    t_trg_mask = R0.get_pad_mask(t_trg, 0) & R0.get_subsequent_mask(t_trg)
+    t_src_mask = post_ref.get_pad_mask(t_src, 0)
+    t_trg_mask = post_ref.get_pad_mask(t_trg, 0) & post_ref.get_subsequent_mask(t_trg)
     renc_out, renc_attns = ref_enc(t_src, t_src_mask, return_attns=True)
     rdec_out, rslf, rcross = ref_dec(t_trg, t_trg_mask, renc_out, t_src_mask, return_attns=True)
     assert_close(enc_out, renc_out, what="encoder")
@@ -388,7 +395,8 @@ def test_encoder_and_decoder_match_seed000():
 
 
 def test_config_options_combine_freely():
-    """The options are independent: seed 000's names with seed 003's pre-norm sub-layers and PE."""
+    """The options are independent: the post-norm model's names with the toy translator's pre-norm sub-layers
+    and PE."""
     config = ct.nn.TransformerConfig(n_src_vocab=20, n_trg_vocab=20, d_word_vec=16, d_model=16, d_inner=32,
                                      n_layers=1, n_head=2, d_k=8, d_v=8, norm_first=True, qkv_bias=True,
                                      pe_formula="per_index")
@@ -398,5 +406,5 @@ def test_config_options_combine_freely():
     np.testing.assert_array_equal(model.encoder.position_enc.pos_table.numpy(),
                                   ct.nn.PositionalEncoding(16, 200, pe_formula="per_index").pos_table.numpy())
     assert model(np.ones((2, 3), int) * 4, np.ones((2, 5), int) * 4).shape == (10, 20)
-    with pytest.raises(ValueError, match="layout"):
+    with pytest.raises(ValueError, match="layout"):   # 'seed002' is no alias (only 'seed000' and 'seed003' are)
         ct.nn.TransformerConfig(layout="seed002")

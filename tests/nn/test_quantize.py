@@ -1,8 +1,8 @@
 """int8 inference of whole models (Module.quantize, ctransformer.quantize_dynamic, decode's compute_type).
 
-Against PyTorch: seed 000's torch Transformer with every nn.Linear replaced by int8.hpp's rule written in
-torch (tests/reference/int8_edges.py: exact int sums, the float32 epilogue in the same order) is the
-reference. Two comparisons, neither decided by a rounding boundary:
+Against PyTorch: the post-norm reference (tests/reference/post_norm.py) with every nn.Linear replaced by
+int8.hpp's rule written in torch (tests/reference/int8_edges.py: exact int sums, the float32 epilogue in
+the same order) is the reference. Two comparisons, neither decided by a rounding boundary:
 - every quantised Linear of our model, given the very input torch's rule saw, returns torch's output to the
   bit (the rule is exact, whatever kernel ran);
 - the whole model, after every quantised input is moved off its rounding boundary (clear_int8_knife_edges,
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import ctransformer as ct
-from reference import seed000 as R0
+from reference import post_norm as post_ref
 from reference.int8_edges import assert_int8_margins, clear_int8_knife_edges, int8_sites, use_int8_rule
 from reference.parity import single_threaded_torch  # noqa: F401 (autouse)
 
@@ -35,7 +35,7 @@ def rel(a, b):
 
 
 def build(**extra):
-    return lambda: R0.Transformer(53, 53, 1, 1, **CFG, **extra)
+    return lambda: post_ref.Transformer(53, 53, 1, 1, **CFG, **extra)
 
 
 def pair(seed=0, **extra):
@@ -54,7 +54,7 @@ def batch():
     return src, trg
 
 
-# The seed's defaults (shared embeddings and output projection, scaled), and all three apart.
+# jadore801120's defaults (shared embeddings and output projection, scaled), and all three apart.
 EXTRAS = [{}, dict(trg_emb_prj_weight_sharing=False, emb_src_trg_weight_sharing=False)]
 
 

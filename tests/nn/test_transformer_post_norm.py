@@ -1,4 +1,4 @@
-"""System A: jadore801120's Transformer (seeds 000/001) against tests/reference/seed000.py.
+"""The post-norm Transformer (jadore801120's model) against tests/reference/post_norm.py.
 
 Same state dict in both (torch -> ctransformer and ctransformer -> torch), same padded batch, dropout off:
 logits, every layer's attention weights (encoder self, decoder self, decoder-encoder), the cross-entropy
@@ -26,14 +26,14 @@ import torch
 
 import ctransformer as ct
 from helpers import assert_close
-from reference import seed000 as R0
+from reference import post_norm as post_ref
 from reference.parity import (  # noqa: F401 (single_threaded_torch is an autouse fixture)
     assert_grads_close, assert_relu_margins, assert_state_dict_layout, clear_relu_knife_edges, ct_to_torch,
     float64_copy, single_threaded_torch, torch_to_ct,
 )
 
 SMALL = dict(d_word_vec=32, d_model=32, d_inner=64, n_layers=2, n_head=4, d_k=8, d_v=8)
-BASE = dict()   # the seed's defaults: 512, 2048, 6 layers, 8 heads, d_k = d_v = 64
+BASE = dict()   # jadore801120's defaults: 512, 2048, 6 layers, 8 heads, d_k = d_v = 64
 PAD = 1
 TOL = {
     "small": dict(rtol=1e-5, atol=1e-6, loss=1e-6, grad=1e-4),
@@ -67,7 +67,7 @@ def batch(n_src_vocab, n_trg_vocab, seed=0):
 def build(size, n_src_vocab, n_trg_vocab, options, torch_seed=0):
     config = SMALL if size == "small" else BASE
     torch.manual_seed(torch_seed)
-    ref = R0.Transformer(n_src_vocab, n_trg_vocab, PAD, PAD, **config, **options).eval()
+    ref = post_ref.Transformer(n_src_vocab, n_trg_vocab, PAD, PAD, **config, **options).eval()
     model = ct.nn.Transformer(n_src_vocab, n_trg_vocab, PAD, PAD, **config, **options).eval()
     return model, ref
 
@@ -75,8 +75,8 @@ def build(size, n_src_vocab, n_trg_vocab, options, torch_seed=0):
 def float64_grads(ref, size, n_src, n_trg, options, src, trg, gold):
     """The float64 twin of ref after the same loss.backward()."""
     config = SMALL if size == "small" else BASE
-    twin = float64_copy(ref, lambda: R0.Transformer(n_src, n_trg, PAD, PAD, **config, **options))
-    logits, *_ = R0.forward_with_attns(twin, torch.from_numpy(src), torch.from_numpy(trg))
+    twin = float64_copy(ref, lambda: post_ref.Transformer(n_src, n_trg, PAD, PAD, **config, **options))
+    logits, *_ = post_ref.forward_with_attns(twin, torch.from_numpy(src), torch.from_numpy(trg))
     torch.nn.functional.cross_entropy(logits, torch.from_numpy(gold), ignore_index=PAD).backward()
     return twin
 
@@ -85,7 +85,7 @@ def off_the_knife_edge(model, ref, size, n_src, n_trg, options, src, trg, gold):
     """Moves every ReLU unit of ref off float32's knife edge for this batch, then gives model the same
     weights; checks the margins that result (reference.parity)."""
     config = SMALL if size == "small" else BASE
-    build_ref = lambda: R0.Transformer(n_src, n_trg, PAD, PAD, **config, **options)  # noqa: E731
+    build_ref = lambda: post_ref.Transformer(n_src, n_trg, PAD, PAD, **config, **options)  # noqa: E731
     forward = lambda m: m(torch.from_numpy(src), torch.from_numpy(trg))  # noqa: E731
     clear_relu_knife_edges(ref, build_ref, forward)
     torch_to_ct(ref, model)
@@ -94,7 +94,8 @@ def off_the_knife_edge(model, ref, size, n_src, n_trg, options, src, trg, gold):
 
 def run_both(model, ref, src, trg, gold):
     out, enc_slf, dec_slf, dec_enc = model(src, trg, return_attns=True)
-    rout, renc_slf, rdec_slf, rdec_enc = R0.forward_with_attns(ref, torch.from_numpy(src), torch.from_numpy(trg))
+    rout, renc_slf, rdec_slf, rdec_enc = post_ref.forward_with_attns(ref, torch.from_numpy(src),
+                                                                      torch.from_numpy(trg))
     loss = ct.functional.cross_entropy(out, gold, ignore_index=PAD)
     rloss = torch.nn.functional.cross_entropy(rout, torch.from_numpy(gold), ignore_index=PAD)
     return (out, enc_slf, dec_slf, dec_enc, loss), (rout, renc_slf, rdec_slf, rdec_enc, rloss)
@@ -155,7 +156,7 @@ def test_state_dict_round_trip_both_ways():
     np.testing.assert_array_equal(again(src, trg).numpy(), model(src, trg).numpy())
     # torch -> ct -> torch: the same arrays under the same names
     torch.manual_seed(6)
-    ref2 = R0.Transformer(41, 41, PAD, PAD, **SMALL)
+    ref2 = post_ref.Transformer(41, 41, PAD, PAD, **SMALL)
     torch_to_ct(ref2, model)
     back = model.state_dict()
     for name, value in ref2.state_dict().items():
@@ -196,8 +197,8 @@ def test_weight_tying_is_one_tensor_with_the_summed_gradient():
     src, trg, gold = batch(41, 41)
     off_the_knife_edge(model, ref, "small", 41, 41, dict(scale_emb_or_prj="none"), src, trg, gold)
     torch.manual_seed(1)
-    untied = R0.Transformer(41, 41, PAD, PAD, **SMALL, scale_emb_or_prj="none", trg_emb_prj_weight_sharing=False,
-                            emb_src_trg_weight_sharing=False).eval()
+    untied = post_ref.Transformer(41, 41, PAD, PAD, **SMALL, scale_emb_or_prj="none",
+                                  trg_emb_prj_weight_sharing=False, emb_src_trg_weight_sharing=False).eval()
     untied.load_state_dict(ref.state_dict())
     ours, theirs = run_both(model, ref, src, trg, gold)
     ours[-1].backward()
@@ -213,7 +214,7 @@ def test_weight_tying_is_one_tensor_with_the_summed_gradient():
     assert_close(grad[PAD], untied.trg_word_prj.weight.grad[PAD], rtol=1e-5, atol=1e-8)
 
 
-def test_initialisation_follows_the_seed():
+def test_initialisation_follows_the_post_norm_reference():
     """xavier_uniform_ on every parameter of rank > 1 (in parameters() order, before tying); 1-D
     parameters keep torch's defaults. Xavier: |w| <= a = sqrt(6 / (fan_in + fan_out)), std a / sqrt(3)
     (checked within 10%: >= 1024 draws per matrix, standard error of the std about 1.5%)."""
@@ -232,7 +233,7 @@ def test_initialisation_follows_the_seed():
         else:   # Linear biases: torch's U(-1/sqrt(in), 1/sqrt(in))
             fan_in = 32 if ".w_1." in name else 64
             assert np.abs(w).max() <= 1 / np.sqrt(fan_in), name
-    # xavier overwrote the embedding's zeroed PAD row, as in the seed
+    # xavier overwrote the embedding's zeroed PAD row, as in jadore801120's code
     assert np.abs(model.decoder.trg_word_emb.weight.numpy()[PAD]).max() > 0
     # manual_seed makes construction reproducible
     ct.manual_seed(0)

@@ -1,11 +1,12 @@
-"""System C: seed 003's toy translator (手动实现Transformer) as Transformer.seed003(), against
-tests/reference/seed003.py (the seed's code; sizes made arguments so the same code builds the base size).
+"""The toy translator (the pre-norm model of the blog post "手动实现Transformer") as
+Transformer.small_pre_norm(), against tests/reference/pre_norm.py (the post's code; sizes made arguments
+so the same code builds the base size).
 
-Batches come from the seed's own get_data (x 50 ids, y 51 ids; the model reads y[:, :-1] and predicts
-y[:, 1:]); the loss is the seed's: cross-entropy over the non-PAD targets.
+Batches come from the toy translator's own get_data (x 50 ids, y 51 ids; the model reads y[:, :-1] and
+predicts y[:, 1:]); the loss is the toy translator's: cross-entropy over the non-PAD targets.
 
 Tolerances (float32):
-- the seed's size (d_model 32, 4 heads, FFN 64, 3 + 3 layers), batch 8 as the seed's loader: logits and
+- the toy size (d_model 32, 4 heads, FFN 64, 3 + 3 layers), batch 8 as the toy translator's loader: logits and
   attention rtol 1e-5, atol 1e-6 (seen ~7e-7 absolute on logits of magnitude ~2); loss rel 1e-6;
   gradients rel 1e-4 of each tensor's largest entry against torch float32 (seen <= 1e-6).
 - base size (512, 8 heads, FFN 2048, 6 + 6), batch 2: logits and attention rtol 1e-4, atol 1e-5;
@@ -27,7 +28,7 @@ import torch
 
 import ctransformer as ct
 from helpers import assert_close
-from reference import seed003 as R3
+from reference import pre_norm as pre_ref
 from reference.parity import (  # noqa: F401 (single_threaded_torch is an autouse fixture)
     assert_grads_close, assert_relu_margins, assert_state_dict_layout, clear_relu_knife_edges, ct_to_torch,
     float64_copy, single_threaded_torch, torch_to_ct,
@@ -38,7 +39,7 @@ from kernel_levels import every_level
 at_every_level = every_level("loops")
 
 SIZES = {
-    "seed": dict(kwargs=dict(), ref=dict(), batch=8, rtol=1e-5, atol=1e-6, loss=1e-6, grad=1e-4),
+    "toy": dict(kwargs=dict(), ref=dict(), batch=8, rtol=1e-5, atol=1e-6, loss=1e-6, grad=1e-4),
     "base": dict(kwargs=dict(d_model=512, n_head=8, d_inner=2048, n_layers=6),
                  ref=dict(d_model=512, n_head=8, d_ff=2048, n_layers=6), batch=2,
                  rtol=1e-4, atol=1e-5, loss=1e-5, grad=1e-2),
@@ -47,40 +48,40 @@ SIZES = {
 
 def build(size, torch_seed=0):
     torch.manual_seed(torch_seed)
-    ref = R3.Transformer(**SIZES[size]["ref"]).eval()
-    model = ct.nn.Transformer.seed003(**SIZES[size]["kwargs"]).eval()
+    ref = pre_ref.Transformer(**SIZES[size]["ref"]).eval()
+    model = ct.nn.Transformer.small_pre_norm(**SIZES[size]["kwargs"]).eval()
     return model, ref
 
 
-def seed_loss(logits, gold):
-    """The seed's loss: pred[select], y[select] with select = y != <PAD>, then CrossEntropyLoss()."""
+def toy_loss(logits, gold):
+    """The toy translator's loss: pred[select], y[select] with select = y != <PAD>, then CrossEntropyLoss()."""
     pred = logits.reshape(-1, 39)
     target = torch.from_numpy(gold)
-    select = target != R3.VOCAB_Y["<PAD>"]
+    select = target != pre_ref.VOCAB_Y["<PAD>"]
     return torch.nn.CrossEntropyLoss()(pred[select], target[select])
 
 
 def float64_grads(ref, size, x, y):
-    twin = float64_copy(ref, lambda: R3.Transformer(**SIZES[size]["ref"]))
-    seed_loss(twin(torch.from_numpy(x), torch.from_numpy(y[:, :-1])), y[:, 1:].reshape(-1)).backward()
+    twin = float64_copy(ref, lambda: pre_ref.Transformer(**SIZES[size]["ref"]))
+    toy_loss(twin(torch.from_numpy(x), torch.from_numpy(y[:, :-1])), y[:, 1:].reshape(-1)).backward()
     return twin
 
 
 def run_both(model, ref, x, y):
-    """The seed's training step up to loss.backward(), in both libraries."""
+    """The toy translator's training step up to loss.backward(), in both libraries."""
     inp, gold = y[:, :-1], y[:, 1:].reshape(-1)
     out, enc_slf, dec_slf, dec_enc = model(x, inp, return_attns=True)
     loss = ct.functional.cross_entropy(out.reshape(-1, 39), gold, ignore_index=2)
     rout = ref(torch.from_numpy(x), torch.from_numpy(inp))
     renc, rdec_slf, rdec_enc = ref.attentions()
-    rloss = seed_loss(rout, gold)
+    rloss = toy_loss(rout, gold)
     return (out, enc_slf, dec_slf, dec_enc, loss), (rout, renc, rdec_slf, rdec_enc, rloss)
 
 
 def assert_same(ours, theirs, tol):
     for i, (a, e) in enumerate(zip(ours[:4], theirs[:4])):
         if i == 0:
-            assert a.shape == tuple(e.shape)      # (b, 50, 39): seed 003 does not flatten
+            assert a.shape == tuple(e.shape)      # (b, 50, 39): the toy translator does not flatten
             assert_close(a, e, rtol=tol["rtol"], atol=tol["atol"], what="logits")
             continue
         assert len(a) == len(e)
@@ -89,7 +90,7 @@ def assert_same(ours, theirs, tol):
     assert ours[4].item() == pytest.approx(theirs[4].item(), rel=tol["loss"])
 
 
-def test_preset_defaults_are_the_seeds():
+def test_preset_defaults_are_the_toy_translators():
     c = ct.nn.TransformerConfig.small_pre_norm()
     assert (c.n_src_vocab, c.n_trg_vocab, c.src_pad_idx, c.trg_pad_idx) == (39, 39, 2, 2)
     assert (c.d_model, c.n_head, c.d_k, c.d_v, c.d_inner, c.n_layers, c.n_position) == (32, 4, 8, 8, 64, 3, 50)
@@ -108,7 +109,8 @@ def test_preset_defaults_are_the_seeds():
 
 
 def test_older_names_are_aliases():
-    """seed003() and layout='seed000'/'seed003' (the names before issue 20) build the same models."""
+    """seed003() and layout='seed000'/'seed003' (older names, from before issue 20, kept as aliases) build the
+    same models as small_pre_norm() and layout='post_norm'/'pre_norm'; 'seed001' was never one."""
     assert repr(ct.nn.TransformerConfig.seed003()) == repr(ct.nn.TransformerConfig.small_pre_norm())
     assert ct.nn.TransformerConfig(layout="seed003").layout == "pre_norm"
     assert ct.nn.TransformerConfig(layout="seed000").layout == "post_norm"
@@ -123,8 +125,8 @@ def test_older_names_are_aliases():
         ct.nn.TransformerConfig(layout="seed001")
 
 
-@pytest.mark.parametrize("size", ["seed", "base"])
-def test_names_order_and_count_match_the_seeds_model(size):
+@pytest.mark.parametrize("size", ["toy", "base"])
+def test_names_order_and_count_match_the_reference_model(size):
     model, ref = build(size)
     assert_state_dict_layout(model, ref)
     names = list(model.state_dict())
@@ -135,8 +137,8 @@ def test_names_order_and_count_match_the_seeds_model(size):
     assert [n for n, _ in model.named_parameters()] == [n for n, _ in ref.named_parameters()]
 
 
-def test_positional_table_is_the_seeds():
-    model, ref = build("seed")
+def test_positional_table_is_the_toy_translators():
+    model, ref = build("toy")
     np.testing.assert_array_equal(model.state_dict()["embed_x.pe"], ref.embed_x.pe.numpy())
     np.testing.assert_array_equal(model.embed_y.pe.numpy(), ref.embed_y.pe.numpy())
 
@@ -145,8 +147,8 @@ def check_parity(size, model, ref, batch_seed):
     """Same weights on both sides: outputs and attention maps, then every gradient (also against float64).
     First every ReLU unit is moved off float32's knife edge for this batch (reference.parity), in ref and
     then in model, so no legal summation order can flip one and decide the test."""
-    x, y = R3.get_batch(SIZES[size]["batch"], seed=batch_seed)
-    build_ref = lambda: R3.Transformer(**SIZES[size]["ref"])  # noqa: E731
+    x, y = pre_ref.get_batch(SIZES[size]["batch"], seed=batch_seed)
+    build_ref = lambda: pre_ref.Transformer(**SIZES[size]["ref"])  # noqa: E731
     forward = lambda m: m(torch.from_numpy(x), torch.from_numpy(y[:, :-1]))  # noqa: E731
     clear_relu_knife_edges(ref, build_ref, forward)
     torch_to_ct(ref, model)
@@ -159,14 +161,14 @@ def check_parity(size, model, ref, batch_seed):
     assert_grads_close(model, float64_grads(ref, size, x, y), rel=1e-5)
 
 
-@pytest.mark.parametrize("size", ["seed", "base"])
+@pytest.mark.parametrize("size", ["toy", "base"])
 def test_torch_to_ctransformer_parity(size):
     model, ref = build(size)
     torch_to_ct(ref, model)
     check_parity(size, model, ref, batch_seed=0)
 
 
-@pytest.mark.parametrize("size", ["seed", "base"])
+@pytest.mark.parametrize("size", ["toy", "base"])
 def test_ctransformer_to_torch_parity(size):
     ct.manual_seed(3)
     model, ref = build(size)
@@ -175,11 +177,11 @@ def test_ctransformer_to_torch_parity(size):
 
 
 def test_state_dict_round_trip():
-    x, y = R3.get_batch(4, seed=2)
+    x, y = pre_ref.get_batch(4, seed=2)
     ct.manual_seed(8)
-    model, ref = build("seed")
+    model, ref = build("toy")
     ct_to_torch(model, ref)
-    again = ct.nn.Transformer.seed003().eval()
+    again = ct.nn.Transformer.small_pre_norm().eval()
     torch_to_ct(ref, again)
     np.testing.assert_array_equal(again(x, y[:, :-1]).numpy(), model(x, y[:, :-1]).numpy())
     for name, value in ref.state_dict().items():
@@ -189,8 +191,8 @@ def test_state_dict_round_trip():
 def test_masking_with_minus_infinity():
     """PAD columns and the upper triangle get exactly zero weight; no row is fully masked (x and y start
     with <SOS>), so no NaN appears."""
-    model, _ = build("seed")
-    x, y = R3.get_batch(4, seed=3)
+    model, _ = build("toy")
+    x, y = pre_ref.get_batch(4, seed=3)
     inp = y[:, :-1]
     _, enc_slf, dec_slf, dec_enc = model(x, inp, return_attns=True)
     x_pad = (x == 2)[:, None, None, :]
@@ -206,10 +208,10 @@ def test_masking_with_minus_infinity():
 
 def test_dropout_is_in_the_sublayers_only():
     """Train mode: outputs change between calls (DropOut after out_fc, Dropout in fc), but the attention
-    weights are never dropped (seed 003 has no attention dropout): every row still sums to 1."""
-    model, _ = build("seed")
+    weights are never dropped (the toy translator has no attention dropout): every row still sums to 1."""
+    model, _ = build("toy")
     model.train()
-    x, y = R3.get_batch(4, seed=4)
+    x, y = pre_ref.get_batch(4, seed=4)
     first, attns, _, _ = model(x, y[:, :-1], return_attns=True)
     second = model(x, y[:, :-1])
     assert not np.array_equal(first.numpy(), second.numpy())
@@ -219,11 +221,11 @@ def test_dropout_is_in_the_sublayers_only():
     np.testing.assert_array_equal(model(x, y[:, :-1]).numpy(), model(x, y[:, :-1]).numpy())
 
 
-def test_initialisation_follows_the_seed():
+def test_initialisation_follows_the_toy_translator():
     """Embeddings N(0, 0.1) over the whole table (1248 draws: std within 10%); every Linear keeps
     torch's default U(-1/sqrt(in), 1/sqrt(in)) for weight and bias; LayerNorm ones and zeros."""
     ct.manual_seed(1)
-    model = ct.nn.Transformer.seed003()
+    model = ct.nn.Transformer.small_pre_norm()
     assert model.embed_x.embed.padding_idx is None and model.embed_y.embed.padding_idx is None
     for name, p in model.named_parameters():
         w = p.numpy()
@@ -238,10 +240,10 @@ def test_initialisation_follows_the_seed():
 
 
 def test_bad_inputs():
-    model = ct.nn.Transformer.seed003().eval()
-    x, y = R3.get_batch(2)
+    model = ct.nn.Transformer.small_pre_norm().eval()
+    x, y = pre_ref.get_batch(2)
     with pytest.raises(ValueError, match="trg_seq has length 51.*n_position = 50"):
-        model(x, y)                                 # y must lose its last token first, as in the seed
+        model(x, y)                                 # y must lose its last token first, as in the toy translator
     with pytest.raises(IndexError, match="src_seq.*39"):
         model(np.full((2, 50), 39), y[:, :-1])
     with pytest.raises(TypeError, match="src_seq"):
@@ -249,11 +251,11 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="batch size"):
         model(x[:1], y[:, :-1])
     with pytest.raises(ValueError, match="multiple of n_head"):
-        ct.nn.Transformer.seed003(d_model=30)
+        ct.nn.Transformer.small_pre_norm(d_model=30)
 
 
 def test_config_is_a_copy():
-    model = ct.nn.Transformer.seed003()
+    model = ct.nn.Transformer.small_pre_norm()
     config = model.config
     config.d_model = 5
     assert model.config.d_model == 32

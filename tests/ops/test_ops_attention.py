@@ -1,4 +1,4 @@
-"""scaled_dot_product_attention against seed 000's reference (jadore801120's ScaledDotProductAttention):
+"""scaled_dot_product_attention against the post-norm reference (jadore801120's ScaledDotProductAttention):
 
     attn = softmax((q / d_k ** 0.5) @ k.transpose(-2, -1), masked_fill(mask == 0, fill), dim=-1)
     out = attn @ v

@@ -1,5 +1,5 @@
 """multi_head_attention (heads interleaved in the last dimension, as the projections produce them)
-against torch with the heads split, as seed 000's MultiHeadAttention does it:
+against torch with the heads split, as the post-norm Transformer's MultiHeadAttention does it:
 
     q (b, Lq, h*d) -> view (b, Lq, h, d) -> transpose (b, h, Lq, d), the same for k and v
     attn = dropout(softmax(masked_fill(scale * q @ k^T, mask == 0, fill)))     (b, h, Lq, Lk)
@@ -71,13 +71,13 @@ def test_unmasked(b, lq, lk, h, dk, dv):
 
 @pytest.mark.parametrize("fill", [-1e9, float("-inf")])
 def test_padding_mask_b_1_1_lk(fill):
-    """seed 000's src mask unsqueezed over the heads; batch item 1 keeps one key, item 2 none."""
+    """The post-norm Transformer's src mask unsqueezed over the heads; batch item 1 keeps one key, item 2 none."""
     mask = (np.arange(6)[None, None, None, :] < np.array([6, 1, 0])[:, None, None, None])
     check(3, 4, 6, 2, 4, 4, mask=mask, fill=fill, seed=10)
 
 
 def test_target_mask_b_1_lq_lk_with_causal():
-    """pad AND no-peek mask (b, 1, Lq, Lk) as seed 000's decoder self-attention, plus causal."""
+    """pad AND no-peek mask (b, 1, Lq, Lk) as the post-norm Transformer's decoder self-attention, plus causal."""
     rng = np.random.default_rng(3)
     mask = rng.random((2, 1, 5, 5)) > 0.3
     mask[:, :, :, 0] = True
@@ -86,7 +86,7 @@ def test_target_mask_b_1_lq_lk_with_causal():
 
 @pytest.mark.parametrize("lq,lk", [(6, 6), (2, 6)])
 def test_causal_minus_inf_as_gpt(lq, lk):
-    """seed 004: -inf above the diagonal; with Lq < Lk the queries are the last Lq positions."""
+    """As in the GPT: -inf above the diagonal; with Lq < Lk the queries are the last Lq positions."""
     check(2, lq, lk, 4, 4, 4, fill=float("-inf"), causal=True, seed=30)
 
 

@@ -60,7 +60,7 @@ def run_both(opt, topt, ours, theirs, steps=20, skip=lambda step: ()):
 CONFIGS = [
     ("Adam", dict()),
     ("Adam", dict(lr=1e-2, weight_decay=0.1)),
-    ("Adam", dict(lr=0.5, betas=(0.9, 0.98), eps=1e-9)),  # seed 002's Adam (lr 1 scaled by a schedule)
+    ("Adam", dict(lr=0.5, betas=(0.9, 0.98), eps=1e-9)),  # the Annotated Transformer's Adam (lr 1 times a schedule)
     ("AdamW", dict()),
     ("AdamW", dict(lr=1e-2, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.3)),
 ]
@@ -178,7 +178,7 @@ def test_zero_grad():
 
 
 def test_param_groups_lr_write_takes_effect():
-    """opt.param_groups[0]["lr"] = x, as nanoGPT and seed 000's ScheduledOptim do, changes the update."""
+    """opt.param_groups[0]["lr"] = x, as nanoGPT and jadore801120's ScheduledOptim do, changes the update."""
     ours, theirs = make_params()
     opt = optim.Adam(ours, lr=1e-3)
     topt = torch.optim.Adam(theirs, lr=1e-3)

@@ -1,4 +1,4 @@
-"""Learning-rate schedules against torch.optim.lr_scheduler and the seeds' own code.
+"""Learning-rate schedules against torch.optim.lr_scheduler and the blog posts' own code.
 
 Every lr is a double computed with the same operations in the same order as the reference,
 so the sequences are compared for exact equality (tolerance 0).
@@ -16,10 +16,10 @@ from ctransformer import optim
 from helpers import assert_close, rand
 
 
-# --- the references, as the seeds write them ----------------------------------------------------
+# --- the references, as the blog posts write them -----------------------------------------------
 
-def seed_rate(step, model_size, factor, warmup):
-    """Seed 002 (002_5b1a8dee14bb0756.txt), verbatim."""
+def annotated_rate(step, model_size, factor, warmup):
+    """The Annotated Transformer's rate (002_5b1a8dee14bb0756.txt), verbatim."""
     if step == 0:
         step = 1
     return factor * (
@@ -27,8 +27,8 @@ def seed_rate(step, model_size, factor, warmup):
     )
 
 
-class SeedScheduledOptim():
-    """Seeds 000/001 (000_5181b81d5a7c3b6a.txt), verbatim apart from the comments."""
+class ReferenceScheduledOptim():
+    """jadore801120's ScheduledOptim (000_5181b81d5a7c3b6a.txt), verbatim apart from the comments."""
 
     def __init__(self, optimizer, lr_mul, d_model, n_warmup_steps):
         self._optimizer = optimizer
@@ -80,21 +80,21 @@ def dummy(n=1):
 # --- rate / NoamLambda ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("example", [(512, 1, 4000), (512, 1, 8000), (256, 1, 4000), (512, 2, 4000), (64, 0.5, 10)])
-def test_rate_equals_seed(example):
+def test_rate_equals_the_annotated_transformers(example):
     steps = [0, 1, 2, 3, 10, 99, 3999, 4000, 4001, 7999, 8000, 8001, 19999, 10 ** 6]
     for step in steps:
-        assert optim.rate(step, *example) == seed_rate(step, *example), step
-        assert optim.NoamLambda(*example)(step) == seed_rate(step, *example), step
+        assert optim.rate(step, *example) == annotated_rate(step, *example), step
+        assert optim.NoamLambda(*example)(step) == annotated_rate(step, *example), step
 
 
-def test_seed_002_learning_schedule_example():
+def test_annotated_transformer_learning_schedule_example():
     """The blog's plot: Adam(lr=1, betas=(0.9, 0.98), eps=1e-9) + LambdaLR(rate) over 20000 steps,
     lr read before each step, for the three (model_size, factor, warmup) of the figure; ours with
     a Python lambda and with the C++ NoamLambda."""
     for example in [[512, 1, 4000], [512, 1, 8000], [256, 1, 4000]]:
         dummy_model = torch.nn.Linear(1, 1)
         optimizer = torch.optim.Adam(dummy_model.parameters(), lr=1, betas=(0.9, 0.98), eps=1e-9)
-        lr_scheduler = TorchLambdaLR(optimizer=optimizer, lr_lambda=lambda step: seed_rate(step, *example))
+        lr_scheduler = TorchLambdaLR(optimizer=optimizer, lr_lambda=lambda step: annotated_rate(step, *example))
         expected = []
         for step in range(20000):
             expected.append(optimizer.param_groups[0]["lr"])
@@ -124,7 +124,7 @@ def test_lambda_lr_per_group_lambdas_match_torch():
     opt = optim.Adam([{"params": [ours[0]], "lr": 0.1}, {"params": [ours[1]], "lr": 0.02}])
     topt = torch.optim.Adam([{"params": [theirs[0]], "lr": 0.1}, {"params": [theirs[1]], "lr": 0.02}])
     sched = optim.LambdaLR(opt, [optim.NoamLambda(16, 2.0, 5), lambdas[1]])
-    tsched = TorchLambdaLR(topt, [lambda e: seed_rate(e, 16, 2.0, 5), lambdas[1]])
+    tsched = TorchLambdaLR(topt, [lambda e: annotated_rate(e, 16, 2.0, 5), lambdas[1]])
     assert sched.base_lrs == tsched.base_lrs == [0.1, 0.02]
     for _ in range(30):
         assert [g["lr"] for g in opt.param_groups] == [g["lr"] for g in topt.param_groups]
@@ -142,7 +142,7 @@ def test_lambda_lr_drives_the_update_like_torch():
     opt = optim.Adam([p], lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     topt = torch.optim.Adam([q], lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     sched = optim.LambdaLR(opt, optim.NoamLambda(32, 1.0, 10))
-    tsched = TorchLambdaLR(topt, lambda s: seed_rate(s, 32, 1.0, 10))
+    tsched = TorchLambdaLR(topt, lambda s: annotated_rate(s, 32, 1.0, 10))
     for step in range(20):
         g = rand((3, 4), seed=100 + step)
         opt.zero_grad()
@@ -160,7 +160,7 @@ def test_lambda_lr_drives_the_update_like_torch():
 
 @pytest.mark.parametrize("step_size,gamma", [(3, 0.5), (1, 0.9), (5, 0.1)])
 def test_step_lr_matches_torch(step_size, gamma):
-    """Seed 003's schedule is Adam(lr=2e-3) + StepLR(step_size=3, gamma=0.5), stepped every epoch."""
+    """The toy translator's schedule is Adam(lr=2e-3) + StepLR(step_size=3, gamma=0.5), stepped every epoch."""
     ours, theirs = dummy(2)
     opt = optim.Adam([{"params": [ours[0]]}, {"params": [ours[1]], "lr": 1e-2}], lr=2e-3)
     topt = torch.optim.Adam([{"params": [theirs[0]]}, {"params": [theirs[1]], "lr": 1e-2}], lr=2e-3)
@@ -191,16 +191,17 @@ def test_chained_schedulers_share_initial_lr_like_torch():
         assert opt.param_groups[0]["lr"] == topt.param_groups[0]["lr"]
 
 
-# --- ScheduledOptim (seeds 000/001) --------------------------------------------------------------
+# --- ScheduledOptim (jadore801120's) -----------------------------------------------------------
 
 @pytest.mark.parametrize("lr_mul,d_model,n_warmup_steps", [(2.0, 512, 4000), (0.5, 64, 10), (1.0, 32, 1)])
-def test_scheduled_optim_matches_seed(lr_mul, d_model, n_warmup_steps):
-    """The seed's class around torch's Adam(betas=(0.9, 0.98), eps=1e-9) (seed 000's train.py):
+def test_scheduled_optim_matches_the_reference(lr_mul, d_model, n_warmup_steps):
+    """jadore801120's ScheduledOptim around torch's Adam(betas=(0.9, 0.98), eps=1e-9) (train.py's settings):
     lrs equal exactly, parameters rtol 1e-5 / atol 1e-6 over 20 steps."""
     w = rand((4, 4), seed=7)
     p, q = ct.tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
     ours = optim.ScheduledOptim(optim.Adam([p], betas=(0.9, 0.98), eps=1e-09), lr_mul, d_model, n_warmup_steps)
-    theirs = SeedScheduledOptim(torch.optim.Adam([q], betas=(0.9, 0.98), eps=1e-09), lr_mul, d_model, n_warmup_steps)
+    theirs = ReferenceScheduledOptim(torch.optim.Adam([q], betas=(0.9, 0.98), eps=1e-09), lr_mul, d_model,
+                                     n_warmup_steps)
     for step in range(20):
         g = rand((4, 4), seed=200 + step)
         ours.zero_grad()
@@ -220,7 +221,7 @@ def test_scheduled_optim_matches_seed(lr_mul, d_model, n_warmup_steps):
 def test_scheduled_optim_lr_over_many_steps():
     ours_p, theirs_p = dummy()
     ours = optim.ScheduledOptim(optim.Adam(ours_p), 2.0, 512, 4000)
-    theirs = SeedScheduledOptim(torch.optim.Adam(theirs_p), 2.0, 512, 4000)
+    theirs = ReferenceScheduledOptim(torch.optim.Adam(theirs_p), 2.0, 512, 4000)
     for _ in range(10000):
         ours.step_and_update_lr()
         theirs.step_and_update_lr()

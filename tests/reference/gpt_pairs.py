@@ -13,12 +13,12 @@ SMALL = dict(vocab_size=50, max_seq_len=16, num_layer=2, embed_dim=32, num_head=
 BIG = dict(vocab_size=512, max_seq_len=64, num_layer=6, embed_dim=384, num_head=6, feedforward_dim=1536)
 
 
-# The seed's size names (the torch reference's) and ctransformer's, the Transformer's.
+# The GPT post's size names (the torch reference's) and ctransformer's, the Transformer's.
 CT_NAMES = {"num_layer": "n_layers", "embed_dim": "d_model", "num_head": "n_head", "feedforward_dim": "d_inner"}
 
 
 def ct_config(cfg):
-    """`cfg` (the seed's names) with ctransformer's names for ct.nn.GPT."""
+    """`cfg` (the GPT post's names) with ctransformer's names for ct.nn.GPT."""
     return {CT_NAMES.get(key, key): value for key, value in cfg.items()}
 
 
@@ -26,7 +26,7 @@ def make_pair(cfg, dropout=0.0, direction="torch->ct", seed=0, sharp=False, **fl
     """A torch reference and a ctransformer GPT holding the same weights.
 
     direction "torch->ct" initialises torch and loads its state dict into ctransformer;
-    "ct->torch" the other way. sharp=True replaces the seed's tiny N(0, 0.02) weights by larger
+    "ct->torch" the other way. sharp=True replaces the GPT's tiny N(0, 0.02) initial weights by larger
     random ones so attention is peaked and the causal -inf mask and every residual path matter."""
     torch.manual_seed(seed)
     ct.manual_seed(seed)

@@ -1,11 +1,11 @@
-"""A PyTorch implementation of seed 004's GPT (seeds/004_09708f5e1787a8f3.txt), the reference
-for ctransformer.nn.gpt.
+"""A PyTorch implementation of the GPT (decoder-only, nanoGPT-style, as the blog post
+seeds/004_09708f5e1787a8f3.txt writes it), the reference for ctransformer.nn.gpt.
 
-Same module names, same parameter names and order, same maths as the seed's code:
+Same module names, same parameter names and order, same maths as the post's code:
 SelfAttention (q_layer, k_layer, v_layer, proj_layer, attn_drop, proj_drop), FFN (fc1, fc2, drop,
 tanh GELU), pre-norm TransformerLayer with the optional no_res mode, GPT with the tied head,
 init_weights, forward(word_idx, targets=None) with cross-entropy ignore_index=0,
-configure_optimizers and generate. Two places where the seed's printed code cannot run as written
+configure_optimizers and generate. Two places where the post's printed code cannot run as written
 are taken from its stated intent:
 - ``torch.sqrt(head_dim)`` on an int: the scores are divided by ``math.sqrt(head_dim)``;
 - generate's ``idx_cond = idx`` under the comment "crop it at block_size": the context is cropped
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 
 def gelu(z):
-    """0.5z(1 + tanh[(2/pi)^(1/2) * (z + 0.044715 z^3)]), as the seed."""
+    """0.5z(1 + tanh[(2/pi)^(1/2) * (z + 0.044715 z^3)]), as the post writes it."""
     return 0.5 * z * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * torch.pow(z, 3.0))))
 
 

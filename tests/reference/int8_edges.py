@@ -13,7 +13,7 @@ and bias, or the producing Linear's output row) until every row of every quantis
 int8_margins() re-checks the result and measures how far torch float32's pre-rounding values are from
 float64's: the margin is a proof only while that deviation is well inside it (asserted at margin / 10).
 
-Written for seed 000's post-norm Transformer (tests/reference/seed000.py): its quantised Linears and the
+Written for the post-norm Transformer (tests/reference/post_norm.py): its quantised Linears and the
 module that produces each one's input are listed in int8_sites().
 """
 import types
@@ -67,7 +67,7 @@ def use_int8_rule(model, watch=None):
 
 
 def int8_sites(model):
-    """Seed 000's Transformer: [(quantised Linear, the module whose output columns are its input columns)],
+    """The post-norm Transformer: [(quantised Linear, the module whose output columns are its input columns)],
     in forward order. The attention's output projection (fc) reads the heads' weighted values, column j of
     which is the value projection's output j averaged by the softmax; the FFN's w_2 reads ReLU(w_1(x))."""
     sites = []

@@ -95,8 +95,8 @@ RELU_MARGIN = 1e-4
 
 def relu_feeders(module):
     """The Linear layers whose outputs go straight into a ReLU, in registration (= forward) order:
-    a Linear followed by nn.ReLU in a Sequential (seed 003), or a PositionwiseFeedForward's w_1 (seed 000,
-    F.relu(w_1(x)))."""
+    a Linear followed by nn.ReLU in a Sequential (the pre-norm reference), or a PositionwiseFeedForward's
+    w_1 (the post-norm reference, F.relu(w_1(x)))."""
     found = []
     for m in module.modules():
         if isinstance(m, torch.nn.Sequential):

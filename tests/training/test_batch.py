@@ -1,4 +1,4 @@
-"""Seed 002's subsequent_mask and Batch against the seed's torch code (exact: masks and ids)."""
+"""The Annotated Transformer's subsequent_mask and Batch against its own torch code (exact: masks and ids)."""
 import numpy as np
 import pytest
 import torch
@@ -6,15 +6,15 @@ import torch
 from ctransformer.annotated import Batch, subsequent_mask
 
 
-def seed_subsequent_mask(size):
-    """Seed 002 (002_5b1a8dee14bb0756.txt), verbatim."""
+def annotated_subsequent_mask(size):
+    """The Annotated Transformer's subsequent_mask (002_5b1a8dee14bb0756.txt), verbatim."""
     attn_shape = (1, size, size)
     mask = torch.triu(torch.ones(attn_shape), diagonal=1).type(torch.uint8)
     return mask == 0
 
 
-class SeedBatch:
-    """Seed 002, verbatim."""
+class AnnotatedBatch:
+    """The Annotated Transformer's Batch, verbatim."""
 
     def __init__(self, src, tgt=None, pad=2):
         self.src = src
@@ -28,11 +28,11 @@ class SeedBatch:
     @staticmethod
     def make_std_mask(tgt, pad):
         tgt_mask = (tgt != pad).unsqueeze(-2)
-        tgt_mask = tgt_mask & subsequent_mask_for_seed(tgt.size(-1)).type_as(tgt_mask.data)
+        tgt_mask = tgt_mask & subsequent_mask_for_annotated(tgt.size(-1)).type_as(tgt_mask.data)
         return tgt_mask
 
 
-subsequent_mask_for_seed = seed_subsequent_mask
+subsequent_mask_for_annotated = annotated_subsequent_mask
 
 
 def equal(ours, theirs):
@@ -42,8 +42,8 @@ def equal(ours, theirs):
 
 
 @pytest.mark.parametrize("size", [0, 1, 2, 5, 20])
-def test_subsequent_mask_equals_seed(size):
-    equal(subsequent_mask(size), seed_subsequent_mask(size))
+def test_subsequent_mask_equals_the_annotated_transformers(size):
+    equal(subsequent_mask(size), annotated_subsequent_mask(size))
 
 
 def test_subsequent_mask_is_lower_triangular():
@@ -52,7 +52,7 @@ def test_subsequent_mask_is_lower_triangular():
     assert np.array_equal(m, np.tril(np.ones((20, 20), dtype=bool)))
 
 
-# A padded batch (pad = 2 as the seed): <SOS>=0 ... <EOS>=1 then padding.
+# A padded batch (pad = 2, the Annotated Transformer's default): <SOS>=0 ... <EOS>=1 then padding.
 SRC = np.array([[0, 5, 6, 7, 1, 2, 2],
                 [0, 9, 8, 7, 6, 5, 1],
                 [0, 4, 1, 2, 2, 2, 2]], dtype=np.int64)
@@ -62,9 +62,9 @@ TGT = np.array([[0, 7, 6, 5, 1, 2, 2, 2],
 
 
 @pytest.mark.parametrize("pad", [2, 1])
-def test_batch_equals_seed(pad):
+def test_batch_equals_the_annotated_transformers(pad):
     ours = Batch(SRC, TGT, pad=pad)
-    theirs = SeedBatch(torch.tensor(SRC), torch.tensor(TGT), pad=pad)
+    theirs = AnnotatedBatch(torch.tensor(SRC), torch.tensor(TGT), pad=pad)
     equal(ours.src, theirs.src)
     equal(ours.src_mask, theirs.src_mask)
     equal(ours.tgt, theirs.tgt)
@@ -76,13 +76,13 @@ def test_batch_equals_seed(pad):
 
 def test_batch_default_pad_and_no_target():
     ours = Batch(SRC.astype(np.int32))
-    theirs = SeedBatch(torch.tensor(SRC))
+    theirs = AnnotatedBatch(torch.tensor(SRC))
     equal(ours.src_mask, theirs.src_mask)
     assert not hasattr(ours, "tgt") and not hasattr(ours, "tgt_mask") and not hasattr(ours, "ntokens")
 
 
-def test_make_std_mask_equals_seed():
-    equal(Batch.make_std_mask(TGT, 2), SeedBatch.make_std_mask(torch.tensor(TGT), 2))
+def test_make_std_mask_equals_the_annotated_transformers():
+    equal(Batch.make_std_mask(TGT, 2), AnnotatedBatch.make_std_mask(torch.tensor(TGT), 2))
 
 
 def test_batch_bad_input():

@@ -358,7 +358,8 @@ def test_checkpoint_carries_a_tied_model_and_its_vocab(trained):
     task, model, _, path = trained
     loaded, vocab, cfg = load_translation_checkpoint(path)
     assert vocab.model_bytes == task.vocab.model_bytes
-    # One matrix for source embedding, target embedding and output projection (system A's two sharings).
+    # One matrix for source embedding, target embedding and output projection (the post-norm Transformer's two
+    # sharings).
     w = loaded.trg_word_prj.weight.numpy()
     assert np.shares_memory(w, loaded.encoder.src_word_emb.weight.numpy())
     assert np.shares_memory(w, loaded.decoder.trg_word_emb.weight.numpy())
@@ -608,7 +609,7 @@ def test_task_option_errors(corpus_files):
 
 
 def test_a_training_step_equals_torch(corpus_files, tmp_path):
-    """The task's recipe on one batch against seed 000's torch model with the same (tied) weights, dropout
+    """The task's recipe on one batch against the post-norm reference with the same (tied) weights, dropout
     off: the label-smoothed loss (torch's cross_entropy(label_smoothing=0.1, ignore_index=pad)), ct's
     gradients, and the weights after one Adam(0.9, 0.98, 1e-9) step at the Noam rate, three steps in a row
     (rates 5.4e-4, 5.4e-4 (step 0 counts as 1), 1.1e-3), each optimizer's moments carried from step to step.
@@ -634,7 +635,7 @@ def test_a_training_step_equals_torch(corpus_files, tmp_path):
     decided weights, by up to 9e-4."""
     import torch
 
-    from reference import seed000 as R0
+    from reference import post_norm as post_ref
     from reference.parity import (assert_grads_close, assert_relu_margins, clear_relu_knife_edges, ct_to_torch,
                                   float64_copy, torch_to_ct)
     from ctransformer.tasks import Run
@@ -650,8 +651,9 @@ def test_a_training_step_equals_torch(corpus_files, tmp_path):
     n = len(task.vocab)
 
     def build():
-        return R0.Transformer(n, n, PAD_ID, PAD_ID, d_word_vec=32, d_model=32, d_inner=64, n_layers=1, n_head=4,
-                              d_k=8, d_v=8, n_position=cfg["n_position"], scale_emb_or_prj=cfg["scale_emb_or_prj"])
+        return post_ref.Transformer(n, n, PAD_ID, PAD_ID, d_word_vec=32, d_model=32, d_inner=64, n_layers=1,
+                                    n_head=4, d_k=8, d_v=8, n_position=cfg["n_position"],
+                                    scale_emb_or_prj=cfg["scale_emb_or_prj"])
 
     def loss_of(m, src, tgt):
         logits = m(torch.from_numpy(src), torch.from_numpy(tgt[:, :-1]))

@@ -51,7 +51,7 @@ Decoder::Decoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
         embed = std::make_shared<PositionEmbedding>(trg_word_emb, position_enc);
         if (dropout) register_module("dropout", dropout);
         for (std::size_t i = 0; i < layers.size(); ++i)
-            register_module(detail::seed003_layer_name(i, false), layers[i]);
+            register_module(detail::pre_norm_layer_name(i, false), layers[i]);
         if (layer_norm) register_module("layer_norm", layer_norm);
     }
 }

@@ -54,7 +54,7 @@ Encoder::Encoder(const TransformerConfig& c, bool scale) : config(c), scale_emb(
         embed = std::make_shared<PositionEmbedding>(src_word_emb, position_enc);
         if (dropout) register_module("dropout", dropout);
         for (std::size_t i = 0; i < layers.size(); ++i)
-            register_module(detail::seed003_layer_name(i, true), layers[i]);
+            register_module(detail::pre_norm_layer_name(i, true), layers[i]);
         if (layer_norm) register_module("layer_norm", layer_norm);
     }
 }

@@ -24,7 +24,7 @@ inline std::shared_ptr<Embedding> make_word_embedding(const TransformerConfig& c
 }
 
 // The pre-norm model names its encoder layers layer_l (sic), layer_2, layer_3 and its decoder layers layer_1, ...
-inline std::string seed003_layer_name(std::size_t i, bool encoder) {
+inline std::string pre_norm_layer_name(std::size_t i, bool encoder) {
     return i == 0 && encoder ? "layer_l" : "layer_" + std::to_string(i + 1);
 }
 

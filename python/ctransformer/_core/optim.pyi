@@ -195,7 +195,7 @@ class ScheduledOptim:
     """
     ScheduledOptim(optimizer, lr_mul, d_model, n_warmup_steps)
     
-    Seeds 000/001: step_and_update_lr() does n_steps += 1, sets every group's
+    jadore801120's: step_and_update_lr() does n_steps += 1, sets every group's
     lr = lr_mul * d_model^-0.5 * min(n_steps^-0.5, n_steps * n_warmup_steps^-1.5), then steps the optimizer.
     """
     def __init__(self, optimizer: typing.Any, lr_mul: typing.SupportsFloat | typing.SupportsIndex, d_model: typing.SupportsFloat | typing.SupportsIndex, n_warmup_steps: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -215,7 +215,7 @@ class ScheduledOptim:
     @property
     def _optimizer(self) -> Optimizer:
         """
-        The seed's name for the inner optimizer.
+        jadore801120's name for the inner optimizer.
         """
     @property
     def d_model(self) -> float:
@@ -245,5 +245,5 @@ def cosine_with_warmup(it: typing.Any, warmup_iters: typing.SupportsInt | typing
     """
 def rate(step: typing.Any, model_size: typing.SupportsFloat | typing.SupportsIndex, factor: typing.SupportsFloat | typing.SupportsIndex, warmup: typing.SupportsFloat | typing.SupportsIndex) -> float:
     """
-    Seed 002's Noam rate: factor * model_size^-0.5 * min(step^-0.5, step * warmup^-1.5), step 0 counted as 1.
+    The Annotated Transformer's Noam rate: factor * model_size^-0.5 * min(step^-0.5, step * warmup^-1.5), step 0 counted as 1.
     """

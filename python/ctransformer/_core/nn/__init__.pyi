@@ -173,7 +173,7 @@ class Dropout(Module):
         ...
 class TransformerConfig:
     """
-    Every option of the encoder-decoder Transformer. The defaults are the paper's post-norm model (seed 000); TransformerConfig.small_pre_norm() is the toy translator's pre-norm model (seed 003; older name: seed003()). Keyword arguments set fields.
+    Every option of the encoder-decoder Transformer. The defaults are the paper's post-norm model (jadore801120's); TransformerConfig.small_pre_norm() is the toy translator's pre-norm model (older name: seed003()). Keyword arguments set fields.
     """
     emb_src_trg_weight_sharing: bool
     embed_dropout: bool
@@ -201,7 +201,7 @@ class TransformerConfig:
     @staticmethod
     def small_pre_norm(n_src_vocab: typing.SupportsInt | typing.SupportsIndex = 39, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex = 39, pad_idx: typing.SupportsInt | typing.SupportsIndex = 2, d_model: typing.SupportsInt | typing.SupportsIndex = 32, n_head: typing.SupportsInt | typing.SupportsIndex = 4, d_inner: typing.SupportsInt | typing.SupportsIndex = 64, n_layers: typing.SupportsInt | typing.SupportsIndex = 3, n_position: typing.SupportsInt | typing.SupportsIndex = 50, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1) -> TransformerConfig:
         """
-        The toy translator's model (seed 003): pre-norm with one LayerNorm shared by q, k and v, d_model 32, 4 heads, FFN 64, 3 + 3 layers, vocabulary 39, <PAD> = 2, length <= 50.
+        The toy translator's model: pre-norm with one LayerNorm shared by q, k and v, d_model 32, 4 heads, FFN 64, 3 + 3 layers, vocabulary 39, <PAD> = 2, length <= 50.
         """
     def __init__(self, **kwargs) -> None:
         ...
@@ -400,7 +400,7 @@ class ScaledDotProductAttention(Module):
         ...
 class MultiHeadAttention(Module):
     """
-    Multi-head attention (seed 000's SubLayers.py). forward(q, k, v, mask=None) returns (output, attn); mask is (b or 1, len_q or 1, len_k), True = may attend. Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
+    Multi-head attention (jadore801120's SubLayers.py). forward(q, k, v, mask=None) returns (output, attn); mask is (b or 1, len_q or 1, len_k), True = may attend. Keyword options (the post-norm model's defaults; the toy translator's small pre-norm model: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
     """
     def __init__(self, n_head: typing.SupportsInt | typing.SupportsIndex, d_model: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'post_norm', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
@@ -438,7 +438,7 @@ class MultiHeadAttention(Module):
         ...
 class PositionwiseFeedForward(Module):
     """
-    w_2(relu(w_1(x))) with dropout, residual and LayerNorm (post- or pre-norm). Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
+    w_2(relu(w_1(x))) with dropout, residual and LayerNorm (post- or pre-norm). Keyword options (the post-norm model's defaults; the toy translator's small pre-norm model: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
     """
     def __init__(self, d_in: typing.SupportsInt | typing.SupportsIndex, d_hid: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'post_norm', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
@@ -458,7 +458,7 @@ class PositionwiseFeedForward(Module):
         ...
 class EncoderLayer(Module):
     """
-    Self-attention then feed-forward; forward returns (enc_output, enc_slf_attn). Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
+    Self-attention then feed-forward; forward returns (enc_output, enc_slf_attn). Keyword options (the post-norm model's defaults; the toy translator's small pre-norm model: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
     """
     def __init__(self, d_model: typing.SupportsInt | typing.SupportsIndex, d_inner: typing.SupportsInt | typing.SupportsIndex, n_head: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'post_norm', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
@@ -472,7 +472,7 @@ class EncoderLayer(Module):
         ...
 class DecoderLayer(Module):
     """
-    Masked self-attention, encoder-decoder attention, feed-forward; forward returns (dec_output, dec_slf_attn, dec_enc_attn). Keyword options (the post-norm model's defaults; the small pre-norm model of seed 003: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
+    Masked self-attention, encoder-decoder attention, feed-forward; forward returns (dec_output, dec_slf_attn, dec_enc_attn). Keyword options (the post-norm model's defaults; the toy translator's small pre-norm model: layout='pre_norm', norm_first=True, qkv_bias=True, proj_bias=True, layer_norm_eps=1e-5, attn_dropout=0.0, mask_fill=-inf, scale_after_matmul=True). layout='seed000' and 'seed003' are older names of 'post_norm' and 'pre_norm'.
     """
     def __init__(self, d_model: typing.SupportsInt | typing.SupportsIndex, d_inner: typing.SupportsInt | typing.SupportsIndex, n_head: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, *, layout: str = 'post_norm', norm_first: bool = False, qkv_bias: bool = False, proj_bias: bool = False, layer_norm_eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06, attn_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, mask_fill: typing.SupportsFloat | typing.SupportsIndex = -1000000000.0, scale_after_matmul: bool = False) -> None:
         ...
@@ -489,7 +489,7 @@ class DecoderLayer(Module):
         ...
 class PositionEmbedding(Module):
     """
-    Seed 003's embedding front: embed(ids) + pe[:, :len]; the model's embed_x / embed_y.
+    The toy translator's embedding front: embed(ids) + pe[:, :len]; the model's embed_x / embed_y.
     """
     def forward(self, input: typing.Any) -> ctransformer._core.Tensor:
         ...
@@ -501,7 +501,7 @@ class PositionEmbedding(Module):
         ...
 class Encoder(Module):
     """
-    Embedding -> (* sqrt(d_model)) -> + positional encoding -> dropout -> LayerNorm -> EncoderLayers (seed 000). forward(src_seq, src_mask, return_attns=False) returns enc_output, or (enc_output, [enc_slf_attn per layer]).
+    Embedding -> (* sqrt(d_model)) -> + positional encoding -> dropout -> LayerNorm -> EncoderLayers (jadore801120's Models.py). forward(src_seq, src_mask, return_attns=False) returns enc_output, or (enc_output, [enc_slf_attn per layer]).
     """
     @typing.overload
     def __init__(self, n_src_vocab: typing.SupportsInt | typing.SupportsIndex, d_word_vec: typing.SupportsInt | typing.SupportsIndex, n_layers: typing.SupportsInt | typing.SupportsIndex, n_head: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, d_model: typing.SupportsInt | typing.SupportsIndex, d_inner: typing.SupportsInt | typing.SupportsIndex, pad_idx: typing.SupportsInt | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, n_position: typing.SupportsInt | typing.SupportsIndex = 200, scale_emb: bool = False) -> None:
@@ -528,7 +528,7 @@ class Encoder(Module):
         ...
 class Decoder(Module):
     """
-    The Encoder's front on the target, then DecoderLayers (seed 000). forward(trg_seq, trg_mask, enc_output, src_mask, return_attns=False) returns dec_output, or (dec_output, [dec_slf_attn], [dec_enc_attn]).
+    The Encoder's front on the target, then DecoderLayers (jadore801120's Models.py). forward(trg_seq, trg_mask, enc_output, src_mask, return_attns=False) returns dec_output, or (dec_output, [dec_slf_attn], [dec_enc_attn]).
     """
     @typing.overload
     def __init__(self, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex, d_word_vec: typing.SupportsInt | typing.SupportsIndex, n_layers: typing.SupportsInt | typing.SupportsIndex, n_head: typing.SupportsInt | typing.SupportsIndex, d_k: typing.SupportsInt | typing.SupportsIndex, d_v: typing.SupportsInt | typing.SupportsIndex, d_model: typing.SupportsInt | typing.SupportsIndex, d_inner: typing.SupportsInt | typing.SupportsIndex, pad_idx: typing.SupportsInt | typing.SupportsIndex, n_position: typing.SupportsInt | typing.SupportsIndex = 200, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, scale_emb: bool = False) -> None:
@@ -555,7 +555,7 @@ class Decoder(Module):
         ...
 class Transformer(Module):
     """
-    The encoder-decoder Transformer: the paper's post-norm model with seed 000's (jadore801120's)
+    The encoder-decoder Transformer: the paper's post-norm model with jadore801120's
     arguments, or the toy translator's small pre-norm model (Transformer.small_pre_norm(); older name
     seed003()), or any TransformerConfig.
     
@@ -628,7 +628,7 @@ class Transformer(Module):
     @property
     def fc_out(self) -> Linear:
         """
-        Seed 003's name for trg_word_prj.
+        The toy translator's name for trg_word_prj.
         """
     @property
     def final_logits_bias(self) -> ctransformer._core.Tensor:
@@ -654,9 +654,9 @@ class Transformer(Module):
         ...
 def get_pad_mask(seq: typing.Any, pad_idx: typing.SupportsInt | typing.SupportsIndex) -> numpy.ndarray:
     """
-    (seq != pad_idx)[:, None, :]: a (b, 1, len) boolean array, True where a key may be attended (seed 000).
+    (seq != pad_idx)[:, None, :]: a (b, 1, len) boolean array, True where a key may be attended (jadore801120's get_pad_mask).
     """
 def get_subsequent_mask(seq: typing.Any) -> numpy.ndarray:
     """
-    The no-peek mask: a (1, len, len) boolean array, True on and below the diagonal (seed 000).
+    The no-peek mask: a (1, len, len) boolean array, True on and below the diagonal (jadore801120's get_subsequent_mask).
     """

@@ -1,14 +1,15 @@
-"""Seed 003's toy translator (手动实现Transformer), written from the seed's code.
+"""The toy translator: the pre-norm model of the blog post "手动实现Transformer" (a Transformer by hand),
+written from the post's code.
 
-The seed hard-codes its sizes (sequence length 50, d_model 32, 4 heads of 8, FFN 64, 3 + 3 layers,
+The post hard-codes its sizes (sequence length 50, d_model 32, 4 heads of 8, FFN 64, 3 + 3 layers,
 vocabulary 39, <PAD> = 2, dropout 0.1); here they are arguments with those defaults, so the same code
-also builds the paper's base size. Everything else is the seed's: module names (including the
+also builds the paper's base size. Everything else is the post's: module names (including the
 encoder's "layer_l"), registration order, pre-norm with ONE LayerNorm applied to Q, K and V, biases on
 every projection, -inf masking, (Q @ K^T) / sqrt(d_head), no attention dropout, the per-index PE
 formula, embeddings N(0, 0.1) without padding_idx, and fc_out with a bias.
 
 One addition for the tests: each MultiHead keeps its last attention weights in `last_attn`.
-As in the seed, the masks need the source and the target input to have the same length.
+As in the post, the masks need the source and the target input to have the same length.
 """
 import math
 
@@ -41,7 +42,7 @@ def attention(Q, K, V, mask):
     # Q, K, V = [b, n_head, L, d_head]
     b, n_head, L, d_head = Q.shape
     score = torch.matmul(Q, K.permute(0, 1, 3, 2))
-    score /= d_head ** 0.5                         # the seed: score /= 8**0.5
+    score /= d_head ** 0.5                         # the post: score /= 8**0.5
     score = score.masked_fill_(mask, -float('inf'))
     score = torch.softmax(score, dim=-1)
     attn = score
@@ -103,7 +104,7 @@ class PositionEmbedding(torch.nn.Module):
 
     def forward(self, x):
         embed = self.embed(x)
-        embed = embed + self.pe[:, :x.shape[1]]   # the seed adds the whole table (its inputs are 50 long)
+        embed = embed + self.pe[:, :x.shape[1]]   # the post adds the whole table (its inputs are 50 long)
         return embed
 
 
@@ -144,7 +145,7 @@ def _layer_names(n_layers, first):
 class Encoder(torch.nn.Module):
     def __init__(self, d_model=32, n_head=4, d_ff=64, n_layers=3, dropout=0.1):
         super().__init__()
-        self._names = _layer_names(n_layers, 'layer_l')   # the seed: layer_l, layer_2, layer_3
+        self._names = _layer_names(n_layers, 'layer_l')   # the post: layer_l, layer_2, layer_3
         for name in self._names:
             setattr(self, name, EncoderLayer(d_model, n_head, d_ff, dropout))
 
@@ -207,14 +208,14 @@ class Transformer(torch.nn.Module):
         return enc, dec_slf, dec_enc
 
 
-# ---- the seed's data (get_data), for realistic batches -----------------------------------------
+# ---- the post's data (get_data), for realistic batches -----------------------------------------
 VOCAB_X = '<SOS>,<EOS>,<PAD>,0,1,2,3,4,5,6,7,8,9,q,w,e,r,t,y,u,i,o,p,a,s,d,f,g,h,j,k,l,z,x,c,v,b,n,m'
 VOCAB_X = {word: i for i, word in enumerate(VOCAB_X.split(','))}
 VOCAB_Y = {k.upper(): v for k, v in VOCAB_X.items()}
 
 
 def get_data(rng):
-    """One (x, y) pair as the seed's get_data, drawn from a numpy Generator: x 50 ids, y 51 ids."""
+    """One (x, y) pair as the post's get_data, drawn from a numpy Generator: x 50 ids, y 51 ids."""
     import numpy as np
     words = ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'q', 'w', 'e', 'r', 't', 'y', 'u', 'i', 'o', 'p',
              'a', 's', 'd', 'f', 'g', 'h', 'j', 'k', 'l', 'z', 'x', 'c', 'v', 'b', 'n', 'm']

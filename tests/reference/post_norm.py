@@ -1,7 +1,8 @@
-"""jadore801120's Transformer as seeds 000/001 print it (Modules.py, SubLayers.py, Layers.py, Models.py).
+"""The post-norm Transformer: jadore801120's code (attention-is-all-you-need-pytorch) as two blog posts
+print it (Modules.py, SubLayers.py, Layers.py, Models.py).
 
-Transcribed from the seed with only the imports added; the names, the registration order (and so the
-state_dict order) and the arithmetic are the seed's. Notable details the tests rely on:
+Transcribed from the posts with only the imports added; the names, the registration order (and so the
+state_dict order) and the arithmetic are jadore801120's. Notable details the tests rely on:
 - ScaledDotProductAttention is built with its default attn_dropout=0.1 whatever `dropout` is;
 - the Encoder/Decoder apply dropout and then LayerNorm to embedding + PE, before the layers;
 - xavier_uniform_ runs over self.parameters() before the weights are tied.
@@ -273,7 +274,7 @@ class Transformer(nn.Module):
 
 
 def forward_with_attns(model, src_seq, trg_seq):
-    """Transformer.forward, keeping every layer's attention weights (the seed's return_attns path)."""
+    """Transformer.forward, keeping every layer's attention weights (jadore801120's return_attns path)."""
     src_mask = get_pad_mask(src_seq, model.src_pad_idx)
     trg_mask = get_pad_mask(trg_seq, model.trg_pad_idx) & get_subsequent_mask(trg_seq)
     enc_output, enc_slf = model.encoder(src_seq, src_mask, return_attns=True)
