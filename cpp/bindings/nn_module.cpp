@@ -5,6 +5,7 @@
 #include "convert.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/nn/dropout.hpp"
+#include "ctransformer/nn/dynamic_module.hpp"
 #include "ctransformer/nn/embedding.hpp"
 #include "ctransformer/nn/layer_norm.hpp"
 #include "ctransformer/nn/linear.hpp"
@@ -30,6 +31,59 @@ std::string module_repr(const Module& m, const std::string& indent = "") {
     return s + "\n" + indent + ")";
 }
 
+// The module a Python subclass of ctransformer.nn.Module is built on; null for the C++ layers, whose
+// members are fixed (their attributes are plain properties).
+DynamicModule* dynamic(const py::handle& self) {
+    // A subclass that sets an attribute before super().__init__() has no C++ module yet (torch: the same error).
+    auto* instance = reinterpret_cast<py::detail::instance*>(self.ptr());
+    if (!instance->get_value_and_holder().holder_constructed())
+        throw py::attribute_error("cannot assign to " + std::string(py::str(py::type::of(self).attr("__name__"))) +
+                                  " before Module.__init__() call: call super().__init__() first");
+    auto* module = dynamic_cast<DynamicModule*>(self.cast<Module*>());
+    if (module) module->set_type_name(py::str(py::type::of(self).attr("__name__")));
+    return module;
+}
+
+DynamicModule& dynamic_or_throw(const py::handle& self, const char* method) {
+    DynamicModule* module = dynamic(self);
+    if (!module)
+        throw ct::TypeError(std::string(method) + ": " + self.cast<Module&>().type_name() + "'s members are fixed in "
+                            "C++; this is for subclasses of ctransformer.nn.Module");
+    return *module;
+}
+
+void generic_setattr(const py::handle& self, const py::handle& name, const py::handle& value) {
+    if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value ? value.ptr() : nullptr) != 0)
+        throw py::error_already_set();
+}
+
+// torch.nn.Module.__setattr__'s rules: a Module becomes a child and a leaf tensor that requires grad a
+// parameter (ctransformer's stand-in for torch.nn.Parameter); a tensor set on a buffer's name replaces the
+// buffer; anything else set on a registered name is an error, except None, which forgets it.
+void register_member(DynamicModule& module, const std::string& name, const py::handle& value) {
+    using Kind = Module::Kind;
+    const Kind was = module.registered_as(name);
+    if (py::isinstance<Module>(value)) {
+        module.set_module(name, value.cast<std::shared_ptr<Module>>());
+    } else if (py::isinstance<Tensor>(value)) {
+        const Tensor& t = value.cast<const Tensor&>();
+        if (t.is_leaf() && t.requires_grad())
+            module.set_parameter(name, t);
+        else if (was == Kind::Buffer)
+            module.set_buffer(name, t);
+        else if (was != Kind::None)
+            module.set_parameter(name, t);     // throws: says what a parameter must be
+    } else if (value.is_none()) {
+        module.remove(name);
+    } else if (was != Kind::None) {
+        const char* what = was == Kind::Child ? "child module" : was == Kind::Buffer ? "buffer" : "parameter";
+        const char* expected = was == Kind::Child ? "a ctransformer.nn.Module" :
+                               was == Kind::Buffer ? "a Tensor" : "a ctransformer.nn.Parameter";
+        throw ct::TypeError("cannot assign " + type_name(value) + " as " + what + " '" + name + "' (" + expected +
+                            " or None expected)");
+    }
+}
+
 }  // namespace
 
 void bind_nn_module(py::module_& nn) {
@@ -38,7 +92,68 @@ void bind_nn_module(py::module_& nn) {
         "IncompatibleKeys", py::make_tuple("missing_keys", "unexpected_keys"), py::arg("module") = nn.attr("__name__"));
     nn.attr("IncompatibleKeys") = load_result;
 
-    py::class_<Module, std::shared_ptr<Module>>(nn, "Module", "Base of every layer: a tree of named parameters.")
+    auto add_module = [](py::handle self, const std::string& name, py::handle module) {
+        DynamicModule& parent = dynamic_or_throw(self, "add_module");
+        if (module.is_none()) {
+            parent.remove(name);
+        } else {
+            if (!py::isinstance<Module>(module))
+                throw ct::TypeError("add_module: module must be a ctransformer.nn.Module or None, got " +
+                                    type_name(module));
+            parent.set_module(name, module.cast<std::shared_ptr<Module>>());
+        }
+        generic_setattr(self, py::str(name), module);
+    };
+    py::class_<Module, std::shared_ptr<Module>>(nn, "Module", R"doc(Base of every layer: a tree of named parameters.
+
+Subclass it as torch.nn.Module: call ``super().__init__()`` first, then assign the members. A Module
+becomes a child, a ``ctransformer.nn.Parameter`` (a leaf tensor that requires grad) a parameter, and
+``register_buffer`` adds a buffer; ``forward`` is what calling the module runs. ``parameters()``,
+``state_dict()`` (torch's names and order), ``train()``/``eval()`` and ``zero_grad()`` then cover them.)doc",
+                                                 py::dynamic_attr())   // as torch's: any attribute may be set
+        .def(py::init([]() { return std::shared_ptr<Module>(std::make_shared<DynamicModule>()); }),
+             "An empty module: what a subclass's super().__init__() builds on.")
+        .def("__setattr__", [](py::handle self, py::str name, py::handle value) {
+            if (DynamicModule* module = dynamic(self)) register_member(*module, name, value);
+            generic_setattr(self, name, value);
+        })
+        .def("__delattr__", [](py::handle self, py::str name) {
+            if (DynamicModule* module = dynamic(self)) module->remove(name);
+            generic_setattr(self, name, py::handle());
+        })
+        .def("register_parameter", [](py::handle self, const std::string& name, py::handle param) {
+            DynamicModule& module = dynamic_or_throw(self, "register_parameter");
+            if (param.is_none()) {
+                module.remove(name);
+            } else {
+                if (!py::isinstance<Tensor>(param))
+                    throw ct::TypeError("register_parameter: param must be a ctransformer.nn.Parameter or None, got " +
+                                        type_name(param));
+                module.set_parameter(name, param.cast<const Tensor&>());
+            }
+            generic_setattr(self, py::str(name), param);
+        }, py::arg("name"), py::arg("param"), "As torch.nn.Module.register_parameter.")
+        .def("register_buffer", [](py::handle self, const std::string& name, py::handle tensor, bool persistent) {
+            DynamicModule& module = dynamic_or_throw(self, "register_buffer");
+            if (tensor.is_none()) {
+                module.remove(name);
+            } else {
+                if (!py::isinstance<Tensor>(tensor))
+                    throw ct::TypeError("register_buffer: tensor must be a ctransformer Tensor or None, got " +
+                                        type_name(tensor));
+                module.set_buffer(name, tensor.cast<const Tensor&>(), persistent);
+            }
+            generic_setattr(self, py::str(name), tensor);
+        }, py::arg("name"), py::arg("tensor"), py::arg("persistent") = true,
+           "As torch.nn.Module.register_buffer: state_dict holds the buffer when persistent.")
+        .def("add_module", add_module, py::arg("name"), py::arg("module"), "As torch.nn.Module.add_module.")
+        .def("register_module", add_module, py::arg("name"), py::arg("module"), "As torch.nn.Module.register_module.")
+        .def("forward", [](py::handle self, py::args, py::kwargs) -> py::object {
+            const std::string message = "Module [" + py::str(py::type::of(self).attr("__name__")).cast<std::string>() +
+                                        "] is missing the required \"forward\" function";
+            PyErr_SetString(PyExc_NotImplementedError, message.c_str());   // torch's words and exception
+            throw py::error_already_set();
+        }, "What calling the module runs: a subclass defines it.")
         // One __call__ for every layer, as torch.nn.Module's: module(...) is module.forward(...), whose
         // binding names and checks the arguments and releases the GIL.
         .def("__call__", [](py::object self, py::args args, py::kwargs kwargs) {
@@ -101,7 +216,10 @@ void bind_nn_module(py::module_& nn) {
         .def_property_readonly("training", &Module::is_training)
         .def("zero_grad", &Module::zero_grad, "Set every parameter's gradient to None.")
         .def("num_parameters", &Module::num_parameters, "Number of parameter elements, tied weights once.")
-        .def("__repr__", [](const Module& m) { return module_repr(m); });
+        .def("__repr__", [](py::handle self) {
+            dynamic(self);
+            return module_repr(self.cast<const Module&>());
+        });
 
     py::class_<Linear, Module, std::shared_ptr<Linear>>(nn, "Linear")
         .def(py::init([](ctpy::Int in_features, ctpy::Int out_features, bool bias) {

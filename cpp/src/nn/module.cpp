@@ -17,13 +17,44 @@ void Module::register_buffer(const std::string& name, Tensor* t, bool persistent
     if (!persistent) non_persistent_.push_back(name);
 }
 
+Module::Kind Module::registered_as(const std::string& name) const {
+    auto named = [&name](const auto& entry) { return entry.first == name; };
+    if (std::any_of(params_.begin(), params_.end(), named)) return Kind::Parameter;
+    if (std::any_of(buffers_.begin(), buffers_.end(), named)) return Kind::Buffer;
+    if (std::any_of(children_.begin(), children_.end(), named)) return Kind::Child;
+    return Kind::None;
+}
+
+Tensor* Module::registered_tensor(const std::string& name) const {
+    for (const auto* list : {&params_, &buffers_})
+        for (const auto& [n, t] : *list)
+            if (n == name) return t;
+    return nullptr;
+}
+
+bool Module::is_persistent(const std::string& buffer) const {
+    return std::find(non_persistent_.begin(), non_persistent_.end(), buffer) == non_persistent_.end();
+}
+
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> m) {
+    for (auto& [n, child] : children_)
+        if (n == name) child = std::move(m);
+}
+
+void Module::unregister(const std::string& name) {
+    auto named = [&name](const auto& entry) { return entry.first == name; };
+    params_.erase(std::remove_if(params_.begin(), params_.end(), named), params_.end());
+    buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(), named), buffers_.end());
+    children_.erase(std::remove_if(children_.begin(), children_.end(), named), children_.end());
+    non_persistent_.erase(std::remove(non_persistent_.begin(), non_persistent_.end(), name), non_persistent_.end());
+}
+
 void Module::collect(const std::string& prefix, NamedTensors& out, bool params, bool buffers, bool all_buffers) const {
     if (params)
         for (const auto& [name, t] : params_) out.emplace_back(prefix + name, *t);
     if (buffers)
         for (const auto& [name, t] : buffers_) {
-            const bool persistent = std::find(non_persistent_.begin(), non_persistent_.end(), name) == non_persistent_.end();
-            if (persistent || all_buffers) out.emplace_back(prefix + name, *t);
+            if (is_persistent(name) || all_buffers) out.emplace_back(prefix + name, *t);
         }
     for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, params, buffers, all_buffers);
 }

@@ -44,11 +44,22 @@ def _save_pretrained(self, path, eos_token_id=0):
     return _marian.save_pretrained(self, path, eos_token_id)
 
 
+def Parameter(data, requires_grad=True):
+    """A tensor that a Module registers as a parameter when assigned to it (``self.scale = Parameter(...)``),
+    as torch.nn.Parameter: a leaf that requires grad. From a Tensor it shares that tensor's data (outside its
+    graph); from a NumPy array or a number it holds a float32 copy."""
+    from .._core import Tensor, tensor
+
+    if isinstance(data, Tensor):
+        return data.detach().requires_grad_(requires_grad)
+    return tensor(data, requires_grad=requires_grad)
+
+
 Transformer.from_pretrained = staticmethod(_from_pretrained)
 Transformer.save_pretrained = _save_pretrained
 
 __all__ = [
-    "Module", "Linear", "Embedding", "LayerNorm", "Dropout", "IncompatibleKeys",
+    "Module", "Parameter", "Linear", "Embedding", "LayerNorm", "Dropout", "IncompatibleKeys",
     "PositionalEncoding", "ScaledDotProductAttention", "MultiHeadAttention", "PositionwiseFeedForward",
     "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "PositionEmbedding", "Transformer",
     "TransformerConfig", "get_pad_mask", "get_subsequent_mask", "gpt", "GPT",

@@ -54,6 +54,10 @@ public:
     std::size_t num_parameters() const;         // elements over parameters(), tied ones once
     virtual std::string type_name() const = 0;
 
+    // What `name` is registered as in this module (not its children).
+    enum class Kind { None, Parameter, Buffer, Child };
+    Kind registered_as(const std::string& name) const;
+
 protected:
     // This module's own part of quantize / dequantize / quantization (children are walked by the callers).
     virtual void quantize_self(bool /*int8*/) {}
@@ -65,6 +69,13 @@ protected:
         children_.emplace_back(name, m);
         return m;
     }
+    // For modules whose members are named at run time (DynamicModule). The registered parameter or buffer of that name (null if there is none).
+    Tensor* registered_tensor(const std::string& name) const;
+    bool is_persistent(const std::string& buffer) const;
+    // Puts `m` in the place of the child `name` (its position, and so torch's state_dict order, kept).
+    void replace_module(const std::string& name, std::shared_ptr<Module> m);
+    // Forgets `name`, whatever it was registered as.
+    void unregister(const std::string& name);
 
 private:
     void collect(const std::string& prefix, NamedTensors& out, bool params, bool buffers, bool all_buffers) const;

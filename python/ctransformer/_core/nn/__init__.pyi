@@ -46,13 +46,30 @@ class IncompatibleKeys(tuple):
 class Module:
     """
     Base of every layer: a tree of named parameters.
+    
+    Subclass it as torch.nn.Module: call ``super().__init__()`` first, then assign the members. A Module
+    becomes a child, a ``ctransformer.nn.Parameter`` (a leaf tensor that requires grad) a parameter, and
+    ``register_buffer`` adds a buffer; ``forward`` is what calling the module runs. ``parameters()``,
+    ``state_dict()`` (torch's names and order), ``train()``/``eval()`` and ``zero_grad()`` then cover them.
     """
     def __call__(self, *args, **kwargs) -> typing.Any:
         """
         module(*args, **kwargs) calls module.forward(*args, **kwargs).
         """
+    def __delattr__(self, arg0: str) -> None:
+        ...
+    def __init__(self) -> None:
+        """
+        An empty module: what a subclass's super().__init__() builds on.
+        """
     def __repr__(self) -> str:
         ...
+    def __setattr__(self, arg0: str, arg1: typing.Any) -> None:
+        ...
+    def add_module(self, name: str, module: typing.Any) -> None:
+        """
+        As torch.nn.Module.add_module.
+        """
     def buffers(self) -> list[ctransformer._core.Tensor]:
         ...
     def children(self) -> list[Module]:
@@ -63,6 +80,10 @@ class Module:
         """
     def eval(self) -> Module:
         ...
+    def forward(self, *args, **kwargs) -> typing.Any:
+        """
+        What calling the module runs: a subclass defines it.
+        """
     def load_state_dict(self, state_dict: typing.Any, strict: bool = True) -> typing.Any:
         """
         Copy arrays (NumPy, torch CPU tensors, ctransformer tensors) into the parameters in place.
@@ -86,6 +107,18 @@ class Module:
     def quantize(self, dtype: str = 'int8') -> Module:
         """
         Give every Linear an int8 copy of its weight (one scale per output row) and run it in int8 from now on (no gradient through them, as torch's dynamic quantisation; the float32 parameters are kept). Returns self.
+        """
+    def register_buffer(self, name: str, tensor: typing.Any, persistent: bool = True) -> None:
+        """
+        As torch.nn.Module.register_buffer: state_dict holds the buffer when persistent.
+        """
+    def register_module(self, name: str, module: typing.Any) -> None:
+        """
+        As torch.nn.Module.register_module.
+        """
+    def register_parameter(self, name: str, param: typing.Any) -> None:
+        """
+        As torch.nn.Module.register_parameter.
         """
     def state_dict(self) -> dict:
         """
