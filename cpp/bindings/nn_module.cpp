@@ -84,6 +84,23 @@ void register_member(DynamicModule& module, const std::string& name, const py::h
     }
 }
 
+// register_parameter / register_buffer / add_module(self, name, value): None forgets the name; anything else must
+// be a T, which `set` registers. The attribute is then set too, so `self.<name>` reads it, as in torch.
+template <class T, class Set>
+void register_by_name(py::handle self, const char* method, const std::string& name, py::handle value, const char* arg,
+                      const char* expected, Set set) {
+    DynamicModule& module = dynamic_or_throw(self, method);
+    if (value.is_none()) {
+        module.remove(name);
+    } else {
+        if (!py::isinstance<T>(value))
+            throw ct::TypeError(std::string(method) + ": " + arg + " must be " + expected + " or None, got " +
+                                type_name(value));
+        set(module);
+    }
+    generic_setattr(self, py::str(name), value);
+}
+
 }  // namespace
 
 void bind_nn_module(py::module_& nn) {
@@ -93,16 +110,8 @@ void bind_nn_module(py::module_& nn) {
     nn.attr("IncompatibleKeys") = load_result;
 
     auto add_module = [](py::handle self, const std::string& name, py::handle module) {
-        DynamicModule& parent = dynamic_or_throw(self, "add_module");
-        if (module.is_none()) {
-            parent.remove(name);
-        } else {
-            if (!py::isinstance<Module>(module))
-                throw ct::TypeError("add_module: module must be a ctransformer.nn.Module or None, got " +
-                                    type_name(module));
-            parent.set_module(name, module.cast<std::shared_ptr<Module>>());
-        }
-        generic_setattr(self, py::str(name), module);
+        register_by_name<Module>(self, "add_module", name, module, "module", "a ctransformer.nn.Module",
+                                 [&](DynamicModule& m) { m.set_module(name, module.cast<std::shared_ptr<Module>>()); });
     };
     py::class_<Module, std::shared_ptr<Module>>(nn, "Module", R"doc(Base of every layer: a tree of named parameters.
 
@@ -122,28 +131,14 @@ becomes a child, a ``ctransformer.nn.Parameter`` (a leaf tensor that requires gr
             generic_setattr(self, name, py::handle());
         })
         .def("register_parameter", [](py::handle self, const std::string& name, py::handle param) {
-            DynamicModule& module = dynamic_or_throw(self, "register_parameter");
-            if (param.is_none()) {
-                module.remove(name);
-            } else {
-                if (!py::isinstance<Tensor>(param))
-                    throw ct::TypeError("register_parameter: param must be a ctransformer.nn.Parameter or None, got " +
-                                        type_name(param));
-                module.set_parameter(name, param.cast<const Tensor&>());
-            }
-            generic_setattr(self, py::str(name), param);
+            register_by_name<Tensor>(self, "register_parameter", name, param, "param", "a ctransformer.nn.Parameter", [&](DynamicModule& m) {
+                m.set_parameter(name, param.cast<const Tensor&>());
+            });
         }, py::arg("name"), py::arg("param"), "As torch.nn.Module.register_parameter.")
         .def("register_buffer", [](py::handle self, const std::string& name, py::handle tensor, bool persistent) {
-            DynamicModule& module = dynamic_or_throw(self, "register_buffer");
-            if (tensor.is_none()) {
-                module.remove(name);
-            } else {
-                if (!py::isinstance<Tensor>(tensor))
-                    throw ct::TypeError("register_buffer: tensor must be a ctransformer Tensor or None, got " +
-                                        type_name(tensor));
-                module.set_buffer(name, tensor.cast<const Tensor&>(), persistent);
-            }
-            generic_setattr(self, py::str(name), tensor);
+            register_by_name<Tensor>(self, "register_buffer", name, tensor, "tensor", "a ctransformer Tensor", [&](DynamicModule& m) {
+                m.set_buffer(name, tensor.cast<const Tensor&>(), persistent);
+            });
         }, py::arg("name"), py::arg("tensor"), py::arg("persistent") = true,
            "As torch.nn.Module.register_buffer: state_dict holds the buffer when persistent.")
         .def("add_module", add_module, py::arg("name"), py::arg("module"), "As torch.nn.Module.add_module.")
