@@ -59,11 +59,12 @@ def plan_steps(minutes, step_seconds, validation_seconds, validations, spent_sec
     return low
 
 
-def plan(task, model, optimizer, scheduler, rng, train_step, minutes, probe_steps=8, agree=None):
+def plan(task, model, optimizer, scheduler, rng, train_step, minutes, probe_steps=8, agree=None, spent_seconds=0.0):
     """{"steps", "minutes", "step_seconds", "validation_seconds", "validations", "probe_seconds"} for a run of
-    `task` with a budget of `minutes`. `agree(value)`: rank 0's value on every process (MPI), so that every
-    process plans the same count; None on one process."""
-    began = time.perf_counter()
+    `task` with a budget of `minutes`, of which `spent_seconds` are gone already (an earlier plan's probe).
+    `agree(value)`: rank 0's value on every process (MPI), so that every process plans the same count; None on
+    one process."""
+    began = time.perf_counter() - spent_seconds
     step_seconds = _probe(task, model, optimizer, scheduler, rng, train_step, probe_steps)
     validation_seconds = task.validation_seconds(model)
     if hasattr(task, "restart_clocks"):

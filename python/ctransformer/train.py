@@ -67,6 +67,33 @@ def train_step(task, model, optimizer, scheduler, rng, step):
     return {**metrics, "tokens": global_count}
 
 
+def _plan_budget(task, model, optimizer, scheduler, rng, minutes, agree, began, log):
+    """ctransformer.budget's plan for a run of `minutes`, logged. A task that sizes its batches by the run
+    (batch_tokens_for: multi30k) is planned again at the batch size the first plan's step count calls for;
+    the plan then names that size, and the time the first plan took counts against the budget."""
+    def planned(spent):
+        plan = budget.plan(task, model, optimizer, scheduler, rng, train_step, minutes, agree=agree,
+                           spent_seconds=spent)
+        log(f"time budget of {minutes:g} min: a step takes {plan['step_seconds']:.3f} s and a validation "
+            f"~{plan['validation_seconds']:.1f} s ({plan['validations']} of them), measured in "
+            f"{plan['probe_seconds']:.1f} s; planned {plan['steps']} steps" +
+            (f" of {task.cfg['batch_tokens']} tokens" if hasattr(task, "batch_tokens_for") else ""))
+        return plan
+
+    plan = planned(0.0)
+    if not hasattr(task, "batch_tokens_for"):
+        return plan
+    tokens = task.batch_tokens_for(plan["steps"])
+    if tokens != task.cfg["batch_tokens"]:
+        log(f"{plan['steps']} steps of {task.cfg['batch_tokens']} tokens is a short run (under short_run_steps = "
+            f"{task.cfg['short_run_steps']}): batches of {tokens} tokens learn more in it, so the run is planned "
+            f"again at that size")
+        first = {"batch_tokens": task.cfg["batch_tokens"], "steps": plan["steps"]}
+        task.set_batch_tokens(tokens)
+        plan = {**planned(time.perf_counter() - began), "first_plan": first}
+    return {**plan, "batch_tokens": task.cfg["batch_tokens"]}
+
+
 def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_every=None, progress=True,
           log=print, max_steps=None, max_minutes=None, distributed=False, bucket_cap_mb=1.0):
     """Train `task_name` with `config` (overrides of its defaults); returns (task, model, result).
@@ -117,11 +144,10 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
             plan = read_checkpoint_contents(checkpoint)["extra"].get("plan")
         elif max_minutes is not None:
             agree = (lambda steps: int(dist.broadcast_bytes(str(steps).encode()))) if distributed else None
-            plan = budget.plan(task, model, optimizer, scheduler, rng, train_step, max_minutes, agree=agree)
-            log(f"time budget of {max_minutes:g} min: a step takes {plan['step_seconds']:.3f} s and a validation "
-                f"~{plan['validation_seconds']:.1f} s ({plan['validations']} of them), measured in "
-                f"{plan['probe_seconds']:.1f} s; planned {plan['steps']} steps")
+            plan = _plan_budget(task, model, optimizer, scheduler, rng, max_minutes, agree, began, log)
         if plan is not None:
+            if "batch_tokens" in plan and plan["batch_tokens"] != cfg["batch_tokens"]:
+                task.set_batch_tokens(plan["batch_tokens"])
             cfg["steps"] = plan["steps"]
             scheduler = task.schedule(optimizer)
         if hasattr(task, "describe_schedule"):
