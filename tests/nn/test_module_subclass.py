@@ -247,3 +247,58 @@ def test_register_parameter_and_module_as_torch():
     assert isinstance(model.lin, ct.nn.Linear) and model.w.shape == (2, 2)
     model.register_parameter("w", None)
     assert list(model.state_dict()) == ["lin.weight", "lin.bias"] and model.w is None
+
+
+def test_sequential_and_activations_match_torch():
+    """Sequential(Linear, GELU, Linear, SiLU, Linear, ReLU): torch's names ("0.weight", "2.bias", ...) and, from
+    the same weights, its outputs and gradients. ReLU last, on outputs kept off zero by the check below."""
+    torch.manual_seed(1)
+    reference = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.GELU(), torch.nn.Linear(8, 8), torch.nn.SiLU(),
+                                    torch.nn.Linear(8, 4), torch.nn.ReLU())
+    model = ct.nn.Sequential(ct.nn.Linear(5, 8), ct.nn.GELU(), ct.nn.Linear(8, 8), ct.nn.SiLU(), ct.nn.Linear(8, 4),
+                             ct.nn.ReLU())
+    assert list(model.state_dict()) == list(reference.state_dict())
+    torch_to_ct(reference, model)
+    x = rand((6, 5), seed=5)
+    before_relu = reference[:-1](torch.from_numpy(x)).detach().numpy()
+    assert np.abs(before_relu).min() > 1e-4, "an input of the ReLU is on float32's knife edge"
+    out, expected = model(ct.tensor(x)), reference(torch.from_numpy(x))
+    assert_close(out, expected.detach().numpy(), what="output")
+    assert_close(model[:-1](ct.tensor(x)), before_relu, what="a slice is a Sequential of the same modules")
+    out.sum().backward()
+    expected.sum().backward()
+    assert_grads_close(model, reference, rel=1e-5)
+    assert isinstance(model[1], ct.nn.GELU) and len(model) == 6 and len(list(model)) == 6
+    assert "(1): GELU()" in repr(model)
+    tanh = ct.nn.GELU(approximate="tanh")(ct.tensor(x))
+    assert_close(tanh, torch.nn.GELU(approximate="tanh")(torch.from_numpy(x)).numpy(), what="GELU tanh")
+    with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh'"):
+        ct.nn.GELU("erf")
+
+
+def test_module_list_names_and_renumbers_as_torch():
+    layers = ct.nn.ModuleList([ct.nn.Linear(2, 2) for _ in range(2)])
+    layers.append(ct.nn.LayerNorm(2))
+    layers.insert(0, ct.nn.Linear(2, 3))
+    reference = torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(2)])
+    reference.append(torch.nn.LayerNorm(2))
+    reference.insert(0, torch.nn.Linear(2, 3))
+    assert list(layers.state_dict()) == list(reference.state_dict())
+    assert layers[0].out_features == 3 and isinstance(layers[-1], ct.nn.LayerNorm)
+    assert [type(m).__name__ for m in layers[1:]] == ["Linear", "Linear", "LayerNorm"]
+
+    class Stack(ct.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = ct.nn.ModuleList(ct.nn.Linear(3, 3) for _ in range(3))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    stack = Stack()
+    assert [n for n, _ in stack.named_parameters()][:2] == ["layers.0.weight", "layers.0.bias"]
+    assert stack.num_parameters() == 3 * 12
+    with pytest.raises(TypeError, match="ModuleList.append: module must be a ctransformer.nn.Module, got int"):
+        layers.append(3)

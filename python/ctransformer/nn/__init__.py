@@ -27,6 +27,8 @@ from .._core.nn import (
     get_subsequent_mask,
 )
 from . import gpt
+from .activations import GELU, ReLU, SiLU
+from .containers import ModuleList, Sequential
 from .gpt import GPT
 from .. import marian as _marian
 
@@ -62,5 +64,6 @@ __all__ = [
     "Module", "Parameter", "Linear", "Embedding", "LayerNorm", "Dropout", "IncompatibleKeys",
     "PositionalEncoding", "ScaledDotProductAttention", "MultiHeadAttention", "PositionwiseFeedForward",
     "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "PositionEmbedding", "Transformer",
-    "TransformerConfig", "get_pad_mask", "get_subsequent_mask", "gpt", "GPT",
+    "TransformerConfig", "get_pad_mask", "get_subsequent_mask", "gpt", "GPT", "ModuleList", "Sequential", "ReLU",
+    "GELU", "SiLU",
 ]
