@@ -85,8 +85,8 @@ def _plan_budget(task, model, optimizer, scheduler, rng, minutes, agree, began, 
         return plan
     tokens = task.batch_tokens_for(plan["steps"])
     if tokens != task.cfg["batch_tokens"]:
-        log(f"{plan['steps']} steps of {task.cfg['batch_tokens']} tokens is a short run (under short_run_steps = "
-            f"{task.cfg['short_run_steps']}): batches of {tokens} tokens learn more in it, so the run is planned "
+        log(f"{plan['steps']} steps of {task.cfg['batch_tokens']} tokens is a short run (under short_run_tokens = "
+            f"{task.cfg['short_run_tokens']}): batches of {tokens} tokens learn more in it, so the run is planned "
             f"again at that size")
         first = {"batch_tokens": task.cfg["batch_tokens"], "steps": plan["steps"]}
         task.set_batch_tokens(tokens)

@@ -207,7 +207,7 @@ def test_batcher_bad_input():
 TINY = {"vocab_size": 300, "d_model": 32, "d_inner": 64, "n_layers": 1, "n_head": 4, "batch_tokens": 600,
         "schedule": "noam", "lr_factor": 0.5, "warmup": 30, "log_every": 10, "val_sentences": 20, "eval_batch_size": 20,
         "beam_size": 2, "max_len_ratio": 1.2, "n_position": 64, "max_len": 60, "average_last": 2,
-        "short_run_steps": 0}
+        "short_run_tokens": 0}
 
 
 @pytest.fixture(scope="module")
@@ -325,28 +325,33 @@ def test_fitted_schedule_warms_up_peaks_and_anneals_over_the_steps(corpus_files)
 
 
 def test_a_short_budget_trains_on_smaller_batches(corpus_files):
-    """The rule a budgeted run sizes its batches by: fewer than short_run_steps planned steps of batch_tokens
-    -> short_run_batch_tokens; short_run_steps=0 (or short_run_batch_tokens=0) keeps batch_tokens."""
+    """The rule a budgeted run sizes its batches by: fewer than short_run_tokens in planned steps x batch_tokens
+    -> short_run_batch_tokens, if that is smaller; short_run_tokens=0 (or short_run_batch_tokens=0) keeps
+    batch_tokens."""
     from ctransformer.tasks.multi30k import Multi30k
 
-    task = Multi30k({**_tiny(corpus_files), "batch_tokens": 1024, "short_run_steps": 2500, "short_run_batch_tokens": 512})
+    assert Multi30k().cfg["short_run_tokens"] == 2500 * 1024 and Multi30k().cfg["short_run_batch_tokens"] == 512
+    rule = {"short_run_tokens": 2500 * 1024, "short_run_batch_tokens": 512}
+    task = Multi30k({**_tiny(corpus_files), "batch_tokens": 1024, **rule})
     assert [task.batch_tokens_for(n) for n in (1, 1850, 2499, 2500, 8000)] == [512, 512, 512, 1024, 1024]
-    assert Multi30k().cfg["short_run_steps"] == 2500 and Multi30k().cfg["short_run_batch_tokens"] == 512
-    for off in ({"short_run_steps": 0}, {"short_run_batch_tokens": 0}):
-        task = Multi30k({**_tiny(corpus_files), "batch_tokens": 1024, "short_run_steps": 2500, **off})
-        assert task.batch_tokens_for(100) == 1024
+    task = Multi30k({**_tiny(corpus_files), "batch_tokens": 4096, **rule})
+    assert [task.batch_tokens_for(n) for n in (624, 625)] == [512, 4096]
+    for keep in ({"short_run_tokens": 0}, {"short_run_batch_tokens": 0}, {"batch_tokens": 512},
+                 {"batch_tokens": 400}):
+        task = Multi30k({**_tiny(corpus_files), "batch_tokens": 1024, **rule, **keep})
+        assert task.batch_tokens_for(100) == task.cfg["batch_tokens"]
 
 
 @pytest.mark.parametrize("precision, short", [("fp32", False), ("bf16", False), ("fp32", True)])
 def test_a_budgeted_run_is_the_run_of_the_steps_it_planned(corpus_files, tmp_path, precision, short):
     """--max-minutes with the fitted schedule measures its step (and puts back everything the measuring
     steps changed), plans a count, and is then bitwise the --steps run of that count; a resumed run keeps the
-    plan from its checkpoint (issue 35). short: the plan buys fewer than short_run_steps steps, so the run is
+    plan from its checkpoint (issue 35). short: the plan buys fewer than short_run_tokens, so the run is
     planned again with batches of short_run_batch_tokens, and is the --steps run at that batch size."""
     from ctransformer.train import train
 
     cfg = _tiny(corpus_files, schedule="fitted", precision=precision, log_every=1, val_sentences=4, beam_size=1,
-                average_last=2, **({"short_run_steps": 10**6, "short_run_batch_tokens": 300} if short else {}))
+                average_last=2, **({"short_run_tokens": 10**9, "short_run_batch_tokens": 300} if short else {}))
     path = str(tmp_path / "budget.safetensors")
     messages = []
     _, _, first = train("multi30k", cfg, checkpoint=path, progress=False, log=messages.append, max_minutes=0.02,
