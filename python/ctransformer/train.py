@@ -67,31 +67,39 @@ def train_step(task, model, optimizer, scheduler, rng, step):
     return {**metrics, "tokens": global_count}
 
 
-def _plan_budget(task, model, optimizer, scheduler, rng, minutes, agree, began, log):
-    """ctransformer.budget's plan for a run of `minutes`, logged. A task that sizes its batches by the run
-    (batch_tokens_for: multi30k) is planned again at the batch size the first plan's step count calls for;
-    the plan then names that size, and the time the first plan took counts against the budget."""
-    def planned(spent):
+def _build(task):
+    """(model, optimizer, scheduler, numpy rng) of the task's configuration, from the run's seed."""
+    ct.manual_seed(task.cfg["seed"])
+    rng = np.random.default_rng(task.cfg["seed"])
+    return (*task.build(), rng)
+
+
+def _plan_budget(task, built, minutes, agree, began, log):
+    """(plan, built) for a run of `minutes` (ctransformer.budget), logged; `built` is _build's tuple. A task with
+    a recipe for short runs (short_run_config: multi30k) whose first plan is short is built again from the seed
+    with that recipe and planned again; the plan names the settings it changed ("config"), the time the first
+    plan took counting against the budget."""
+    def planned(built, spent):
+        model, optimizer, scheduler, rng = built
         plan = budget.plan(task, model, optimizer, scheduler, rng, train_step, minutes, agree=agree,
                            spent_seconds=spent)
+        tokens = f" of {task.cfg['batch_tokens']} tokens" if "batch_tokens" in task.cfg else ""
         log(f"time budget of {minutes:g} min: a step takes {plan['step_seconds']:.3f} s and a validation "
             f"~{plan['validation_seconds']:.1f} s ({plan['validations']} of them), measured in "
-            f"{plan['probe_seconds']:.1f} s; planned {plan['steps']} steps" +
-            (f" of {task.cfg['batch_tokens']} tokens" if hasattr(task, "batch_tokens_for") else ""))
+            f"{plan['probe_seconds']:.1f} s; planned {plan['steps']} steps{tokens}")
         return plan
 
-    plan = planned(0.0)
-    if not hasattr(task, "batch_tokens_for"):
-        return plan
-    tokens = task.batch_tokens_for(plan["steps"])
-    if tokens != task.cfg["batch_tokens"]:
+    plan = planned(built, 0.0)
+    changes = task.short_run_config(plan["steps"]) if hasattr(task, "short_run_config") else {}
+    if changes:
+        settings = ", ".join(f"{key}={value}" for key, value in changes.items())
         log(f"{plan['steps']} steps of {task.cfg['batch_tokens']} tokens is a short run (under short_run_tokens = "
-            f"{task.cfg['short_run_tokens']}): batches of {tokens} tokens learn more in it, so the run is planned "
-            f"again at that size")
-        first = {"batch_tokens": task.cfg["batch_tokens"], "steps": plan["steps"]}
-        task.set_batch_tokens(tokens)
-        plan = {**planned(time.perf_counter() - began), "first_plan": first}
-    return {**plan, "batch_tokens": task.cfg["batch_tokens"]}
+            f"{task.cfg['short_run_tokens']}): it trains with the short-run recipe, {settings}, planned again")
+        first = {"steps": plan["steps"], **{key: task.cfg[key] for key in changes}}
+        task.cfg.update(changes)
+        built = _build(task)
+        plan = {**planned(built, time.perf_counter() - began), "config": changes, "first_plan": first}
+    return plan, built
 
 
 def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_every=None, progress=True,
@@ -131,23 +139,24 @@ def train(task_name, config=None, checkpoint=None, resume=False, checkpoint_ever
     except ValueError as error:
         raise ValueError(f"train: {error}") from None
     cfg = task.cfg
-    ct.manual_seed(cfg["seed"])
-    rng = np.random.default_rng(cfg["seed"])
-    model, optimizer, scheduler = task.build()
+    built = _build(task)
     if resume and (not checkpoint or not os.path.exists(checkpoint)):
         raise FileNotFoundError(f"train: --resume needs an existing --checkpoint file, got {checkpoint!r}")
     # A task whose schedule fits the run's steps (fits_budget) lays it over the steps a time budget buys,
     # measured now (ctransformer.budget); a resumed run keeps the plan its checkpoint stored.
     plan, began = None, time.perf_counter()
-    if getattr(task, "fits_budget", False):
-        if resume:
-            plan = read_checkpoint_contents(checkpoint)["extra"].get("plan")
-        elif max_minutes is not None:
-            agree = (lambda steps: int(dist.broadcast_bytes(str(steps).encode()))) if distributed else None
-            plan = _plan_budget(task, model, optimizer, scheduler, rng, max_minutes, agree, began, log)
+    fits_budget = getattr(task, "fits_budget", False)
+    if fits_budget and resume:
+        plan = read_checkpoint_contents(checkpoint)["extra"].get("plan")
+        if plan and plan.get("config"):          # the short-run recipe the plan chose
+            cfg.update(plan["config"])
+            built = _build(task)
+    elif fits_budget and max_minutes is not None:
+        agree = (lambda steps: int(dist.broadcast_bytes(str(steps).encode()))) if distributed else None
+        plan, built = _plan_budget(task, built, max_minutes, agree, began, log)
+    model, optimizer, scheduler, rng = built
+    if fits_budget:
         if plan is not None:
-            if "batch_tokens" in plan and plan["batch_tokens"] != cfg["batch_tokens"]:
-                task.set_batch_tokens(plan["batch_tokens"])
             cfg["steps"] = plan["steps"]
             scheduler = task.schedule(optimizer)
         if hasattr(task, "describe_schedule"):

@@ -324,22 +324,23 @@ def test_fitted_schedule_warms_up_peaks_and_anneals_over_the_steps(corpus_files)
     assert Multi30k(_tiny(corpus_files, schedule="fitted", steps=3, average_last=5)).kept_steps() == [1, 2, 3]
 
 
-def test_a_short_budget_trains_on_smaller_batches(corpus_files):
-    """The rule a budgeted run sizes its batches by: fewer than short_run_tokens in planned steps x batch_tokens
-    -> short_run_batch_tokens, if that is smaller; short_run_tokens=0 (or short_run_batch_tokens=0) keeps
-    batch_tokens."""
+def test_a_short_budget_takes_the_short_run_recipe(corpus_files):
+    """The rule a budgeted run picks its recipe by: fewer than short_run_tokens in planned steps x batch_tokens
+    -> short_run_batch_tokens (if smaller) and short_run_dropout; short_run_tokens=0 keeps the settings."""
     from ctransformer.tasks.multi30k import Multi30k
 
-    assert Multi30k().cfg["short_run_tokens"] == 2500 * 1024 and Multi30k().cfg["short_run_batch_tokens"] == 512
-    rule = {"short_run_tokens": 2500 * 1024, "short_run_batch_tokens": 512}
-    task = Multi30k({**_tiny(corpus_files), "batch_tokens": 1024, **rule})
-    assert [task.batch_tokens_for(n) for n in (1, 1850, 2499, 2500, 8000)] == [512, 512, 512, 1024, 1024]
-    task = Multi30k({**_tiny(corpus_files), "batch_tokens": 4096, **rule})
-    assert [task.batch_tokens_for(n) for n in (624, 625)] == [512, 4096]
-    for keep in ({"short_run_tokens": 0}, {"short_run_batch_tokens": 0}, {"batch_tokens": 512},
-                 {"batch_tokens": 400}):
-        task = Multi30k({**_tiny(corpus_files), "batch_tokens": 1024, **rule, **keep})
-        assert task.batch_tokens_for(100) == task.cfg["batch_tokens"]
+    defaults = Multi30k().cfg
+    assert defaults["short_run_tokens"] == 2500 * 1024 and defaults["short_run_batch_tokens"] == 512
+    rule = {"short_run_tokens": 2500 * 1024, "short_run_batch_tokens": 512, "short_run_dropout": 0.0}
+    task = Multi30k({**_tiny(corpus_files), "batch_tokens": 1024, "dropout": 0.1, **rule})
+    short = {"batch_tokens": 512, "dropout": 0.0}
+    assert [task.short_run_config(n) for n in (1, 1850, 2499, 2500, 8000)] == [short, short, short, {}, {}]
+    task = Multi30k({**_tiny(corpus_files), "batch_tokens": 4096, "dropout": 0.0, **rule})
+    assert [task.short_run_config(n) for n in (624, 625)] == [{"batch_tokens": 512}, {}]
+    for keep in ({"short_run_tokens": 0}, {"short_run_batch_tokens": 0, "short_run_dropout": 0.1},
+                 {"batch_tokens": 400, "short_run_dropout": 0.1}):
+        task = Multi30k({**_tiny(corpus_files), "batch_tokens": 1024, "dropout": 0.1, **rule, **keep})
+        assert task.short_run_config(100) == {}
 
 
 @pytest.mark.parametrize("precision, short", [("fp32", False), ("bf16", False), ("fp32", True)])
@@ -347,30 +348,33 @@ def test_a_budgeted_run_is_the_run_of_the_steps_it_planned(corpus_files, tmp_pat
     """--max-minutes with the fitted schedule measures its step (and puts back everything the measuring
     steps changed), plans a count, and is then bitwise the --steps run of that count; a resumed run keeps the
     plan from its checkpoint (issue 35). short: the plan buys fewer than short_run_tokens, so the run is
-    planned again with batches of short_run_batch_tokens, and is the --steps run at that batch size."""
+    built again with the short-run recipe (batches of short_run_batch_tokens, short_run_dropout) and planned
+    again, and is the --steps run with those settings."""
     from ctransformer.train import train
 
     cfg = _tiny(corpus_files, schedule="fitted", precision=precision, log_every=1, val_sentences=4, beam_size=1,
-                average_last=2, **({"short_run_tokens": 10**9, "short_run_batch_tokens": 300} if short else {}))
+                average_last=2, **({"short_run_tokens": 10**9, "short_run_batch_tokens": 300, "short_run_dropout": 0.0} if short else {}))
     path = str(tmp_path / "budget.safetensors")
     messages = []
     _, _, first = train("multi30k", cfg, checkpoint=path, progress=False, log=messages.append, max_minutes=0.02,
                         max_steps=4)
     plan = first["plan"]
-    tokens = 300 if short else TINY["batch_tokens"]
+    recipe = {"batch_tokens": 300, "dropout": 0.0} if short else {}
+    tokens = recipe.get("batch_tokens", TINY["batch_tokens"])
     assert plan["steps"] > 4 and plan["step_seconds"] > 0 and plan["validations"] == 2, plan
-    assert plan["batch_tokens"] == tokens
     budgeted = [m for m in messages if m.startswith("time budget of 0.02 min")]
     assert budgeted[-1].endswith(f"planned {plan['steps']} steps of {tokens} tokens"), messages
     if short:
-        assert len(budgeted) == 2 and plan["first_plan"]["batch_tokens"] == TINY["batch_tokens"]
+        assert len(budgeted) == 2 and plan["config"] == recipe
+        assert plan["first_plan"] == {"steps": plan["first_plan"]["steps"], "batch_tokens": TINY["batch_tokens"],
+                                      "dropout": 0.1}
         assert any(m.startswith(f"{plan['first_plan']['steps']} steps of {TINY['batch_tokens']} tokens is a short run")
-                   for m in messages), messages
+                   and m.endswith("short-run recipe, batch_tokens=300, dropout=0.0, planned again") for m in messages)
     else:
-        assert len(budgeted) == 1 and "first_plan" not in plan
+        assert len(budgeted) == 1 and "first_plan" not in plan and "config" not in plan
     _, model_b, rest = train("multi30k", cfg, checkpoint=path, resume=True, progress=False, log=_quiet)
     assert rest["steps"] == plan["steps"] and rest["plan"] == plan
-    _, model_a, straight = train("multi30k", {**cfg, "steps": plan["steps"], "batch_tokens": tokens},
+    _, model_a, straight = train("multi30k", {**cfg, "steps": plan["steps"], **recipe},
                                  checkpoint=str(tmp_path / "a.safetensors"), progress=False, log=_quiet)
     assert "plan" not in straight
     keys = ("step", "loss", "lr", "val_loss")

@@ -53,11 +53,12 @@ class Multi30k(Task):
         "init_from": "", "save_pretrained": "",
         # Subwords and batches. Pairs with a side of more than max_len subwords are left out of training.
         "vocab_size": 8000, "subword_model": "bpe", "max_len": 100, "batch_tokens": 1024,
-        # A time budget that buys fewer than short_run_tokens batch tokens (steps x batch_tokens: 2500 steps of
-        # 1024, more than an AVX2-only CPU's half hour) trains on smaller batches of short_run_batch_tokens
-        # instead, planned again at that size: for the same time, more and smaller batches learn more in a short
-        # run (docs/translation.md, "Recipes measured"). short_run_tokens=0 keeps batch_tokens whatever the budget.
-        "short_run_tokens": 2_560_000, "short_run_batch_tokens": 512,
+        # The short-run recipe: a time budget that buys fewer than short_run_tokens batch tokens (steps x
+        # batch_tokens: 2500 steps of 1024, more than an AVX2-only CPU's half hour) trains on smaller batches,
+        # short_run_batch_tokens, with short_run_dropout, planned again with them: in a run that short, more and
+        # smaller batches learn more for the same time (docs/translation.md, "Recipes measured").
+        # short_run_tokens=0 keeps the settings above whatever the budget.
+        "short_run_tokens": 2_560_000, "short_run_batch_tokens": 512, "short_run_dropout": 0.1,
         # The model (the post-norm Transformer, tied embeddings; d_k = d_v = d_model / n_head).
         # scale_emb_or_prj 'emb' (the tied embedding times sqrt(d_model)), not the reference's default 'prj'
         # (logits times d_model^-0.5): with 'prj' the Xavier-initialised embedding (std ~0.016 at 8000 x 256)
@@ -145,12 +146,11 @@ class Multi30k(Task):
         tgt = encode(self.train_corpus.tgt, target=True)
         keep = [i for i in range(len(src)) if len(src[i]) <= cfg["max_len"] and len(tgt[i]) <= cfg["max_len"]]
         special = dict(pad=self.pad_id, bos=self.bos_id, eos=self.eos_id)
-        self._train_ids = ([src[i] for i in keep], [tgt[i] for i in keep], special)
-        self.batcher = TokenBatcher(*self._train_ids[:2], cfg["batch_tokens"], cfg["seed"], **special)
+        self.batcher = TokenBatcher([src[i] for i in keep], [tgt[i] for i in keep], cfg["batch_tokens"], cfg["seed"],
+                                    **special)
         room = cfg["n_position"] - 1 if model is None else model.config.n_position - 1
         self.valid_ids = ([s[:room] for s in encode(self.valid_corpus.src)],
                           [t[:room] for t in encode(self.valid_corpus.tgt, target=True)])
-        self._valid_room = room
         self.valid_batcher = TokenBatcher(*self.valid_ids, max(cfg["batch_tokens"], room + 1), seed=0, **special)
         self.log(f"multi30k: {len(keep)} training pairs ({empty} with an empty side and {len(src) - len(keep)} "
                  f"over {cfg['max_len']} subwords left out), {len(self.vocab)} subwords, {len(self.batcher)} "
@@ -165,25 +165,19 @@ class Multi30k(Task):
         self._minutes_before = 0.0
         return model, optimizer, self.schedule(optimizer)
 
-    # --- the batch and the schedule over the run's steps -------------------------------------------------
-    def batch_tokens_for(self, planned_steps):
-        """The batch size in tokens for a budgeted run that buys `planned_steps` steps of cfg["batch_tokens"]."""
+    # --- the recipe and the schedule over the run's steps ------------------------------------------------
+    def short_run_config(self, planned_steps):
+        """The settings a budgeted run that buys `planned_steps` steps of batch_tokens trains with instead (the
+        short-run recipe, when those steps hold fewer than short_run_tokens batch tokens), as overrides of its
+        config; {} for none. A batch is never made larger."""
         cfg = self.cfg
-        short = planned_steps * cfg["batch_tokens"] < cfg["short_run_tokens"]
+        if planned_steps * cfg["batch_tokens"] >= cfg["short_run_tokens"]:
+            return {}
         smaller = 0 < cfg["short_run_batch_tokens"] < cfg["batch_tokens"]
-        return cfg["short_run_batch_tokens"] if short and smaller else cfg["batch_tokens"]
+        recipe = {"batch_tokens": cfg["short_run_batch_tokens"] if smaller else cfg["batch_tokens"],
+                  "dropout": cfg["short_run_dropout"]}
+        return {key: value for key, value in recipe.items() if value != cfg[key]}
 
-    def set_batch_tokens(self, tokens):
-        """Train on batches of about `tokens` tokens from now on (before the first step: a plan's choice)."""
-        src, tgt, special = self._train_ids
-        self.cfg["batch_tokens"] = tokens
-        self.batcher = TokenBatcher(src, tgt, tokens, self.cfg["seed"], **special)
-        # validation batched as build() batches it at this size: the run is the run built with it
-        self.valid_batcher = TokenBatcher(*self.valid_ids, max(tokens, self._valid_room + 1), seed=0, **special)
-        self.log(f"multi30k: {len(self.batcher)} batches of <= {tokens} tokens an epoch, padding "
-                 f"{100 * self.batcher.padding_fraction(0):.1f}%")
-
-    # --- the schedule over the run's steps ---------------------------------------------------------------
     @property
     def fits_budget(self):
         """A --max-minutes run plans its steps first (ctransformer.budget) when the schedule is laid over them."""
