@@ -331,6 +331,7 @@ def test_a_short_budget_takes_the_short_run_recipe(corpus_files):
 
     defaults = Multi30k().cfg
     assert defaults["short_run_tokens"] == 2500 * 1024 and defaults["short_run_batch_tokens"] == 512
+    assert defaults["short_run_dropout"] == 0.0 and defaults["dropout"] == 0.1
     rule = {"short_run_tokens": 2500 * 1024, "short_run_batch_tokens": 512, "short_run_dropout": 0.0}
     task = Multi30k({**_tiny(corpus_files), "batch_tokens": 1024, "dropout": 0.1, **rule})
     short = {"batch_tokens": 512, "dropout": 0.0}
