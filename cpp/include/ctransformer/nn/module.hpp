@@ -69,7 +69,8 @@ protected:
         children_.emplace_back(name, m);
         return m;
     }
-    // For modules whose members are named at run time (DynamicModule). The registered parameter or buffer of that name (null if there is none).
+    // For modules whose members are named at run time (DynamicModule).
+    // The registered parameter or buffer of that name (null if there is none).
     Tensor* registered_tensor(const std::string& name) const;
     bool is_persistent(const std::string& buffer) const;
     // Puts `m` in the place of the child `name` (its position, and so torch's state_dict order, kept).
