@@ -23,10 +23,17 @@ class ModuleList(Module):
         for i, module in enumerate(self._items):
             self.add_module(str(i), module)
 
-    def append(self, module):
+    def _check(self, method, module):
         if not isinstance(module, Module):
-            raise TypeError(f"{type(self).__name__}.append: module must be a ctransformer.nn.Module, got "
+            raise TypeError(f"{type(self).__name__}.{method}: module must be a ctransformer.nn.Module, got "
                             f"{type(module).__name__}")
+
+    def _sliced(self, items):
+        # a slice is a container of the same kind, as in torch
+        return ModuleList(items)
+
+    def append(self, module):
+        self._check("append", module)
         self._items.append(module)
         self.add_module(str(len(self._items) - 1), module)
         return self
@@ -37,15 +44,13 @@ class ModuleList(Module):
         return self
 
     def insert(self, index, module):
-        if not isinstance(module, Module):
-            raise TypeError(f"{type(self).__name__}.insert: module must be a ctransformer.nn.Module, got "
-                            f"{type(module).__name__}")
+        self._check("insert", module)
         self._items.insert(index, module)
         self._renumber()
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return ModuleList(self._items[index])
+            return self._sliced(self._items[index])
         return self._items[index]
 
     def __len__(self):
@@ -61,10 +66,8 @@ class Sequential(ModuleList):
     def __init__(self, *modules):
         super().__init__(modules)
 
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return Sequential(*self._items[index])
-        return self._items[index]
+    def _sliced(self, items):
+        return Sequential(*items)
 
     def forward(self, input):
         for module in self._items:
