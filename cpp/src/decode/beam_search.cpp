@@ -71,6 +71,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
     }
     NoGradGuard no_grad;
     PackedWeights packing;   // the call's products of many rows read their weights packed once
+    parallel::KeepAwake awake;   // the pool's workers, between the call's products
     const double lp_max = length_penalty(max_len - 1, alpha);
 
     std::vector<std::vector<Live>> live(b);

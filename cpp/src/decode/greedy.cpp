@@ -7,6 +7,7 @@
 #include "ctransformer/decode/step_decoder.hpp"
 #include "ctransformer/decode/packed_weights.hpp"
 #include "../kernels/simd/search.hpp"
+#include "../runtime/parallel.hpp"
 #include "decode_checks.hpp"
 
 namespace ct::decode {
@@ -18,6 +19,7 @@ GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, 
     rules.check(model.config.n_trg_vocab, end_symbol.has_value(), "greedy_decode");
     NoGradGuard no_grad;
     PackedWeights packing;   // the call's products of many rows read their weights packed once
+    parallel::KeepAwake awake;   // the pool's workers, between the call's products
     const std::size_t b = src.shape[0], V = model.config.n_trg_vocab;
     GreedyOutput result;
     result.ids = {std::vector<std::int64_t>(b * max_len, model.config.trg_pad_idx), {b, max_len}};

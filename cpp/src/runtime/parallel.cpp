@@ -1,5 +1,6 @@
 #include "parallel.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -25,14 +26,29 @@ namespace ct::parallel {
 
 namespace {
 
-// How long an idle worker spins before sleeping. Short: a spinning worker takes the core from
-// whatever runs next. CTRANSFORMER_SPIN_US overrides it.
-long spin_ns() {
+// CTRANSFORMER_SPIN_US in nanoseconds, or -1 when it is not set.
+long spin_ns_from_env() {
     static const long ns = [] {
         const char* env = std::getenv("CTRANSFORMER_SPIN_US");
-        return env ? std::atol(env) * 1000 : 30000L;
+        return env ? std::max(0L, std::atol(env) * 1000) : -1L;
     }();
     return ns;
+}
+
+// How long a thread waiting for the others spins before sleeping. Short: a spinning worker takes the core
+// from whatever runs next. CTRANSFORMER_SPIN_US overrides it.
+long spin_ns() {
+    const long env = spin_ns_from_env();
+    return env >= 0 ? env : 30000L;
+}
+
+std::atomic<int> g_keep_awake{0};  // KeepAwake objects alive
+
+// How long an idle worker spins before sleeping: 1 ms while a KeepAwake lives (parallel.hpp), else spin_ns().
+long idle_spin_ns() {
+    const long env = spin_ns_from_env();
+    if (env >= 0) return env;
+    return g_keep_awake.load(std::memory_order_relaxed) > 0 ? 1000000L : 30000L;
 }
 
 thread_local bool t_in_worker = false;  // inside a piece: nested parallel_for runs inline
@@ -139,7 +155,7 @@ private:
         for (;;) {
             // Spin a while (kernels come back to back within a step), then sleep.
             std::uint32_t now = seen;
-            const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns());
+            const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(idle_spin_ns());
             for (unsigned i = 1; (now = task_.load(std::memory_order_acquire)) == seen; ++i) {
                 CT_PAUSE();
                 if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
@@ -200,6 +216,9 @@ int threads() {
 }
 
 void set_default_threads_source(int (*source)()) { g_default_source.store(source); }
+
+KeepAwake::KeepAwake() { g_keep_awake.fetch_add(1, std::memory_order_relaxed); }
+KeepAwake::~KeepAwake() { g_keep_awake.fetch_sub(1, std::memory_order_relaxed); }
 
 void run(std::size_t n, std::size_t pieces, ChunkFn fn, void* ctx) {
     const int t = threads();
