@@ -353,8 +353,9 @@ def test_a_budgeted_run_is_the_run_of_the_steps_it_planned(corpus_files, tmp_pat
     again, and is the --steps run with those settings."""
     from ctransformer.train import train
 
+    rule = {"short_run_tokens": 10**9, "short_run_batch_tokens": 300, "short_run_dropout": 0.0} if short else {}
     cfg = _tiny(corpus_files, schedule="fitted", precision=precision, log_every=1, val_sentences=4, beam_size=1,
-                average_last=2, **({"short_run_tokens": 10**9, "short_run_batch_tokens": 300, "short_run_dropout": 0.0} if short else {}))
+                average_last=2, **rule)
     path = str(tmp_path / "budget.safetensors")
     messages = []
     _, _, first = train("multi30k", cfg, checkpoint=path, progress=False, log=messages.append, max_minutes=0.02,

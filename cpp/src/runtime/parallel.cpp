@@ -44,11 +44,10 @@ long spin_ns() {
 
 std::atomic<int> g_keep_awake{0};  // KeepAwake objects alive
 
-// How long an idle worker spins before sleeping: 1 ms while a KeepAwake lives (parallel.hpp), else spin_ns().
+// How long an idle worker spins before sleeping: 1 ms while a KeepAwake lives (parallel.hpp) and
+// CTRANSFORMER_SPIN_US is not set, else spin_ns().
 long idle_spin_ns() {
-    const long env = spin_ns_from_env();
-    if (env >= 0) return env;
-    return g_keep_awake.load(std::memory_order_relaxed) > 0 ? 1000000L : 30000L;
+    return spin_ns_from_env() < 0 && g_keep_awake.load(std::memory_order_relaxed) > 0 ? 1000000L : spin_ns();
 }
 
 thread_local bool t_in_worker = false;  // inside a piece: nested parallel_for runs inline
