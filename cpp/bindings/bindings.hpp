@@ -20,5 +20,6 @@ void bind_decode(py::module_& m);
 void bind_distributed(py::module_& m);
 void bind_precision(py::module_& m);
 void bind_quantization(py::module_& m);
+void bind_serve(py::module_& m);
 
 }  // namespace ctpy

@@ -167,4 +167,6 @@ PYBIND11_MODULE(_core, m) {
     ctpy::bind_distributed(distributed);
     auto amp = m.def_submodule("amp", "Mixed precision: bf16 rounding, the bf16 GEMM and autocast regions.");
     ctpy::bind_precision(amp);
+    auto serve = m.def_submodule("serve", "Continuous batching of translation requests for a server.");
+    ctpy::bind_serve(serve);
 }

@@ -75,6 +75,12 @@ def _check_beam_size(value):
     return value
 
 
+def _check_max_decoding_length(value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"Translator: max_decoding_length must be an int >= 1 or None, got {value!r}")
+    return value
+
+
 def _check_length_penalty(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise ValueError(f"Translator: length_penalty must be >= 0, got {value!r}")
@@ -161,15 +167,20 @@ class Translator:
                 self.truncated += 1
         return ids
 
-    def max_len(self, src_len):
-        """Target positions allowed (start symbol counted) for a batch whose longest source has src_len ids."""
-        return max(2, min(self.max_length, int(math.ceil(self.max_len_ratio * src_len)) + self.max_len_extra))
+    def max_len(self, src_len, max_decoding_length=None):
+        """Target positions allowed (start symbol counted) for a batch whose longest source has src_len ids
+        (end of sentence included): the ratio rule, capped by the translator's max_length, and by
+        max_decoding_length + 1 when given (CTranslate2's name: at most that many tokens decoded, the end included)."""
+        cap = self.max_length if max_decoding_length is None else min(self.max_length, max_decoding_length + 1)
+        return max(2, min(cap, int(math.ceil(self.max_len_ratio * src_len)) + self.max_len_extra))
 
-    def translate_ids(self, ids, beam_size=None, length_penalty=None):
+    def translate_ids(self, ids, beam_size=None, length_penalty=None, max_decoding_length=None):
         """Output subword ids (end-of-sentence and padding removed) for each source id list, in order.
-        beam_size and length_penalty override the translator's own for this call."""
+        beam_size, length_penalty and max_decoding_length (at most that many tokens decoded, the end
+        included) override the translator's own for this call."""
         beam_size = self.beam_size if beam_size is None else _check_beam_size(beam_size)
         alpha = self.alpha if length_penalty is None else _check_length_penalty(length_penalty)
+        _check_max_decoding_length(max_decoding_length)
         out = [None] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         # The weights' packed copies (ct.decode.PackedWeights) kept across the batches, not made again for
@@ -180,12 +191,12 @@ class Translator:
                 src, _ = make_arrays([ids[i] for i in rows], None, pad=self.pad_id, eos=self.end_id)
                 mask = ct.nn.get_pad_mask(src, self.pad_id)
                 if self.search == "hf":
-                    hyps, _ = ct.decode.hf_beam_search(self.model, src, mask, self.max_len(src.shape[1]),
+                    hyps, _ = ct.decode.hf_beam_search(self.model, src, mask, self.max_len(src.shape[1], max_decoding_length),
                                                        self.start_id, self.end_id, num_beams=beam_size,
                                                        length_penalty=alpha, early_stopping=self.early_stopping,
                                                        banned=self.banned, force_end=self.force_end)
                 else:
-                    hyps, _ = ct.decode.beam_search(self.model, src, mask, self.max_len(src.shape[1]), self.start_id,
+                    hyps, _ = ct.decode.beam_search(self.model, src, mask, self.max_len(src.shape[1], max_decoding_length), self.start_id,
                                                     self.end_id, beam_size=beam_size, alpha=alpha,
                                                     banned=self.banned, force_end=self.force_end)
                 for r, i in enumerate(rows):
@@ -194,9 +205,10 @@ class Translator:
                     out[i] = h[:end[0]].tolist() if len(end) else h.tolist()
         return out
 
-    def translate(self, sentences, beam_size=None, length_penalty=None):
-        """Detokenised translations of raw sentences (an empty line translates to an empty line). beam_size and
-        length_penalty override the translator's own for this call."""
+    def translate(self, sentences, beam_size=None, length_penalty=None, max_decoding_length=None):
+        """Detokenised translations of raw sentences (an empty line translates to an empty line). beam_size,
+        length_penalty and max_decoding_length (at most that many tokens decoded, the end included: CTranslate2's
+        name) override the translator's own for this call."""
         if isinstance(sentences, str):
             raise TypeError("Translator.translate: expected a list of sentences, got one str (wrap it in a list)")
         sentences = list(sentences)
@@ -204,7 +216,7 @@ class Translator:
         ids = self.encode([sentences[i] for i in keep], [i + 1 for i in keep])
         result = [""] * len(sentences)
         with ct.no_grad():
-            outs = self.translate_ids(ids, beam_size, length_penalty)
+            outs = self.translate_ids(ids, beam_size, length_penalty, max_decoding_length)
             texts = self.vocab.decode(outs) if self.marian else [self.vocab.decode(out) for out in outs]
             for i, text in zip(keep, texts):
                 result[i] = text

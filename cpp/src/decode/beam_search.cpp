@@ -12,21 +12,13 @@
 #include "ctransformer/decode/packed_weights.hpp"
 #include "../kernels/simd/search.hpp"
 #include "decode_checks.hpp"
+#include "token_choice.hpp"
 
 namespace ct::decode {
 
+namespace detail {
+
 namespace {
-
-struct Live {
-    std::vector<std::int64_t> ids;
-    double log_prob;
-};
-
-struct Candidate {
-    double log_prob;
-    std::size_t hyp;   // index among the source's live hypotheses
-    std::int64_t word;
-};
 
 // Higher log P first; ties to the earlier hypothesis, then the smaller token id (so beam_size 1
 // picks what greedy's first-maximum arg-max picks).
@@ -37,6 +29,106 @@ bool better(const Candidate& a, const Candidate& b) {
 }
 
 }  // namespace
+
+void BestWords::compute(const float* logits, std::size_t rows, std::size_t V, std::size_t beam_size,
+                        const TokenRules& rules, bool forced, std::int64_t end_symbol) {
+    per_row = std::min(V, beam_size + rules.banned.size());
+    lp.resize(rows * per_row);
+    word.resize(rows * per_row);
+    n.resize(rows);
+    // A row's k best words by the vector loops of the kernel level (kernels/simd/search.cpp).
+    const auto best_words = kernels::search_loops().best_words;
+    // Each row reads V logits and does V exps; the selection then sees beam_size words a row.
+    parallel::parallel_for(rows, 1, [&](std::size_t begin, std::size_t end) {
+        for (std::size_t r = begin; r < end; ++r) {
+            const float* row = logits + r * V;
+            double* row_lp = lp.data() + r * per_row;
+            std::int64_t* row_word = word.data() + r * per_row;
+            n[r] = best_words(row, V, per_row, row_lp, row_word);
+            if (forced) {   // the last position: end_symbol only, adding 0 (Hugging Face's forced eos score)
+                row_lp[0] = 0.0;
+                row_word[0] = end_symbol;
+                n[r] = 1;
+                continue;
+            }
+            std::size_t kept = 0;   // drop the banned words, keep the order
+            for (std::size_t i = 0; i < n[r] && kept < beam_size; ++i)
+                if (!rules.is_banned(row_word[i])) {
+                    row_lp[kept] = row_lp[i];
+                    row_word[kept] = row_word[i];
+                    ++kept;
+                }
+            n[r] = kept;
+        }
+    });
+}
+
+Hypothesis finished_hypothesis(std::vector<std::int64_t> ids, double log_prob, bool ended, double alpha) {
+    const double score = log_prob / length_penalty(ids.size() - 1, alpha);
+    return {std::move(ids), log_prob, score, ended};
+}
+
+void advance_beam(std::vector<Live>& live, std::vector<Hypothesis>& finished, const BestWords& best, std::size_t row0,
+                  std::size_t t, const BeamSettings& settings, std::vector<Candidate>& candidates,
+                  std::vector<std::size_t>& parents) {
+    candidates.clear();
+    for (std::size_t j = 0; j < live.size(); ++j) {
+        const std::size_t r = row0 + j;
+        for (std::size_t i = 0; i < best.n[r]; ++i)
+            candidates.push_back({live[j].log_prob + best.lp[r * best.per_row + i], j, best.word[r * best.per_row + i]});
+    }
+    const std::size_t k = std::min(settings.beam_size, candidates.size());
+    std::partial_sort(candidates.begin(), candidates.begin() + std::ptrdiff_t(k), candidates.end(), better);
+    std::vector<Live> next;
+    const std::size_t first_parent = parents.size();
+    for (std::size_t i = 0; i < k; ++i) {
+        const Candidate& c = candidates[i];
+        std::vector<std::int64_t> ids = live[c.hyp].ids;
+        ids.push_back(c.word);
+        if (c.word == settings.end_symbol)
+            finished.push_back(finished_hypothesis(std::move(ids), c.log_prob, true, settings.alpha));
+        else if (t + 1 == settings.max_len)   // out of room: finished as it is
+            finished.push_back(finished_hypothesis(std::move(ids), c.log_prob, false, settings.alpha));
+        else {
+            next.push_back({std::move(ids), c.log_prob});
+            parents.push_back(row0 + c.hyp);
+        }
+    }
+    // Early stop: no live hypothesis can beat the n_best-th finished one any more.
+    if (!next.empty() && finished.size() >= settings.n_best) {
+        std::vector<double> scores;
+        for (const auto& h : finished) scores.push_back(h.score);
+        std::nth_element(scores.begin(), scores.begin() + std::ptrdiff_t(settings.n_best - 1), scores.end(),
+                         std::greater<double>());
+        double bound = -std::numeric_limits<double>::infinity();
+        for (const auto& h : next) bound = std::max(bound, h.log_prob / settings.lp_max);
+        if (scores[settings.n_best - 1] >= bound) {
+            parents.resize(first_parent);
+            next.clear();
+        }
+    }
+    live = std::move(next);
+}
+
+std::int64_t greedy_word(const float* row, std::size_t V, const TokenRules& rules, bool last_position,
+                         std::int64_t end_symbol) {
+    // The first maximum of a row by the vector loops of the kernel level (kernels/simd/search.cpp).
+    auto word = std::int64_t(kernels::search_loops().first_max(row, V));
+    if (rules.force_end && last_position) return end_symbol;
+    if (!rules.is_banned(word)) return word;
+    std::int64_t best = -1;   // the first maximum over the ids allowed (a plain scan: rare)
+    for (std::size_t j = 0; j < V; ++j)
+        if (!rules.is_banned(std::int64_t(j)) && (best < 0 || row[j] > row[best])) best = std::int64_t(j);
+    return best;
+}
+
+void keep_best(std::vector<Hypothesis>& finished, std::size_t n_best) {
+    std::stable_sort(finished.begin(), finished.end(),
+                     [](const Hypothesis& a, const Hypothesis& c) { return a.score > c.score; });
+    if (finished.size() > n_best) finished.resize(n_best);
+}
+
+}  // namespace detail
 
 double length_penalty(std::size_t length, double alpha) { return std::pow((5.0 + double(length)) / 6.0, alpha); }
 
@@ -55,14 +147,12 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
         throw ValueError(fn + ": n_best must be between 1 and beam_size = " + std::to_string(beam_size) + ", got " +
                          std::to_string(n_best));
     const std::size_t b = src.shape[0], V = model.config.n_trg_vocab;
-    // Each row's best words: beam_size of them after the banned ones are dropped.
-    const std::size_t per_row = std::min(V, beam_size + rules.banned.size());
     {   // Sizes from user integers, checked before anything grows: each step keeps the beam_size best
         // words of up to b x beam_size decoder rows, and the caller gets b x n_best x max_len ids.
         const std::string beam_what = fn + ": beam_size = " + std::to_string(beam_size);
         const std::size_t candidates = checked_mul(checked_mul(b, beam_size, beam_what), beam_size,
                                                    beam_what + " (b x beam_size rows x beam_size best words)");
-        check_fits_in_memory(ct::detail::bytes_of(candidates, sizeof(Candidate) + sizeof(double) + sizeof(std::int64_t)),
+        check_fits_in_memory(ct::detail::bytes_of(candidates, sizeof(detail::Candidate) + sizeof(double) + sizeof(std::int64_t)),
                              beam_what + ": its " + std::to_string(candidates) + " candidates per step");
         const std::string best_what = fn + ": n_best = " + std::to_string(n_best);
         const std::size_t ids = checked_mul(checked_mul(b, n_best, best_what), max_len, best_what + " (b x n_best x max_len ids)");
@@ -72,27 +162,19 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
     NoGradGuard no_grad;
     PackedWeights packing;   // the call's products of many rows read their weights packed once
     parallel::KeepAwake awake;   // the pool's workers, between the call's products
-    const double lp_max = length_penalty(max_len - 1, alpha);
+    const detail::BeamSettings settings{beam_size, n_best, max_len, end_symbol, alpha, length_penalty(max_len - 1, alpha)};
 
-    std::vector<std::vector<Live>> live(b);
+    std::vector<std::vector<detail::Live>> live(b);
     std::vector<std::vector<Hypothesis>> finished(b);
     for (std::size_t s = 0; s < b; ++s) live[s].push_back({{start_symbol}, 0.0});
-    auto finish = [&](std::size_t s, std::vector<std::int64_t> ids, double log_prob, bool ended) {
-        const double score = log_prob / length_penalty(ids.size() - 1, alpha);
-        finished[s].push_back({std::move(ids), log_prob, score, ended});
-    };
     if (max_len == 1) {   // nothing to decode: [start_symbol] itself
-        for (std::size_t s = 0; s < b; ++s) finish(s, live[s][0].ids, 0.0, false);
+        for (std::size_t s = 0; s < b; ++s) finished[s].push_back(detail::finished_hypothesis(live[s][0].ids, 0.0, false, alpha));
         return finished;
     }
 
     auto decoder = make_step_decoder(model, src, src_mask, use_cache);   // row s: source s's first hypothesis
-    std::vector<Candidate> candidates;
-    std::vector<double> row_lp;          // row r's best words: [r * per_row, r * per_row + row_n[r])
-    std::vector<std::int64_t> row_word;
-    std::vector<std::size_t> row_n;
-    // A row's k best words by the vector loops of the kernel level (kernels/simd/search.cpp).
-    const auto best_words = kernels::search_loops().best_words;
+    std::vector<detail::Candidate> candidates;
+    detail::BestWords best;
     for (std::size_t t = 1; t < max_len; ++t) {
         check_should_stop(should_stop, "beam_search");
         std::vector<std::int64_t> last;   // decoder rows: the live hypotheses of source 0, then 1, ...
@@ -100,86 +182,19 @@ std::vector<std::vector<Hypothesis>> beam_search(const nn::Transformer& model, c
             for (const auto& h : hyps) last.push_back(h.ids.back());
         if (last.empty()) break;
         const Tensor logits = decoder->step(last);
-        // Each decoder row's log-softmax and best words, the rows spread over the threads (each row
-        // reads V logits and does V exps; the selection below then sees beam_size words a row).
-        const std::size_t rows = last.size();
-        row_lp.resize(rows * per_row);
-        row_word.resize(rows * per_row);
-        row_n.resize(rows);
-        const bool forced = rules.force_end && t + 1 == max_len;
-        parallel::parallel_for(rows, 1, [&](std::size_t begin, std::size_t end) {
-            for (std::size_t r = begin; r < end; ++r) {
-                const float* row = logits.data() + r * V;
-                double* lp = row_lp.data() + r * per_row;
-                std::int64_t* word = row_word.data() + r * per_row;
-                row_n[r] = best_words(row, V, per_row, lp, word);
-                if (forced) {   // the last position: end_symbol only, adding 0 (Hugging Face's forced eos score)
-                    lp[0] = 0.0;
-                    word[0] = end_symbol;
-                    row_n[r] = 1;
-                    continue;
-                }
-                std::size_t kept = 0;   // drop the banned words, keep the order
-                for (std::size_t i = 0; i < row_n[r] && kept < beam_size; ++i)
-                    if (!rules.is_banned(word[i])) {
-                        lp[kept] = lp[i];
-                        word[kept] = word[i];
-                        ++kept;
-                    }
-                row_n[r] = kept;
-            }
-        });
-
+        best.compute(logits.data(), last.size(), V, beam_size, rules, rules.force_end && t + 1 == max_len, end_symbol);
         std::vector<std::size_t> parents;   // the decoder row each new live hypothesis extends
         std::size_t row0 = 0;               // decoder row of source s's first live hypothesis
         for (std::size_t s = 0; s < b; ++s) {
-            std::vector<Live>& hyps = live[s];
-            if (hyps.empty()) continue;
-            candidates.clear();
-            for (std::size_t j = 0; j < hyps.size(); ++j) {
-                const std::size_t r = row0 + j;
-                for (std::size_t i = 0; i < row_n[r]; ++i)
-                    candidates.push_back({hyps[j].log_prob + row_lp[r * per_row + i], j, row_word[r * per_row + i]});
-            }
-            const std::size_t k = std::min(beam_size, candidates.size());
-            std::partial_sort(candidates.begin(), candidates.begin() + std::ptrdiff_t(k), candidates.end(), better);
-            std::vector<Live> next;
-            for (std::size_t i = 0; i < k; ++i) {
-                const Candidate& c = candidates[i];
-                std::vector<std::int64_t> ids = hyps[c.hyp].ids;
-                ids.push_back(c.word);
-                if (c.word == end_symbol)
-                    finish(s, std::move(ids), c.log_prob, true);
-                else if (t + 1 == max_len)   // out of room: finished as it is
-                    finish(s, std::move(ids), c.log_prob, false);
-                else {
-                    next.push_back({std::move(ids), c.log_prob});
-                    parents.push_back(row0 + c.hyp);
-                }
-            }
-            row0 += hyps.size();
-            // Early stop: no live hypothesis can beat the n_best-th finished one any more.
-            if (!next.empty() && finished[s].size() >= n_best) {
-                std::vector<double> scores;
-                for (const auto& h : finished[s]) scores.push_back(h.score);
-                std::nth_element(scores.begin(), scores.begin() + std::ptrdiff_t(n_best - 1), scores.end(),
-                                 std::greater<double>());
-                double bound = -std::numeric_limits<double>::infinity();
-                for (const auto& h : next) bound = std::max(bound, h.log_prob / lp_max);
-                if (scores[n_best - 1] >= bound) {
-                    parents.resize(parents.size() - next.size());
-                    next.clear();
-                }
-            }
-            hyps = std::move(next);
+            if (live[s].empty()) continue;
+            const std::size_t rows_of_source = live[s].size();
+            detail::advance_beam(live[s], finished[s], best, row0, t, settings, candidates, parents);
+            row0 += rows_of_source;
         }
         if (!parents.empty()) decoder->select(parents);
     }
 
-    for (auto& f : finished) {
-        std::stable_sort(f.begin(), f.end(), [](const Hypothesis& a, const Hypothesis& c) { return a.score > c.score; });
-        if (f.size() > n_best) f.resize(n_best);
-    }
+    for (auto& f : finished) detail::keep_best(f, n_best);
     return finished;
 }
 

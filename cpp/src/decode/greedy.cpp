@@ -6,9 +6,9 @@
 #include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/decode/step_decoder.hpp"
 #include "ctransformer/decode/packed_weights.hpp"
-#include "../kernels/simd/search.hpp"
 #include "../runtime/parallel.hpp"
 #include "decode_checks.hpp"
+#include "token_choice.hpp"
 
 namespace ct::decode {
 
@@ -34,8 +34,6 @@ GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, 
     std::vector<std::size_t> active(b);   // decoder row i is batch row active[i]
     for (std::size_t r = 0; r < b; ++r) active[r] = r;
     std::vector<std::int64_t> next(b, start_symbol);
-    // The first maximum of a row by the vector loops of the kernel level (kernels/simd/search.cpp).
-    const auto first_max = kernels::search_loops().first_max;
 
     for (std::size_t t = 1; t < max_len && !active.empty(); ++t) {
         check_should_stop(should_stop, "greedy_decode");
@@ -44,15 +42,7 @@ GreedyOutput greedy_decode(const nn::Transformer& model, const IndexArray& src, 
         std::vector<std::int64_t> kept_next;
         for (std::size_t i = 0; i < active.size(); ++i) {
             const float* row = logits.data() + i * V;
-            auto word = std::int64_t(first_max(row, V));   // the first maximum
-            if (rules.force_end && t + 1 == max_len) {
-                word = *end_symbol;
-            } else if (rules.is_banned(word)) {   // the first maximum over the ids allowed (a plain scan: rare)
-                std::int64_t best = -1;
-                for (std::size_t j = 0; j < V; ++j)
-                    if (!rules.is_banned(std::int64_t(j)) && (best < 0 || row[j] > row[best])) best = std::int64_t(j);
-                word = best;
-            }
+            const std::int64_t word = detail::greedy_word(row, V, rules, t + 1 == max_len, end_symbol.value_or(-1));
             result.ids.data[active[i] * max_len + t] = word;
             if (return_logits) std::copy_n(row, V, result.logits->data() + (active[i] * (max_len - 1) + t - 1) * V);
             if (end_symbol && word == *end_symbol) continue;   // this row is done; pad follows

@@ -1,9 +1,11 @@
 #include "ctransformer/nn/decoder.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ctransformer/error.hpp"
 #include "ctransformer/ops/elementwise.hpp"
+#include "ctransformer/ops/shape.hpp"
 #include "sequence_checks.hpp"
 #include "stack_helpers.hpp"
 
@@ -82,6 +84,52 @@ Decoder::Cache Decoder::start_cache(const Tensor& enc_output) const {
     return cache;
 }
 
+Tensor Decoder::embed_target(const IndexArray& trg_seq, const std::vector<std::size_t>& start) const {
+    Tensor x = trg_word_emb->forward_valid_ids(trg_seq);
+    if (scale_emb) x = scale(x, float(std::sqrt(double(config.d_model))));
+    if (start.size() == 1) {
+        x = position_enc->forward(x, start[0]);
+    } else {   // row r's positions from start[r]: the table's rows gathered, then the same addition
+        const std::size_t rows = x.size(0), len = x.size(1), d = x.size(2);
+        Array positions = Array::from_shape({rows, len, d});
+        for (std::size_t r = 0; r < rows; ++r) {
+            const Tensor rows_of_table = position_enc->table(len, start[r]);
+            std::copy_n(rows_of_table.data(), len * d, positions.data() + r * len * d);
+        }
+        x = add(x, Tensor(std::move(positions)));
+    }
+    if (dropout) x = dropout->forward(x);
+    if (layer_norm) x = layer_norm->forward(x);
+    return x;
+}
+
+Tensor Decoder::forward_sequences(const std::vector<std::int64_t>& ids, const std::vector<Cache*>& caches,
+                                  const std::vector<std::size_t>& offsets) const {
+    const std::size_t rows = ids.size();
+    if (offsets.size() != caches.size() + 1 || offsets.front() != 0 || offsets.back() != rows)
+        throw ValueError("Decoder.forward_sequences: offsets must run from 0 to the " + std::to_string(rows) +
+                         " ids, one more than the " + std::to_string(caches.size()) + " caches");
+    const IndexArray trg_seq{ids, {rows, 1}};
+    detail::check_token_ids(trg_seq, config.n_trg_vocab, config.n_position, "Decoder.forward_sequences", "ids");
+    std::vector<std::size_t> start(rows);
+    for (std::size_t s = 0; s < caches.size(); ++s) {
+        if (caches[s]->layers.size() != layers.size())
+            throw RuntimeError("Decoder.forward_sequences: a cache has " + std::to_string(caches[s]->layers.size()) +
+                               " layers, the decoder " + std::to_string(layers.size()) + " (make it with start_cache)");
+        if (offsets[s + 1] <= offsets[s]) throw ValueError("Decoder.forward_sequences: a sequence owns no row");
+        std::fill(start.begin() + std::ptrdiff_t(offsets[s]), start.begin() + std::ptrdiff_t(offsets[s + 1]),
+                  caches[s]->length);
+    }
+    Tensor x = embed_target(trg_seq, start);
+    std::vector<DecoderLayer::Cache*> layer_caches(caches.size());
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+        for (std::size_t s = 0; s < caches.size(); ++s) layer_caches[s] = &caches[s]->layers[l];
+        x = layers[l]->forward_sequences(x, layer_caches, offsets);
+    }
+    for (Cache* c : caches) c->length += 1;
+    return reshape(x, {std::int64_t(rows), std::int64_t(config.d_model)});
+}
+
 DecoderOutput Decoder::run(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor* enc_output,
                            const Mask* src_mask, bool return_attns, Cache* cache, bool check_ids) const {
     if (cache && cache->layers.size() != layers.size())
@@ -93,13 +141,8 @@ DecoderOutput Decoder::run(const IndexArray& trg_seq, const Mask* trg_mask, cons
         throw ValueError("Decoder.forward: enc_output must be (batch = " + std::to_string(trg_seq.shape[0]) +
                          ", src_len, d_model = " + std::to_string(config.d_model) + "), got " +
                          shape_str(enc_output->shape()));
-    const std::size_t start = cache ? cache->length : 0;
     DecoderOutput result;
-    Tensor x = trg_word_emb->forward_valid_ids(trg_seq);
-    if (scale_emb) x = scale(x, float(std::sqrt(double(config.d_model))));
-    x = position_enc->forward(x, start);
-    if (dropout) x = dropout->forward(x);
-    if (layer_norm) x = layer_norm->forward(x);
+    Tensor x = embed_target(trg_seq, {cache ? cache->length : 0});
     for (std::size_t l = 0; l < layers.size(); ++l) {
         auto [out, slf, enc] = cache ? layers[l]->forward(x, cache->layers[l], trg_mask, src_mask)
                                      : layers[l]->forward(x, *enc_output, trg_mask, src_mask);

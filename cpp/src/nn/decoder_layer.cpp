@@ -45,6 +45,17 @@ std::tuple<Tensor, Tensor, Tensor> DecoderLayer::run(const Tensor& dec_input, co
     return {pos_ffn_->forward(out2), slf, enc};
 }
 
+Tensor DecoderLayer::forward_sequences(const Tensor& dec_input, const std::vector<Cache*>& caches,
+                                       const std::vector<std::size_t>& offsets) const {
+    std::vector<KeyValue*> self(caches.size()), cross(caches.size());
+    for (std::size_t s = 0; s < caches.size(); ++s) {
+        self[s] = &caches[s]->self;
+        cross[s] = &caches[s]->cross;
+    }
+    const Tensor out = slf_attn_->forward_sequences(dec_input, self, offsets, true);
+    return pos_ffn_->forward(enc_attn_->forward_sequences(out, cross, offsets, false));
+}
+
 DecoderLayer::Cache DecoderLayer::start_cache(const Tensor& enc_output) const {
     return {KeyValue{}, enc_attn_->project_kv(enc_output)};
 }

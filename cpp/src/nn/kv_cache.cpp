@@ -32,10 +32,17 @@ bool has_repeats(const std::vector<std::size_t>& row_map, std::size_t n) {
 }
 
 void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v) {
+    append_positions(cache, k, v, 0, k.dim() == 3 ? k.size(0) : 0);
+}
+
+void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v, std::size_t row_begin, std::size_t rows) {
     if (k.dim() != 3 || v.dim() != 3 || k.size(0) != v.size(0) || k.size(1) != v.size(1))
         throw ValueError("append_positions: k and v must be (rows, s, n_head * d) with the same rows and s, got " +
                          shape_str(k.shape()) + " and " + shape_str(v.shape()));
-    const std::size_t rows = k.size(0), s = k.size(1);
+    if (row_begin > k.size(0) || rows > k.size(0) - row_begin || rows == 0)
+        throw ValueError("append_positions: rows [" + std::to_string(row_begin) + ", " + std::to_string(row_begin + rows) +
+                         ") of k and v, which hold " + std::to_string(k.size(0)));
+    const std::size_t s = k.size(1);
     if (cache.empty()) cache = KeyValue{};   // nothing held: any room is re-made to k's and v's shapes
     if (!cache.empty() && (rows != cache.rows() || k.size(2) != cache.k.size(2) || v.size(2) != cache.v.size(2)))
         throw ValueError("append_positions: the cache holds " + std::to_string(cache.rows()) + " rows of " +
@@ -60,8 +67,10 @@ void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v) {
         }
         cache = std::move(grown);
     }
-    copy_positions(k.data(), s, same, cache.k.data(), cache.capacity(), mapped, cache.length, rows, s, k.size(2));
-    copy_positions(v.data(), s, same, cache.v.data(), cache.capacity(), mapped, cache.length, rows, s, v.size(2));
+    const float* k_rows = k.data() + row_begin * s * k.size(2);
+    const float* v_rows = v.data() + row_begin * s * v.size(2);
+    copy_positions(k_rows, s, same, cache.k.data(), cache.capacity(), mapped, cache.length, rows, s, k.size(2));
+    copy_positions(v_rows, s, same, cache.v.data(), cache.capacity(), mapped, cache.length, rows, s, v.size(2));
     cache.length = needed;
 }
 

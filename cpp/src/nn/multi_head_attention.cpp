@@ -103,6 +103,34 @@ std::pair<Tensor, Tensor> MultiHeadAttention::attend(const Tensor& q, const KeyV
                   kv.row_map.empty() ? nullptr : &kv.row_map);
 }
 
+Tensor MultiHeadAttention::forward_sequences(const Tensor& q, const std::vector<KeyValue*>& caches,
+                                            const std::vector<std::size_t>& offsets, bool append) const {
+    const char* fn = "MultiHeadAttention.forward_sequences";
+    check_input(q, fn, "q");
+    if (q.size(1) != 1 || offsets.size() != caches.size() + 1 || offsets.front() != 0 || offsets.back() != q.size(0))
+        throw ValueError(std::string(fn) + ": q must be (rows, 1, d_model) and offsets one more than the caches, from 0 "
+                         "to the rows, got q " + shape_str(q.shape()) + " and " + std::to_string(offsets.size()) +
+                         " offsets for " + std::to_string(caches.size()) + " caches");
+    const Tensor q_in = options.norm_first ? layer_norm->forward(q) : q;
+    if (append) {   // the keys/values of every row in one product each, then each sequence takes its rows
+        const Tensor keys = w_ks->forward(q_in), values = w_vs->forward(q_in);
+        for (std::size_t s = 0; s < caches.size(); ++s)
+            append_positions(*caches[s], keys, values, offsets[s], offsets[s + 1] - offsets[s]);
+    }
+    std::vector<CachedSequence> sequences(caches.size());
+    for (std::size_t s = 0; s < caches.size(); ++s) {
+        const KeyValue& kv = *caches[s];
+        if (kv.rows() != offsets[s + 1] - offsets[s])
+            throw ValueError(std::string(fn) + ": sequence " + std::to_string(s) + " owns " +
+                             std::to_string(offsets[s + 1] - offsets[s]) + " rows and its cache " + std::to_string(kv.rows()));
+        sequences[s] = {&kv.k, &kv.v, kv.length, kv.row_map.empty() ? nullptr : &kv.row_map, offsets[s], offsets[s + 1]};
+    }
+    const Tensor heads = attend_cached(w_qs->forward(q_in), sequences, n_head, 1.0f / attention->temperature);
+    Tensor out = add(dropout->forward(fc->forward(heads)), q);   // the residual is the un-normalised query
+    if (!options.norm_first) out = layer_norm->forward(out);
+    return out;
+}
+
 std::pair<Tensor, Tensor> MultiHeadAttention::attend(const Tensor& q, const Tensor& q_in, const Tensor& keys,
                                                      const Tensor& values, const Mask* mask, std::size_t kv_length,
                                                      const std::vector<std::size_t>* kv_rows) const {

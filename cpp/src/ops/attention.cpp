@@ -167,6 +167,23 @@ struct AttentionApplyBackward : Node {
     void release_saved() override { geo.reset(); }
 };
 
+// One group's forward: P = softmax(fill(scale q_g k_g^T)) in place (with dropout, attn = P * (0 or 1/(1-p))
+// into A, else A is P), then out_g = attn_g @ v_g into its heads' columns. q, k, v and out are the tensors'
+// bases, addressed through the geometry's views.
+void group_forward(const Geometry& G, std::size_t gi, const float* q, const float* k, const float* v, float* P, float* A,
+                   const std::uint8_t* keep, float keep_scale, float* out,
+                   decltype(kernels::AttentionLoops::forward_row) forward_row) {
+    G.gemm(false, true, int(G.Lq), int(G.Lk), int(G.dk), G.scale, q + G.q.at(gi, G.H), int(G.q.ld), k + G.k.at(gi, G.H),
+           int(G.k.ld), 0.0f, P, int(G.Lk));
+    for (std::size_t i = 0; i < G.Lq; ++i) {
+        float* row = P + i * G.Lk;
+        G.fill_masked(row, gi, i, G.fill);
+        forward_row(row, G.Lk, keep ? keep + i * G.Lk : nullptr, keep_scale, A + i * G.Lk);
+    }
+    G.gemm(false, false, int(G.Lq), int(G.dv), int(G.Lk), 1.0f, A, int(G.Lk), v + G.v.at(gi, G.H), int(G.v.ld), 0.0f,
+           out + G.out.at(gi, G.H), int(G.out.ld));
+}
+
 std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                           std::shared_ptr<Geometry> geo, const Shape& attn_shape, const Shape& out_shape,
                                           float dropout_p, bool training) {
@@ -193,21 +210,9 @@ std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, cons
     // fetched once per op call: decoding calls this once per step.
     const auto forward_row = kernels::attention_loops().forward_row;
     parallel::parallel_for(G.G, group_grain(G), [&](std::size_t g0, std::size_t g1) {
-        for (std::size_t gi = g0; gi < g1; ++gi) {
-            float* pg = P + gi * S;
-            G.gemm(false, true, int(G.Lq), int(G.Lk), int(G.dk), G.scale, q.data() + G.q.at(gi, G.H),
-                   int(G.q.ld), k.data() + G.k.at(gi, G.H), int(G.k.ld), 0.0f, pg, int(G.Lk));
-            for (std::size_t i = 0; i < G.Lq; ++i) {
-                float* row = pg + i * G.Lk;
-                G.fill_masked(row, gi, i, G.fill);
-                // P = softmax(row) in place; with dropout, attn = P * (0 or 1/(1-p))
-                forward_row(row, G.Lk, drop ? keep.data() + gi * S + i * G.Lk : nullptr, keep_scale,
-                            A + gi * S + i * G.Lk);
-            }
-            // out_g = attn_g @ v_g, written into its heads' columns
-            G.gemm(false, false, int(G.Lq), int(G.dv), int(G.Lk), 1.0f, A + gi * S, int(G.Lk),
-                   v.data() + G.v.at(gi, G.H), int(G.v.ld), 0.0f, out.data() + G.out.at(gi, G.H), int(G.out.ld));
-        }
+        for (std::size_t gi = g0; gi < g1; ++gi)
+            group_forward(G, gi, q.data(), k.data(), v.data(), P + gi * S, A + gi * S,
+                          drop ? keep.data() + gi * S : nullptr, keep_scale, out.data(), forward_row);
     });
     if (grad) {
         if (needs_grad({&q, &k})) {
@@ -385,6 +390,73 @@ std::pair<Tensor, Tensor> multi_head_attention(const Tensor& q, const Tensor& k,
     geo->causal = c.causal;
     if (c.mask) place_mask(*geo, *c.mask, {b, H}, fn);
     return fused_attention(q, k, v, geo, {b, H, geo->Lq, geo->Lk}, {b, geo->Lq, H * geo->dv}, c.dropout_p, c.training);
+}
+
+Tensor attend_cached(const Tensor& q, const std::vector<CachedSequence>& sequences, std::size_t n_head, float scale) {
+    const char* fn = "attend_cached";
+    if (n_head == 0) throw ValueError(std::string(fn) + ": n_head must be positive");
+    if (q.dim() != 3 || q.size(1) != 1 || q.size(2) == 0 || q.size(2) % n_head != 0)
+        throw ValueError(std::string(fn) + ": q must be (rows, 1, n_head * d_k) with n_head = " + std::to_string(n_head) +
+                         ", got " + shape_str(q.shape()));
+    const std::size_t H = n_head, dk = q.size(2) / H, rows = q.size(0);
+    std::size_t dv = 0, covered = 0;
+    // One geometry per sequence (its own Lk and storage); a work item is (sequence, group of that sequence).
+    std::vector<Geometry> geos(sequences.size());
+    std::vector<std::pair<std::size_t, std::size_t>> items;
+    std::size_t max_length = 0, cost = 0;
+    for (std::size_t s = 0; s < sequences.size(); ++s) {
+        const CachedSequence& c = sequences[s];
+        if (!c.k || !c.v || c.k->dim() != 3 || c.v->dim() != 3 || c.k->size(2) != H * dk || c.v->size(2) % H != 0 ||
+            c.k->size(0) != c.v->size(0) || c.k->size(1) != c.v->size(1) || c.length == 0 || c.length > c.k->size(1))
+            throw ValueError(std::string(fn) + ": sequence " + std::to_string(s) + "'s keys/values must be (rows, capacity "
+                             ">= length >= 1, n_head * d) with d_k = " + std::to_string(dk));
+        if (c.begin != covered || c.end <= c.begin || c.end > rows)
+            throw ValueError(std::string(fn) + ": the sequences must own consecutive, non-empty row ranges of q's " +
+                             std::to_string(rows) + " rows, in order");
+        covered = c.end;
+        const std::size_t n = c.end - c.begin;
+        if (c.row_map ? c.row_map->size() != n : c.k->size(0) != n)
+            throw ValueError(std::string(fn) + ": sequence " + std::to_string(s) + " owns " + std::to_string(n) +
+                             " rows but its keys/values (or row map) hold another count");
+        if (c.row_map)
+            for (std::size_t r : *c.row_map)
+                if (r >= c.k->size(0)) throw IndexError(std::string(fn) + ": a row map names a row past the cache's");
+        if (s == 0) dv = c.v->size(2) / H;
+        if (c.v->size(2) != H * dv) throw ValueError(std::string(fn) + ": every sequence's values must have one width");
+        Geometry& g = geos[s];
+        g.bf16 = autocast::enabled();
+        g.H = H;
+        g.G = n * H;
+        g.Lq = 1;
+        g.Lk = c.length;
+        g.dk = dk;
+        g.dv = dv;
+        g.q = {H * dk, dk, H * dk};
+        g.k = {c.k->size(1) * H * dk, dk, H * dk, c.row_map ? c.row_map->data() : nullptr};
+        g.v = {c.v->size(1) * H * dv, dv, H * dv, c.row_map ? c.row_map->data() : nullptr};
+        g.out = {H * dv, dv, H * dv};
+        g.scale = scale;
+        for (std::size_t gi = 0; gi < g.G; ++gi) items.emplace_back(s, gi);
+        max_length = std::max(max_length, c.length);
+        cost += g.G * (c.length * (dk + dv + 24) + 1500);
+    }
+    if (covered != rows)
+        throw ValueError(std::string(fn) + ": the sequences own " + std::to_string(covered) + " of q's " +
+                         std::to_string(rows) + " rows");
+    Tensor out(Array::from_shape({rows, 1, H * dv}));
+    if (items.empty()) return out;
+    const auto forward_row = kernels::attention_loops().forward_row;
+    const std::size_t grain = std::max<std::size_t>(1, (std::size_t(1) << 18) / std::max<std::size_t>(1, cost / items.size()));
+    parallel::parallel_for(items.size(), grain, [&](std::size_t i0, std::size_t i1) {
+        std::vector<float> scores(max_length);
+        for (std::size_t i = i0; i < i1; ++i) {
+            const auto [s, gi] = items[i];
+            const CachedSequence& c = sequences[s];
+            group_forward(geos[s], gi, q.data() + c.begin * H * dk, c.k->data(), c.v->data(), scores.data(), scores.data(),
+                          nullptr, 1.0f, out.data() + c.begin * H * dv, forward_row);
+        }
+    });
+    return out;
 }
 
 }  // namespace ct

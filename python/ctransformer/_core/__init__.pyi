@@ -13,7 +13,8 @@ from . import loss
 from . import decode
 from . import distributed
 from . import amp
-__all__: list[str] = ['Tensor', 'amp', 'build_info', 'decode', 'distributed', 'empty_cache', 'functional', 'get_num_threads', 'get_rng_state', 'is_grad_enabled', 'kernel_level', 'kernel_levels', 'loss', 'manual_seed', 'memory_stats', 'nn', 'ones', 'optim', 'quantization', 'reset_peak_memory_stats', 'set_cache_limit', 'set_grad_enabled', 'set_kernel_level', 'set_num_threads', 'set_rng_state', 'tensor', 'zeros']
+from . import serve
+__all__: list[str] = ['Tensor', 'amp', 'build_info', 'decode', 'distributed', 'empty_cache', 'functional', 'get_num_threads', 'get_rng_state', 'is_grad_enabled', 'kernel_level', 'kernel_levels', 'loss', 'manual_seed', 'memory_stats', 'nn', 'ones', 'optim', 'quantization', 'reset_peak_memory_stats', 'serve', 'set_cache_limit', 'set_grad_enabled', 'set_kernel_level', 'set_num_threads', 'set_rng_state', 'tensor', 'zeros']
 class Tensor:
     """
     A float32 tensor that can record the operations made on it for autograd.

@@ -48,6 +48,13 @@ public:
                                     const Mask* src_mask, bool return_attns = false) const;
     // A cache with no target position, for the source whose encoder output is enc_output (b, ls, d_model).
     Cache start_cache(const Tensor& enc_output) const;
+    // One target position for sequences of their own lengths (a continuous batch; decode/sequence_batch.hpp):
+    // ids[r] is row r's token; sequence s owns rows [offsets[s], offsets[s + 1]) and caches[s], whose length is
+    // the position its rows are fed at (each row embedded at its own sequence's position). Each cache's
+    // cross-attention holds its own source's keys/values (no source mask: no pads). Every cache then holds one
+    // more position. Returns the last layer's output (rows, d_model). ids are checked here.
+    Tensor forward_sequences(const std::vector<std::int64_t>& ids, const std::vector<Cache*>& caches,
+                             const std::vector<std::size_t>& offsets) const;
     std::string type_name() const override { return "Decoder"; }
 
     const TransformerConfig config;
@@ -60,6 +67,9 @@ public:
     std::shared_ptr<LayerNorm> layer_norm;
 
 private:
+    // The target ids embedded at positions starting from start[r] (one start for every row when it has one entry):
+    // the word embedding, its scale, the positions, dropout and the layout's embedding LayerNorm.
+    Tensor embed_target(const IndexArray& trg_seq, const std::vector<std::size_t>& start) const;
     // Both forwards: enc_output is read without a cache, the cache's keys/values with one.
     DecoderOutput run(const IndexArray& trg_seq, const Mask* trg_mask, const Tensor* enc_output, const Mask* src_mask,
                       bool return_attns, Cache* cache, bool check_ids) const;

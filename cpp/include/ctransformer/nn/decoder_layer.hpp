@@ -37,6 +37,12 @@ public:
     // A cache holding no target position yet, with the encoder-decoder attention's keys/values of
     // enc_output (b, ls, d_model).
     Cache start_cache(const Tensor& enc_output) const;
+    // One position for sequences of their own lengths (a continuous batch): dec_input (rows, 1, d_model),
+    // sequence s owning rows [offsets[s], offsets[s + 1]) and caches[s]; each sequence's self-attention appends
+    // to and reads its own keys/values, its cross-attention reads its own source's. The products run once over
+    // every row. Returns the output (rows, 1, d_model).
+    Tensor forward_sequences(const Tensor& dec_input, const std::vector<Cache*>& caches,
+                             const std::vector<std::size_t>& offsets) const;
     std::string type_name() const override { return "DecoderLayer"; }
 
     const std::shared_ptr<MultiHeadAttention>& slf_attn() const { return slf_attn_; }

@@ -37,6 +37,9 @@ struct KeyValue {
 // decoding runs under no-grad. Row i's positions go to row row(i) of the storage; a map with repeats is
 // refused (read-only). Growing copies the rows in the map's order and drops the map.
 void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v);
+// The same with rows [row_begin, row_begin + rows) of k and v only (a continuous batch's step computes every
+// sequence's keys/values in one product, and each sequence's cache takes its own rows).
+void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v, std::size_t row_begin, std::size_t rows);
 // Whether a row map names some row twice (n: rows of the storage it maps into).
 bool has_repeats(const std::vector<std::size_t>& row_map, std::size_t n);
 

@@ -37,6 +37,14 @@ public:
     // row kv.row_map[i] when kv has a row map); the mask's Lk is kv.length.
     // forward(q, k, k, mask) == attend(q, project_kv(k), mask).
     std::pair<Tensor, Tensor> attend(const Tensor& q, const KeyValue& kv, const Mask* mask = nullptr) const;
+    // One decoding position for sequences of their own lengths (a continuous batch): q (rows, 1, d_model),
+    // sequence s owning rows [offsets[s], offsets[s + 1]) and the cache caches[s]. With append (the
+    // self-attention), each sequence's rows' keys/values are appended to its cache first; without (the
+    // cross-attention), the cache holds its source's. The projections run once over every row; each row's
+    // attention reads its own sequence's positions (ops/attention.hpp: attend_cached). No mask, no weights
+    // returned, no graph. Returns the output (rows, 1, d_model).
+    Tensor forward_sequences(const Tensor& q, const std::vector<KeyValue*>& caches,
+                             const std::vector<std::size_t>& offsets, bool append) const;
     std::string type_name() const override { return "MultiHeadAttention"; }
 
     const std::size_t n_head, d_model, d_k, d_v;

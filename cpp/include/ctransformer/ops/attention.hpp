@@ -43,4 +43,20 @@ struct AttentionConfig {
 std::pair<Tensor, Tensor> multi_head_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                const AttentionConfig& config);
 
+// Decoding's attention when each sequence's keys/values are a cache of its own, at its own length (a continuous
+// batch: sequences join and leave between steps, each at its own position). Sequence s owns the query rows
+// [begin, end) of q (rows, 1, n_head * d_k) and attends over positions [0, length) of its k (.., capacity,
+// n_head * d_k) and v (.., capacity, n_head * d_v), query row begin + i reading row (*row_map)[i] of them (row i
+// without a map). No mask: a sequence's cache holds its own positions only. Returns (rows, 1, n_head * d_v),
+// and records no graph. Each row's products and softmax are multi_head_attention's for that row alone, the
+// same calls in the same order, so a sequence's numbers do not depend on the others in the batch.
+struct CachedSequence {
+    const Tensor* k = nullptr;
+    const Tensor* v = nullptr;
+    std::size_t length = 0;
+    const std::vector<std::size_t>* row_map = nullptr;
+    std::size_t begin = 0, end = 0;
+};
+Tensor attend_cached(const Tensor& q, const std::vector<CachedSequence>& sequences, std::size_t n_head, float scale);
+
 }  // namespace ct

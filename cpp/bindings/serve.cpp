@@ -1,0 +1,117 @@
+// ctransformer._core.serve: the continuous-batching engine (cpp/include/ctransformer/serve/engine.hpp). The
+// engine's loop runs on its own thread and never takes the GIL; poll() and stop() release it while they wait.
+#include <pybind11/stl.h>
+
+#include "bindings.hpp"
+#include "convert.hpp"
+#include "ctransformer/serve/engine.hpp"
+
+namespace ctpy {
+
+using ct::serve::Engine;
+using ct::serve::Event;
+
+namespace {
+
+const char* kind_name(Event::Kind k) {
+    switch (k) {
+        case Event::Kind::Token: return "token";
+        case Event::Kind::Finished: return "finished";
+        case Event::Kind::Failed: return "failed";
+        case Event::Kind::Cancelled: return "cancelled";
+        case Event::Kind::TimedOut: return "timed_out";
+    }
+    return "unknown";
+}
+
+}  // namespace
+
+void bind_serve(py::module_& m) {
+    py::register_exception<ct::serve::QueueFull>(m, "QueueFull", PyExc_RuntimeError);
+    py::class_<Engine>(m, "Engine",
+                       "Continuous batching of translation requests on a thread of its own: submit() sources, poll() "
+                       "events (tokens as greedy requests make them, finished translations). ctransformer.serve."
+                       "AsyncEngine is the Python face of it.")
+        .def(py::init([](Int max_queue, Int max_rows, Int max_batch_tokens) {
+                 ct::serve::EngineOptions o;
+                 o.max_queue = to_size(max_queue, "Engine: max_queue");
+                 o.max_rows = std::size_t(to_int_at_least(max_rows, "Engine: max_rows", 1));
+                 o.max_batch_tokens = std::size_t(to_int_at_least(max_batch_tokens, "Engine: max_batch_tokens", 1));
+                 return std::make_unique<Engine>(o);
+             }),
+             py::arg("max_queue") = 256, py::arg("max_rows") = 64, py::arg("max_batch_tokens") = 4096)
+        .def("add_model",
+             [](Engine& e, const std::string& name, std::shared_ptr<ct::nn::Transformer> model, Int start_symbol,
+                Int end_symbol, std::vector<Int> banned, bool force_end, bool bf16) {
+                 ct::serve::ModelSpec spec;
+                 spec.start_symbol = to_int(start_symbol, "Engine.add_model: start_symbol");
+                 spec.end_symbol = to_int(end_symbol, "Engine.add_model: end_symbol");
+                 for (const auto& id : banned) spec.rules.banned.push_back(to_int(id, "Engine.add_model: banned"));
+                 spec.rules.force_end = force_end;
+                 spec.bf16 = bf16;
+                 e.add_model(name, std::move(model), std::move(spec));
+             },
+             py::arg("name"), py::arg("model"), py::arg("start_symbol"), py::arg("end_symbol"),
+             py::arg("banned") = std::vector<Int>{}, py::arg("force_end") = false, py::arg("bf16") = false,
+             "Serve `model` (eval mode; it must not change while served) under `name`.")
+        .def_property_readonly("model_names", &Engine::model_names)
+        .def("submit",
+             [](Engine& e, const std::string& model, const std::vector<Int>& source, Int max_len, Int beam_size,
+                Real alpha, Real timeout) {
+                 std::vector<std::int64_t> ids;
+                 ids.reserve(source.size());
+                 for (const auto& id : source) ids.push_back(to_int(id, "Engine.submit: source"));
+                 ct::decode::SequenceOptions o;
+                 o.beam_size = std::size_t(to_int_at_least(beam_size, "Engine.submit: beam_size", 1));
+                 o.alpha = to_double(alpha, "Engine.submit: alpha");
+                 o.max_len = std::size_t(to_int_at_least(max_len, "Engine.submit: max_len", 2));
+                 const double seconds = to_double(timeout, "Engine.submit: timeout");
+                 py::gil_scoped_release release;
+                 return e.submit(model, std::move(ids), o, seconds);
+             },
+             py::arg("model"), py::arg("source"), py::arg("max_len"), py::arg("beam_size") = 1, py::arg("alpha") = 0.6,
+             py::arg("timeout") = 0.0,
+             "Queue a request (source ids, end of sentence included); returns its id. QueueFull when the queue is full.")
+        .def("cancel", &Engine::cancel, py::arg("request"), py::call_guard<py::gil_scoped_release>())
+        .def("poll",
+             [](Engine& e, Real timeout, Int max_events) {
+                 const double seconds = to_double(timeout, "Engine.poll: timeout");
+                 const std::size_t most = std::size_t(to_int_at_least(max_events, "Engine.poll: max_events", 1));
+                 std::vector<Event> events;
+                 {
+                     py::gil_scoped_release release;
+                     events = e.poll(seconds, most);
+                 }
+                 py::list out;
+                 for (auto& ev : events)
+                     out.append(py::make_tuple(ev.request, kind_name(ev.kind), ev.token, py::cast(ev.ids), ev.score,
+                                               ev.message));
+                 return out;
+             },
+             py::arg("timeout") = 0.0, py::arg("max_events") = 4096,
+             "Events since the last call as (request, kind, token, ids, score, message) tuples, kind one of 'token', "
+             "'finished', 'failed', 'cancelled', 'timed_out'; waits up to `timeout` seconds for the first.")
+        .def("stats",
+             [](const Engine& e) {
+                 const ct::serve::EngineStats s = e.stats();
+                 py::dict d;
+                 d["queue_depth"] = s.queue_depth;
+                 d["rows_in_use"] = s.rows_in_use;
+                 d["sequences"] = s.sequences;
+                 d["requests_total"] = s.requests_total;
+                 d["finished_total"] = s.finished_total;
+                 d["tokens_total"] = s.tokens_total;
+                 d["steps_total"] = s.steps_total;
+                 d["step_seconds_total"] = s.step_seconds_total;
+                 d["last_step_seconds"] = s.last_step_seconds;
+                 d["rejected_total"] = s.rejected_total;
+                 d["cancelled_total"] = s.cancelled_total;
+                 d["timed_out_total"] = s.timed_out_total;
+                 d["failed_total"] = s.failed_total;
+                 return d;
+             })
+        .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>(),
+             "End the loop; every request not finished gets a 'cancelled' event.");
+}
+
+}  // namespace ctpy

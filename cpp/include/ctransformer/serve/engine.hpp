@@ -1,0 +1,115 @@
+// Engine: continuous batching of translation requests for a server, on a thread of its own (no Python in it).
+//
+// It owns the models it serves, keyed by name (the server's "name/precision"), a bounded queue of requests
+// waiting, and per model a decode::SequenceBatch of the requests being decoded. Its loop, each turn:
+//   - takes cancellations and requests past their deadline (their rows leave the batch at once);
+//   - picks the next model with work (round robin: rows of different models cannot share a product);
+//   - admits that model's waiting requests, oldest first, while the rows (a beam takes beam_size) stay within
+//     max_rows and the sources' tokens within max_batch_tokens: the encoder runs over the newcomers only;
+//   - runs one decoder step over every live row of the model and emits events: each greedy token as it
+//     comes, and each finished request's translation.
+// Callers submit() from any thread and collect events with poll(). A failure inside a step fails that
+// model's requests (their events say why) and the engine goes on serving.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ctransformer/decode/sequence_batch.hpp"
+#include "ctransformer/error.hpp"
+
+namespace ct::serve {
+
+// submit() on a full queue.
+class QueueFull : public RuntimeError {
+public:
+    using RuntimeError::RuntimeError;
+};
+
+struct EngineOptions {
+    std::size_t max_queue = 256;           // requests waiting (not yet admitted), all models together
+    std::size_t max_rows = 64;             // decoder rows of one model's batch
+    std::size_t max_batch_tokens = 4096;   // source tokens of the requests in one model's batch
+};
+
+// How a model decodes: its symbols and rules (decode::SequenceBatch), and whether its products run in bf16
+// (an autocast region around each of its steps).
+struct ModelSpec {
+    std::int64_t start_symbol = 0, end_symbol = 0;
+    decode::TokenRules rules;
+    bool bf16 = false;
+};
+
+struct Event {
+    enum class Kind { Token, Finished, Failed, Cancelled, TimedOut };
+    std::uint64_t request = 0;
+    Kind kind = Kind::Token;
+    std::int64_t token = 0;              // Token: the new token of a greedy request
+    std::vector<std::int64_t> ids;       // Finished: the translation's ids, start and end symbols removed
+    double score = 0.0;                  // Finished: the hypothesis' score (beam search; 0 for greedy)
+    std::string message;                 // Failed: why
+};
+
+struct EngineStats {
+    std::size_t queue_depth = 0, rows_in_use = 0, sequences = 0;
+    std::uint64_t requests_total = 0, finished_total = 0, tokens_total = 0, steps_total = 0;
+    std::uint64_t rejected_total = 0, cancelled_total = 0, timed_out_total = 0, failed_total = 0;
+    double step_seconds_total = 0.0;
+    double last_step_seconds = 0.0;
+};
+
+class Engine {
+public:
+    explicit Engine(EngineOptions options = {});
+    // Stops the loop; requests still waiting or decoding get Cancelled events (which no one may read).
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Serves `model` (in eval mode; it must not change while served) under `name`. ValueError if taken.
+    void add_model(const std::string& name, std::shared_ptr<const nn::Transformer> model, ModelSpec spec);
+    std::vector<std::string> model_names() const;
+
+    // Queues a request: source ids (end of sentence included) for model `name`. Checks them (ValueError /
+    // IndexError / KeyError-like ValueError naming the model) and returns the request's id. QueueFull when
+    // max_queue requests wait; RuntimeError after stop(). timeout_seconds > 0: the request times out then.
+    std::uint64_t submit(const std::string& name, std::vector<std::int64_t> source, decode::SequenceOptions options,
+                         double timeout_seconds = 0.0);
+    // Cancels a request (waiting or decoding): a Cancelled event follows; false when it is unknown or done.
+    bool cancel(std::uint64_t request);
+    // Events since the last call, waiting up to timeout_seconds for the first; at most max_events.
+    std::vector<Event> poll(double timeout_seconds, std::size_t max_events = 4096);
+    EngineStats stats() const;
+    // Ends the loop after its current step; every request not finished gets Cancelled. Idempotent.
+    void stop();
+
+private:
+    struct Request;
+    struct Model;
+    void loop();
+    void turn(std::unique_lock<std::mutex>& lock);
+    void push(Event e);   // with mu_ held
+
+    const EngineOptions options_;
+    mutable std::mutex mu_;
+    std::condition_variable work_cv_, event_cv_;
+    std::map<std::string, std::unique_ptr<Model>> models_;
+    std::map<std::uint64_t, std::shared_ptr<Request>> requests_;   // waiting or decoding
+    std::vector<std::uint64_t> cancels_;
+    std::deque<Event> events_;
+    std::uint64_t next_id_ = 1;
+    std::size_t waiting_ = 0;
+    std::string next_model_;   // round robin: the first model name after the last one stepped
+    bool stopping_ = false;
+    EngineStats stats_;
+    std::thread thread_;
+};
+
+}  // namespace ct::serve
