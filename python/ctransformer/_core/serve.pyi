@@ -31,7 +31,7 @@ class Engine:
         """
         End the loop; every request not finished gets a 'cancelled' event.
         """
-    def submit(self, model: str, source: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], beam_size: typing.SupportsInt | typing.SupportsIndex = 1, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, max_len: typing.SupportsInt | typing.SupportsIndex, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> int:
+    def submit(self, model: str, source: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_len: typing.SupportsInt | typing.SupportsIndex, beam_size: typing.SupportsInt | typing.SupportsIndex = 1, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> int:
         """
         Queue a request (source ids, end of sentence included); returns its id. QueueFull when the queue is full.
         """
