@@ -15,6 +15,7 @@
 #include "ctransformer/decode/gpt_incremental.hpp"
 #include "ctransformer/decode/step_decoder.hpp"
 #include "ctransformer/decode/greedy.hpp"
+#include "ctransformer/decode/hf_beam_search.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ctpy {
@@ -45,6 +46,26 @@ ct::decode::TokenRules token_rules(const std::vector<ctpy::Int>& banned, bool fo
     for (const auto& id : banned) rules.banned.push_back(to_int(id, what));
     rules.force_end = force_end;
     return rules;
+}
+
+// A search's n-best per source as (ids (b, n_best, max_len) padded with pad, scores (b, n_best), -inf where fewer
+// were found); with best_only, (b, max_len) and (b,).
+py::tuple hypotheses_to_numpy(const std::vector<std::vector<ct::decode::Hypothesis>>& found, std::size_t keep,
+                              std::size_t n, std::int64_t pad, bool best_only) {
+    const std::size_t b = found.size();
+    py::array_t<std::int64_t> out_ids({py::ssize_t(b), py::ssize_t(keep), py::ssize_t(n)});
+    py::array_t<double> scores({py::ssize_t(b), py::ssize_t(keep)});
+    std::int64_t* pi = out_ids.mutable_data();
+    double* ps = scores.mutable_data();
+    std::fill_n(pi, b * keep * n, pad);
+    std::fill_n(ps, b * keep, -std::numeric_limits<double>::infinity());
+    for (std::size_t s = 0; s < b; ++s)
+        for (std::size_t j = 0; j < found[s].size(); ++j) {
+            std::copy(found[s][j].ids.begin(), found[s][j].ids.end(), pi + (s * keep + j) * n);
+            ps[s * keep + j] = found[s][j].score;
+        }
+    if (best_only) return py::make_tuple(out_ids.attr("reshape")(py::make_tuple(b, n)), scores.attr("reshape")(b));
+    return py::make_tuple(out_ids, scores);
 }
 
 }  // namespace
@@ -97,28 +118,50 @@ void bind_decode(py::module_& m) {
             found = ct::decode::beam_search(model, ids, mask ? &*mask : nullptr, n, start, end, beam, alpha, keep,
                                             use_cache, should_stop, rules);
         }
-        // (b, n_best, max_len) ids padded with trg_pad_idx, (b, n_best) scores (-inf where fewer were found).
-        const std::size_t b = found.size();
-        py::array_t<std::int64_t> out_ids({py::ssize_t(b), py::ssize_t(keep), py::ssize_t(n)});
-        py::array_t<double> scores({py::ssize_t(b), py::ssize_t(keep)});
-        std::int64_t* pi = out_ids.mutable_data();
-        double* ps = scores.mutable_data();
-        std::fill_n(pi, b * keep * n, model.config.trg_pad_idx);
-        std::fill_n(ps, b * keep, -std::numeric_limits<double>::infinity());
-        for (std::size_t s = 0; s < b; ++s)
-            for (std::size_t j = 0; j < found[s].size(); ++j) {
-                std::copy(found[s][j].ids.begin(), found[s][j].ids.end(), pi + (s * keep + j) * n);
-                ps[s * keep + j] = found[s][j].score;
-            }
-        if (n_best.is_none())   // the best only: (b, max_len) and (b,)
-            return py::make_tuple(out_ids.attr("reshape")(py::make_tuple(b, n)), scores.attr("reshape")(b));
-        return py::make_tuple(out_ids, scores);
+        return hypotheses_to_numpy(found, keep, n, model.config.trg_pad_idx, n_best.is_none());
     }, py::arg("model"), py::arg("src"), py::arg("src_mask"), py::arg("max_len"), py::arg("start_symbol"),
        py::arg("end_symbol"), py::arg("beam_size") = ct::decode::defaults::beam_size,
        py::arg("alpha") = ct::decode::defaults::alpha, py::arg("n_best") = py::none(), py::arg("use_cache") = true,
        py::arg("banned") = std::vector<ctpy::Int>{}, py::arg("force_end") = false,
        "(ids (b, max_len) int64, scores (b,) float64), or with n_best=k (ids (b, k, max_len), scores (b, k)). "
        "See ctransformer.decode.beam_search.");
+
+    m.def("hf_beam_search", [](const Transformer& model, py::object src, py::object src_mask, ctpy::Int max_len,
+                               ctpy::Int start_symbol, ctpy::Int end_symbol, ctpy::Int num_beams, ctpy::Real length_penalty,
+                               py::object early_stopping, py::object n_best, std::vector<ctpy::Int> banned,
+                               bool force_end) -> py::tuple {
+        const std::string fn = "hf_beam_search";
+        const ct::decode::TokenRules rules = token_rules(banned, force_end, "hf_beam_search: banned");
+        const IndexArray ids = to_index_array(src, "hf_beam_search: src");
+        const auto mask = opt_mask(src_mask, "hf_beam_search: src_mask");
+        const std::size_t n = to_count(max_len, fn, "max_len", 2);
+        const std::int64_t start = to_int(start_symbol, "hf_beam_search: start_symbol");
+        const std::int64_t end = to_int(end_symbol, "hf_beam_search: end_symbol");
+        const std::size_t beams = to_count(num_beams, fn, "num_beams", 1);
+        const double penalty = to_double(length_penalty, "hf_beam_search: length_penalty");
+        ct::decode::EarlyStopping stopping = ct::decode::EarlyStopping::False;
+        if (py::isinstance<py::str>(early_stopping) && early_stopping.cast<std::string>() == "never")
+            stopping = ct::decode::EarlyStopping::Never;
+        else if (py::isinstance<py::bool_>(early_stopping))
+            stopping = early_stopping.cast<bool>() ? ct::decode::EarlyStopping::True : ct::decode::EarlyStopping::False;
+        else
+            throw ct::ValueError("hf_beam_search: early_stopping must be False, True or 'never', got " +
+                                 py::repr(early_stopping).cast<std::string>());
+        const std::size_t keep = n_best.is_none() ? 1 : to_count(n_best, fn, "n_best", 1);
+        const auto should_stop = python_should_stop();
+        std::vector<std::vector<ct::decode::Hypothesis>> found;
+        {
+            py::gil_scoped_release release;
+            found = ct::decode::hf_beam_search(model, ids, mask ? &*mask : nullptr, n, start, end, beams, penalty,
+                                               stopping, keep, should_stop, rules);
+        }
+        return hypotheses_to_numpy(found, keep, n, model.config.trg_pad_idx, n_best.is_none());
+    }, py::arg("model"), py::arg("src"), py::arg("src_mask"), py::arg("max_len"), py::arg("start_symbol"),
+       py::arg("end_symbol"), py::arg("num_beams") = 4, py::arg("length_penalty") = 1.0,
+       py::arg("early_stopping") = false, py::arg("n_best") = py::none(), py::arg("banned") = std::vector<ctpy::Int>{},
+       py::arg("force_end") = false,
+       "(ids (b, max_len) int64, scores (b,) float64), or with n_best=k (ids (b, k, max_len), scores (b, k)). "
+       "See ctransformer.decode.hf_beam_search.");
 
     m.def("length_penalty", [](py::object length, double alpha) {
         return ct::decode::length_penalty(to_count(length, "length_penalty", "length", 0), alpha);

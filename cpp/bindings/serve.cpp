@@ -57,7 +57,7 @@ void bind_serve(py::module_& m) {
         .def_property_readonly("model_names", &Engine::model_names)
         .def("submit",
              [](Engine& e, const std::string& model, const std::vector<Int>& source, Int max_len, Int beam_size,
-                Real alpha, Real timeout) {
+                Real alpha, Real timeout, const std::string& search, py::object early_stopping) {
                  std::vector<std::int64_t> ids;
                  ids.reserve(source.size());
                  for (const auto& id : source) ids.push_back(to_int(id, "Engine.submit: source"));
@@ -66,12 +66,25 @@ void bind_serve(py::module_& m) {
                  o.alpha = to_double(alpha, "Engine.submit: alpha");
                  o.max_len = std::size_t(to_int_at_least(max_len, "Engine.submit: max_len", 2));
                  const double seconds = to_double(timeout, "Engine.submit: timeout");
+                 if (search == "hf")
+                     o.search = ct::decode::SequenceOptions::Search::HuggingFace;
+                 else if (search != "gnmt")
+                     throw ct::ValueError("Engine.submit: search must be 'gnmt' or 'hf', got '" + search + "'");
+                 if (py::isinstance<py::str>(early_stopping) && early_stopping.cast<std::string>() == "never")
+                     o.early_stopping = ct::decode::EarlyStopping::Never;
+                 else if (py::isinstance<py::bool_>(early_stopping))
+                     o.early_stopping = early_stopping.cast<bool>() ? ct::decode::EarlyStopping::True
+                                                                    : ct::decode::EarlyStopping::False;
+                 else
+                     throw ct::ValueError("Engine.submit: early_stopping must be False, True or 'never'");
                  py::gil_scoped_release release;
                  return e.submit(model, std::move(ids), o, seconds);
              },
              py::arg("model"), py::arg("source"), py::arg("max_len"), py::arg("beam_size") = 1, py::arg("alpha") = 0.6,
-             py::arg("timeout") = 0.0,
-             "Queue a request (source ids, end of sentence included); returns its id. QueueFull when the queue is full.")
+             py::arg("timeout") = 0.0, py::arg("search") = "gnmt", py::arg("early_stopping") = false,
+             "Queue a request (source ids, end of sentence included); returns its id. QueueFull when the queue is full. "
+             "search 'gnmt' (decode.beam_search's rules; beam_size 1 is greedy) or 'hf' (decode.hf_beam_search's, "
+             "beam_size its num_beams, alpha its length_penalty, with early_stopping).")
         .def("cancel", &Engine::cancel, py::arg("request"), py::call_guard<py::gil_scoped_release>())
         .def("poll",
              [](Engine& e, Real timeout, Int max_events) {

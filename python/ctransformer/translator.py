@@ -133,7 +133,8 @@ class Translator:
     def from_pretrained(cls, path, beam_size=None, **options):
         """A Translator for a Hugging Face Marian directory (an opus-mt model): the model
         (``ct.nn.Transformer.from_pretrained``) and its tokenizer (``ct.data.MarianTokenizer``), with no
-        ``transformers`` at run time. It searches as transformers' generate() does (``decode.hf_beam_search``),
+        ``transformers`` at run time. It searches as transformers' generate() does (``decode.hf_beam_search``; a beam of one
+        is greedy decoding, as generate(num_beams=1)),
         with generation_config.json's num_beams (else 4), length_penalty (else 1.0), early_stopping and
         max_length (which caps the translations' length). Other options as the constructor's; search="gnmt"
         gives ctransformer's own beam search (GNMT's length penalty, length_penalty its alpha)."""
@@ -190,7 +191,7 @@ class Translator:
                 rows = order[start:start + self.batch_size]
                 src, _ = make_arrays([ids[i] for i in rows], None, pad=self.pad_id, eos=self.end_id)
                 mask = ct.nn.get_pad_mask(src, self.pad_id)
-                if self.search == "hf":
+                if self.search == "hf" and beam_size > 1:   # transformers' generate(num_beams=1) is greedy search
                     hyps, _ = ct.decode.hf_beam_search(self.model, src, mask, self.max_len(src.shape[1], max_decoding_length),
                                                        self.start_id, self.end_id, num_beams=beam_size,
                                                        length_penalty=alpha, early_stopping=self.early_stopping,

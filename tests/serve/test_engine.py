@@ -78,11 +78,11 @@ def run_engine(model, srcs, max_len, end, beam_size=1, waves=(4, 3, 5), max_rows
     return results, stats
 
 
-def padded_row(ids, max_len, pad, end):
+def padded_row(ids, max_len, pad, end, start=START):
     """An engine translation (start and end removed) as greedy_decode's output row: start, the tokens, the end
     symbol where it ended before the last position, then pad. (It ended iff it holds fewer than max_len - 1 ids,
     or it ended exactly at the last position: max_len - 2 ids and the end.)"""
-    row = [START] + list(ids)
+    row = [start] + list(ids)
     if len(row) < max_len:
         row.append(end)
     return np.array(row + [pad] * (max_len - len(row)))
@@ -230,3 +230,44 @@ def test_poll_releases_the_gil():
     worker.join()
     assert len(ticks) == 20
     engine.stop()
+
+
+@pytest.mark.parametrize("early_stopping", [False, True, "never"])
+def test_int8_marian_beams_search_as_transformers_rules_alone(early_stopping):
+    """A Marian model's requests with transformers' beam rules (search "hf": the pad banned, eos forced at the
+    last position, its length penalty and early stopping), int8, mixed arrivals: each equals hf_beam_search of its
+    source alone bit for bit (ids and float32 score): one search step (decode/hf_beam.hpp) serves both."""
+    from reference.marian_pairs import marian_pair
+    from test_marian_generate import lively
+
+    _, model, pad = lively(*marian_pair(), eos_bias=2.0)
+    model = ct.quantize_dynamic(model)
+    rng = np.random.default_rng(5)
+    srcs = [list(rng.integers(1, pad - 1, int(rng.integers(2, 9)))) + [0] for _ in range(9)]
+    max_len, beams = 12, 4
+    engine = ct._core.serve.Engine(max_queue=16, max_rows=8, max_batch_tokens=64)
+    engine.add_model("m", model, pad, 0, banned=[pad], force_end=True)
+    ids_of, results = {}, {}
+    for wave in (srcs[:3], srcs[3:6], srcs[6:]):
+        for src in wave:
+            ids_of[engine.submit("m", src, max_len=max_len, beam_size=beams, alpha=0.6, search="hf",
+                                 early_stopping=early_stopping)] = len(ids_of)
+        for request, kind, _, ids, score, _ in engine.poll(0.02):
+            if kind == "finished":
+                results[ids_of[request]] = (ids, score)
+    deadline = time.monotonic() + 30
+    while len(results) < len(srcs) and time.monotonic() < deadline:
+        for request, kind, _, ids, score, message in engine.poll(0.05):
+            assert kind in ("token", "finished"), message
+            if kind == "finished":
+                results[ids_of[request]] = (ids, score)
+    engine.stop()
+    ended = 0
+    for s, src in enumerate(srcs):
+        ids, score = ct.decode.hf_beam_search(model, np.array([src]), None, max_len, pad, 0, num_beams=beams,
+                                              length_penalty=0.6, early_stopping=early_stopping, banned=[pad],
+                                              force_end=True)
+        np.testing.assert_array_equal(padded_row(results[s][0], max_len, pad, 0, start=pad), ids[0])
+        assert results[s][1] == score[0]
+        ended += len(results[s][0]) < max_len - 2
+    assert 0 < ended, "some searches should end before the length limit"

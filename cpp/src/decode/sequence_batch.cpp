@@ -5,6 +5,7 @@
 #include "ctransformer/decode/kv_cache.hpp"
 #include "ctransformer/runtime/autograd.hpp"
 #include "decode_checks.hpp"
+#include "hf_beam.hpp"
 #include "token_choice.hpp"
 
 namespace ct::decode {
@@ -14,9 +15,18 @@ struct SequenceBatch::Sequence {
     std::uint64_t id;
     SequenceOptions options;
     nn::Decoder::Cache cache;
-    std::vector<detail::Live> live;          // greedy: one hypothesis; beam: up to beam_size
+    std::vector<detail::Live> live;          // greedy: one hypothesis; GNMT's beam: up to beam_size
     std::vector<Hypothesis> finished;
-    std::size_t rows() const { return live.size(); }
+    std::unique_ptr<detail::HfBeam> hf;      // Hugging Face's search: its num_beams rows, always
+    std::size_t rows() const { return hf ? options.beam_size : live.size(); }
+    void last_tokens(std::vector<std::int64_t>& out) const {
+        if (hf) {
+            const auto tokens = hf->last_tokens();
+            out.insert(out.end(), tokens.begin(), tokens.end());
+        } else {
+            for (const auto& h : live) out.push_back(h.ids.back());
+        }
+    }
 };
 
 SequenceBatch::SequenceBatch(const nn::Transformer& model, std::int64_t start_symbol, std::int64_t end_symbol,
@@ -44,8 +54,10 @@ void SequenceBatch::check(const std::vector<std::int64_t>& source, const Sequenc
     if (source.empty()) throw ValueError(what + ": the source is empty (end of sentence included, it has one id at least)");
     detail::check_source(model_, IndexArray{source, {1, source.size()}}, nullptr, what);
     if (options.beam_size < 1) throw ValueError(what + ": beam_size must be at least 1");
-    if (!std::isfinite(options.alpha) || options.alpha < 0.0)
-        throw ValueError(what + ": the length penalty must be a finite number >= 0, got " + std::to_string(options.alpha));
+    const bool gnmt = options.search == SequenceOptions::Search::Gnmt;
+    if (!std::isfinite(options.alpha) || (gnmt && options.alpha < 0.0))
+        throw ValueError(what + ": the length penalty must be a finite number" + (gnmt ? " >= 0" : "") + ", got " +
+                         std::to_string(options.alpha));
     if (options.max_len < 2 || options.max_len - 1 > c.n_position)
         throw ValueError(what + ": max_len (target positions, the start symbol counted) must be in [2, n_position + 1 = " +
                          std::to_string(c.n_position + 1) + "], got " + std::to_string(options.max_len));
@@ -82,11 +94,19 @@ void SequenceBatch::admit(const std::vector<std::uint64_t>& ids, const std::vect
             auto seq = std::make_unique<Sequence>();
             seq->id = ids[i];
             seq->options = options[i];
+            const bool hf = options[i].search == SequenceOptions::Search::HuggingFace;
             for (const auto& layer : group.layers) {   // this source's rows of the keys/values
-                std::vector<std::size_t> row{j};
-                seq->cache.layers.push_back({nn::KeyValue{}, select_rows(layer.cross, row)});
+                nn::KeyValue cross = select_rows(layer.cross, std::vector<std::size_t>{j});
+                // Hugging Face's search runs num_beams rows from the start: each reads the source's one row.
+                if (hf) cross = share_rows(cross, std::vector<std::size_t>(options[i].beam_size, 0));
+                seq->cache.layers.push_back({nn::KeyValue{}, std::move(cross)});
             }
-            seq->live.push_back({{start_symbol_}, 0.0});
+            if (hf)
+                seq->hf = std::make_unique<detail::HfBeam>(options[i].beam_size, options[i].max_len, start_symbol_,
+                                                           end_symbol_, options[i].alpha, options[i].early_stopping,
+                                                           rules_);
+            else
+                seq->live.push_back({{start_symbol_}, 0.0});
             admitted[i] = std::move(seq);
         }
         g0 = g1;
@@ -109,7 +129,7 @@ SequenceBatch::StepResult SequenceBatch::step() {
     std::vector<nn::Decoder::Cache*> caches;
     std::vector<std::size_t> offsets{0};
     for (const auto& s : sequences_) {
-        for (const auto& h : s->live) last.push_back(h.ids.back());
+        s->last_tokens(last);
         caches.push_back(&s->cache);
         offsets.push_back(last.size());
     }
@@ -123,7 +143,14 @@ SequenceBatch::StepResult SequenceBatch::step() {
         const std::size_t t = s->cache.length;   // the position of the token chosen now
         const bool last_position = t + 1 == s->options.max_len;
         const float* rows = logits.data() + offsets[si] * V;
-        if (s->options.beam_size == 1) {   // greedy: as greedy_decode, ended by end_symbol or the length
+        if (s->hf) {   // Hugging Face's search: as hf_beam_search, this sequence's rows only
+            const std::vector<std::size_t> parents = s->hf->advance(rows, V);
+            if (s->hf->done()) {
+                result.finished.push_back({s->id, s->hf->best(1).front()});
+                continue;
+            }
+            for (auto& layer : s->cache.layers) select_rows_in_place(layer.self, parents);
+        } else if (s->options.beam_size == 1) {   // greedy: as greedy_decode, ended by end_symbol or the length
             const std::int64_t word = detail::greedy_word(rows, V, rules_, last_position, end_symbol_);
             auto& h = s->live[0];
             h.ids.push_back(word);

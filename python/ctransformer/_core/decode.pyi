@@ -10,7 +10,7 @@ import ctransformer._core.nn.gpt
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['DEFAULT_ALPHA', 'DEFAULT_BEAM_SIZE', 'GPTCache', 'PackedWeights', 'StepDecoder', 'beam_search', 'generate', 'greedy_decode', 'length_penalty']
+__all__: list[str] = ['DEFAULT_ALPHA', 'DEFAULT_BEAM_SIZE', 'GPTCache', 'PackedWeights', 'StepDecoder', 'beam_search', 'generate', 'greedy_decode', 'hf_beam_search', 'length_penalty']
 class PackedWeights:
     """
     with ctransformer.decode.PackedWeights(): ... -- from a parameter's
@@ -76,6 +76,10 @@ def generate(model: ctransformer._core.nn.gpt.GPT, idx: typing.Any, max_new_toke
 def greedy_decode(model: ctransformer._core.nn.Transformer, src: typing.Any, src_mask: typing.Any, max_len: typing.SupportsInt | typing.SupportsIndex, start_symbol: typing.SupportsInt | typing.SupportsIndex, end_symbol: typing.Any = None, use_cache: bool = True, return_logits: bool = False, banned: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], force_end: bool = False) -> typing.Any:
     """
     (b, max_len) int64 ids; with return_logits, also the (b, max_len - 1, n_trg_vocab) float32 logits of each step (NaN after a row ended). See ctransformer.decode.greedy_decode.
+    """
+def hf_beam_search(model: ctransformer._core.nn.Transformer, src: typing.Any, src_mask: typing.Any, max_len: typing.SupportsInt | typing.SupportsIndex, start_symbol: typing.SupportsInt | typing.SupportsIndex, end_symbol: typing.SupportsInt | typing.SupportsIndex, num_beams: typing.SupportsInt | typing.SupportsIndex = 4, length_penalty: typing.SupportsFloat | typing.SupportsIndex = 1.0, early_stopping: typing.Any = False, n_best: typing.Any = None, banned: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], force_end: bool = False) -> tuple:
+    """
+    (ids (b, max_len) int64, scores (b,) float64), or with n_best=k (ids (b, k, max_len), scores (b, k)). See ctransformer.decode.hf_beam_search.
     """
 def length_penalty(length: typing.Any, alpha: typing.SupportsFloat | typing.SupportsIndex) -> float:
     """

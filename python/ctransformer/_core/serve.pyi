@@ -31,9 +31,9 @@ class Engine:
         """
         End the loop; every request not finished gets a 'cancelled' event.
         """
-    def submit(self, model: str, source: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_len: typing.SupportsInt | typing.SupportsIndex, beam_size: typing.SupportsInt | typing.SupportsIndex = 1, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> int:
+    def submit(self, model: str, source: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_len: typing.SupportsInt | typing.SupportsIndex, beam_size: typing.SupportsInt | typing.SupportsIndex = 1, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0, search: str = 'gnmt', early_stopping: typing.Any = False) -> int:
         """
-        Queue a request (source ids, end of sentence included); returns its id. QueueFull when the queue is full.
+        Queue a request (source ids, end of sentence included); returns its id. QueueFull when the queue is full. search 'gnmt' (decode.beam_search's rules; beam_size 1 is greedy) or 'hf' (decode.hf_beam_search's, beam_size its num_beams, alpha its length_penalty, with early_stopping).
         """
     @property
     def model_names(self) -> list[str]:

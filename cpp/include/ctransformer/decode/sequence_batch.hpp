@@ -18,15 +18,19 @@
 #include <vector>
 
 #include "ctransformer/decode/beam_search.hpp"
+#include "ctransformer/decode/hf_beam_search.hpp"
 #include "ctransformer/decode/token_rules.hpp"
 #include "ctransformer/nn/transformer.hpp"
 
 namespace ct::decode {
 
 struct SequenceOptions {
-    std::size_t beam_size = 1;       // 1: greedy decoding (the first maximum each step)
-    double alpha = defaults::alpha;  // beam search's length penalty (beam_search.hpp)
+    enum class Search { Gnmt, HuggingFace };
+    std::size_t beam_size = 1;       // 1: greedy decoding (the first maximum each step), unless search is HuggingFace
+    double alpha = defaults::alpha;  // the length penalty: GNMT's alpha (beam_search.hpp), or Hugging Face's exponent
     std::size_t max_len = 0;         // target positions, the start symbol counted: at least 2
+    Search search = Search::Gnmt;    // beam_search.hpp's rules, or hf_beam_search.hpp's (beam_size its num_beams)
+    EarlyStopping early_stopping = EarlyStopping::False;   // Hugging Face's search only
 };
 
 class SequenceBatch {
