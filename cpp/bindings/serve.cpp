@@ -4,6 +4,8 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "ctransformer/nn/gpt/gpt.hpp"
+#include "ctransformer/nn/transformer.hpp"
 #include "ctransformer/serve/engine.hpp"
 
 namespace ctpy {
@@ -41,23 +43,35 @@ void bind_serve(py::module_& m) {
              }),
              py::arg("max_queue") = 256, py::arg("max_rows") = 64, py::arg("max_batch_tokens") = 4096)
         .def("add_model",
-             [](Engine& e, const std::string& name, std::shared_ptr<ct::nn::Transformer> model, Int start_symbol,
-                Int end_symbol, std::vector<Int> banned, bool force_end, bool bf16) {
+             [](Engine& e, const std::string& name, py::object model, py::object start_symbol, py::object end_symbol,
+                std::vector<Int> banned, bool force_end, bool bf16) {
                  ct::serve::ModelSpec spec;
-                 spec.start_symbol = to_int(start_symbol, "Engine.add_model: start_symbol");
-                 spec.end_symbol = to_int(end_symbol, "Engine.add_model: end_symbol");
+                 spec.end_symbol = end_symbol.is_none() ? -1 : to_int(end_symbol, "Engine.add_model: end_symbol");
                  for (const auto& id : banned) spec.rules.banned.push_back(to_int(id, "Engine.add_model: banned"));
                  spec.rules.force_end = force_end;
                  spec.bf16 = bf16;
-                 e.add_model(name, std::move(model), std::move(spec));
+                 if (py::isinstance<ct::nn::gpt::GPT>(model)) {
+                     e.add_model(name, model.cast<std::shared_ptr<ct::nn::gpt::GPT>>(), std::move(spec));
+                     return;
+                 }
+                 if (!py::isinstance<ct::nn::Transformer>(model))
+                     throw ct::TypeError("Engine.add_model: model must be a ct.nn.Transformer or a ct.nn.GPT, got " +
+                                         type_name(model));
+                 if (start_symbol.is_none() || end_symbol.is_none())
+                     throw ct::ValueError("Engine.add_model: a Transformer needs start_symbol and end_symbol");
+                 spec.start_symbol = to_int(start_symbol, "Engine.add_model: start_symbol");
+                 e.add_model(name, model.cast<std::shared_ptr<ct::nn::Transformer>>(), std::move(spec));
              },
-             py::arg("name"), py::arg("model"), py::arg("start_symbol"), py::arg("end_symbol"),
+             py::arg("name"), py::arg("model"), py::arg("start_symbol") = py::none(), py::arg("end_symbol") = py::none(),
              py::arg("banned") = std::vector<Int>{}, py::arg("force_end") = false, py::arg("bf16") = false,
-             "Serve `model` (eval mode; it must not change while served) under `name`.")
+             "Serve `model` (eval mode; it must not change while served) under `name`: a Transformer (translations "
+             "from start_symbol to end_symbol, with the banned ids and force_end of greedy_decode), or a GPT "
+             "(continuations of prompts, ended by end_symbol when given).")
         .def_property_readonly("model_names", &Engine::model_names)
         .def("submit",
              [](Engine& e, const std::string& model, const std::vector<Int>& source, Int max_len, Int beam_size,
-                Real alpha, Real timeout, const std::string& search, py::object early_stopping) {
+                Real alpha, Real timeout, const std::string& search, py::object early_stopping, Real temperature,
+                Int top_k, Int seed) {
                  std::vector<std::int64_t> ids;
                  ids.reserve(source.size());
                  for (const auto& id : source) ids.push_back(to_int(id, "Engine.submit: source"));
@@ -66,6 +80,9 @@ void bind_serve(py::module_& m) {
                  o.alpha = to_double(alpha, "Engine.submit: alpha");
                  o.max_len = std::size_t(to_int_at_least(max_len, "Engine.submit: max_len", 2));
                  const double seconds = to_double(timeout, "Engine.submit: timeout");
+                 o.temperature = float(to_double(temperature, "Engine.submit: temperature"));
+                 o.top_k = to_size(top_k, "Engine.submit: top_k");
+                 o.seed = std::uint64_t(to_int(seed, "Engine.submit: seed"));
                  if (search == "hf")
                      o.search = ct::decode::SequenceOptions::Search::HuggingFace;
                  else if (search != "gnmt")
@@ -82,9 +99,14 @@ void bind_serve(py::module_& m) {
              },
              py::arg("model"), py::arg("source"), py::arg("max_len"), py::arg("beam_size") = 1, py::arg("alpha") = 0.6,
              py::arg("timeout") = 0.0, py::arg("search") = "gnmt", py::arg("early_stopping") = false,
-             "Queue a request (source ids, end of sentence included); returns its id. QueueFull when the queue is full. "
+             py::arg("temperature") = 0.0, py::arg("top_k") = 0, py::arg("seed") = 0,
+             "Queue a request (source ids, end of sentence included; a GPT's prompt ids) and return its id; QueueFull "
+             "when the queue is full. max_len: target positions, the start symbol counted (a GPT: the prompt and the "
+             "new ids). "
              "search 'gnmt' (decode.beam_search's rules; beam_size 1 is greedy) or 'hf' (decode.hf_beam_search's, "
-             "beam_size its num_beams, alpha its length_penalty, with early_stopping).")
+             "beam_size its num_beams, alpha its length_penalty, with early_stopping). A GPT's request: temperature "
+             "0 takes the first maximum, > 0 samples among the top_k ids (0: all) from a generator seeded with seed, "
+             "as decode.generate after manual_seed(seed).")
         .def("cancel", &Engine::cancel, py::arg("request"), py::call_guard<py::gil_scoped_release>())
         .def("poll",
              [](Engine& e, Real timeout, Int max_events) {

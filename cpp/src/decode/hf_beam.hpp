@@ -1,5 +1,5 @@
 // One source's Hugging Face beam search, step by step (decode/hf_beam_search.hpp has the rules): shared by
-// hf_beam_search (a batch in lock step) and the continuous batch (decode/sequence_batch.hpp).
+// hf_beam_search (a batch in lock step) and the continuous batch (decode/translation_batch.hpp).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,6 +1,6 @@
 // How a decoding step chooses its tokens from the logits: greedy's word for one row, and one step of beam search
 // for one source. Shared by greedy_decode and beam_search (a batch decoded together) and the continuous batch
-// (decode/sequence_batch.hpp: sequences joining and leaving between steps), so all choose by the same rules.
+// (decode/translation_batch.hpp: sequences joining and leaving between steps), so all choose by the same rules.
 #pragma once
 #include <cstdint>
 #include <vector>

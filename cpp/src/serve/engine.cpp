@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 
 #include "ctransformer/autocast.hpp"
 #include "ctransformer/decode/packed_weights.hpp"
@@ -22,9 +23,10 @@ struct Engine::Request {
 };
 
 struct Engine::Model {
-    std::shared_ptr<const nn::Transformer> model;
+    std::shared_ptr<const nn::Module> model;
     ModelSpec spec;
-    std::unique_ptr<decode::SequenceBatch> batch;   // the loop thread's alone
+    std::function<std::unique_ptr<decode::ContinuousBatch>()> make_batch;
+    std::unique_ptr<decode::ContinuousBatch> batch;   // the loop thread's alone (its check() reads the model only)
     std::deque<std::shared_ptr<Request>> waiting;   // under mu_
     std::map<std::uint64_t, std::size_t> tokens;    // source tokens of each request in the batch (loop thread)
     std::size_t rows_reserved = 0, tokens_in_batch = 0;
@@ -53,9 +55,29 @@ void Engine::stop() {
 void Engine::add_model(const std::string& name, std::shared_ptr<const nn::Transformer> model, ModelSpec spec) {
     if (!model) throw ValueError("Engine.add_model: model is null");
     auto m = std::make_unique<Model>();
-    m->batch = std::make_unique<decode::SequenceBatch>(*model, spec.start_symbol, spec.end_symbol, spec.rules);
+    const nn::Transformer& t = *model;
+    m->make_batch = [&t, spec] {
+        return std::make_unique<decode::TranslationBatch>(t, spec.start_symbol, spec.end_symbol, spec.rules);
+    };
     m->model = std::move(model);
     m->spec = std::move(spec);
+    add(name, std::move(m));
+}
+
+void Engine::add_model(const std::string& name, std::shared_ptr<const nn::gpt::GPT> model, ModelSpec spec) {
+    if (!model) throw ValueError("Engine.add_model: model is null");
+    auto m = std::make_unique<Model>();
+    const nn::gpt::GPT& g = *model;
+    const std::optional<std::int64_t> end = spec.end_symbol >= 0 ? std::optional<std::int64_t>(spec.end_symbol)
+                                                                 : std::nullopt;
+    m->make_batch = [&g, end] { return std::make_unique<decode::GenerationBatch>(g, end); };
+    m->model = std::move(model);
+    m->spec = std::move(spec);
+    add(name, std::move(m));
+}
+
+void Engine::add(const std::string& name, std::unique_ptr<Model> m) {
+    m->batch = m->make_batch();   // checks the symbols and rules
     std::lock_guard<std::mutex> lock(mu_);
     if (models_.count(name)) throw ValueError("Engine.add_model: a model named '" + name + "' is served already");
     models_.emplace(name, std::move(m));
@@ -157,8 +179,7 @@ void Engine::loop() {
     requests_.clear();
     for (auto& [name, m] : models_) {
         m->waiting.clear();
-        m->batch = std::make_unique<decode::SequenceBatch>(*m->model, m->spec.start_symbol, m->spec.end_symbol,
-                                                           m->spec.rules);
+        m->batch = m->make_batch();
     }
     waiting_ = 0;
     event_cv_.notify_all();
@@ -226,7 +247,7 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
     std::vector<std::shared_ptr<Request>> newcomers;
     while (!model->waiting.empty()) {
         const auto& r = model->waiting.front();
-        const std::size_t rows = decode::SequenceBatch::rows_needed(r->options);
+        const std::size_t rows = decode::ContinuousBatch::rows_needed(r->options);
         if (model->rows_reserved + rows > options_.max_rows ||
             model->tokens_in_batch + r->source.size() > options_.max_batch_tokens)
             break;
@@ -242,7 +263,7 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
 
     // The work itself, without the lock: submit(), cancel() and poll() go on meanwhile.
     lock.unlock();
-    decode::SequenceBatch::StepResult result;
+    decode::ContinuousBatch::StepResult result;
     std::string failure;
     const auto start = Clock::now();
     try {
@@ -277,17 +298,14 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
         model->rows_of.clear();
         model->tokens.clear();
         model->rows_reserved = model->tokens_in_batch = 0;
-        model->batch = std::make_unique<decode::SequenceBatch>(*model->model, model->spec.start_symbol,
-                                                               model->spec.end_symbol, model->spec.rules);
+        model->batch = model->make_batch();
     }
     for (const auto& t : result.tokens) {
         push({t.id, Event::Kind::Token, t.token, {}, 0.0, {}});
         ++stats_.tokens_total;
     }
     for (auto& f : result.finished) {
-        std::vector<std::int64_t> ids(f.best.ids.begin() + 1, f.best.ids.end());   // without the start symbol
-        if (f.best.ended && !ids.empty()) ids.pop_back();                          // nor the end symbol
-        push({f.id, Event::Kind::Finished, 0, std::move(ids), f.best.score, {}});
+        push({f.id, Event::Kind::Finished, 0, std::move(f.ids), f.score, {}});
         requests_.erase(f.id);
         model->rows_reserved -= model->rows_of[f.id];
         model->tokens_in_batch -= model->tokens[f.id];

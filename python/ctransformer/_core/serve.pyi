@@ -4,7 +4,6 @@ Continuous batching of translation requests for a server.
 """
 from __future__ import annotations
 import collections.abc
-import ctransformer._core.nn
 import typing
 __all__: list[str] = ['Engine', 'QueueFull']
 class QueueFull(RuntimeError):
@@ -15,9 +14,9 @@ class Engine:
     """
     def __init__(self, max_queue: typing.SupportsInt | typing.SupportsIndex = 256, max_rows: typing.SupportsInt | typing.SupportsIndex = 64, max_batch_tokens: typing.SupportsInt | typing.SupportsIndex = 4096) -> None:
         ...
-    def add_model(self, name: str, model: ctransformer._core.nn.Transformer, start_symbol: typing.SupportsInt | typing.SupportsIndex, end_symbol: typing.SupportsInt | typing.SupportsIndex, banned: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], force_end: bool = False, bf16: bool = False) -> None:
+    def add_model(self, name: str, model: typing.Any, start_symbol: typing.Any = None, end_symbol: typing.Any = None, banned: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], force_end: bool = False, bf16: bool = False) -> None:
         """
-        Serve `model` (eval mode; it must not change while served) under `name`.
+        Serve `model` (eval mode; it must not change while served) under `name`: a Transformer (translations from start_symbol to end_symbol, with the banned ids and force_end of greedy_decode), or a GPT (continuations of prompts, ended by end_symbol when given).
         """
     def cancel(self, request: typing.SupportsInt | typing.SupportsIndex) -> bool:
         ...
@@ -31,9 +30,9 @@ class Engine:
         """
         End the loop; every request not finished gets a 'cancelled' event.
         """
-    def submit(self, model: str, source: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_len: typing.SupportsInt | typing.SupportsIndex, beam_size: typing.SupportsInt | typing.SupportsIndex = 1, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0, search: str = 'gnmt', early_stopping: typing.Any = False) -> int:
+    def submit(self, model: str, source: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_len: typing.SupportsInt | typing.SupportsIndex, beam_size: typing.SupportsInt | typing.SupportsIndex = 1, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0, search: str = 'gnmt', early_stopping: typing.Any = False, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.0, top_k: typing.SupportsInt | typing.SupportsIndex = 0, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
         """
-        Queue a request (source ids, end of sentence included); returns its id. QueueFull when the queue is full. search 'gnmt' (decode.beam_search's rules; beam_size 1 is greedy) or 'hf' (decode.hf_beam_search's, beam_size its num_beams, alpha its length_penalty, with early_stopping).
+        Queue a request (source ids, end of sentence included; a GPT's prompt ids) and return its id; QueueFull when the queue is full. max_len: target positions, the start symbol counted (a GPT: the prompt and the new ids). search 'gnmt' (decode.beam_search's rules; beam_size 1 is greedy) or 'hf' (decode.hf_beam_search's, beam_size its num_beams, alpha its length_penalty, with early_stopping). A GPT's request: temperature 0 takes the first maximum, > 0 samples among the top_k ids (0: all) from a generator seeded with seed, as decode.generate after manual_seed(seed).
         """
     @property
     def model_names(self) -> list[str]:

@@ -48,7 +48,7 @@ public:
                                     const Mask* src_mask, bool return_attns = false) const;
     // A cache with no target position, for the source whose encoder output is enc_output (b, ls, d_model).
     Cache start_cache(const Tensor& enc_output) const;
-    // One target position for sequences of their own lengths (a continuous batch; decode/sequence_batch.hpp):
+    // One target position for sequences of their own lengths (a continuous batch; decode/translation_batch.hpp):
     // ids[r] is row r's token; sequence s owns rows [offsets[s], offsets[s + 1]) and caches[s], whose length is
     // the position its rows are fed at (each row embedded at its own sequence's position). Each cache's
     // cross-attention holds its own source's keys/values (no source mask: no pads). Every cache then holds one

@@ -1,13 +1,15 @@
 // Engine: continuous batching of translation requests for a server, on a thread of its own (no Python in it).
 //
 // It owns the models it serves, keyed by name (the server's "name/precision"), a bounded queue of requests
-// waiting, and per model a decode::SequenceBatch of the requests being decoded. Its loop, each turn:
+// waiting, and per model a decode::ContinuousBatch of the requests being decoded (a TranslationBatch for an
+// encoder-decoder Transformer, a GenerationBatch for the GPT). Its loop, each turn:
 //   - takes cancellations and requests past their deadline (their rows leave the batch at once);
 //   - picks the next model with work (round robin: rows of different models cannot share a product);
 //   - admits that model's waiting requests, oldest first, while the rows (a beam takes beam_size) stay within
-//     max_rows and the sources' tokens within max_batch_tokens: the encoder runs over the newcomers only;
-//   - runs one decoder step over every live row of the model and emits events: each greedy token as it
-//     comes, and each finished request's translation.
+//     max_rows and the inputs' tokens within max_batch_tokens: the encoder (or the prompt) runs over the
+//     newcomers only;
+//   - runs one step over every live row of the model and emits events: each greedy or generated token as it
+//     comes, and each finished request's output.
 // Callers submit() from any thread and collect events with poll(). A failure inside a step fails that
 // model's requests (their events say why) and the engine goes on serving.
 #pragma once
@@ -22,7 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "ctransformer/decode/sequence_batch.hpp"
+#include "ctransformer/decode/generation_batch.hpp"
+#include "ctransformer/decode/translation_batch.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ct::serve {
@@ -39,8 +42,8 @@ struct EngineOptions {
     std::size_t max_batch_tokens = 4096;   // source tokens of the requests in one model's batch
 };
 
-// How a model decodes: its symbols and rules (decode::SequenceBatch), and whether its products run in bf16
-// (an autocast region around each of its steps).
+// How a model decodes: its symbols and rules (decode::TranslationBatch; a GPT reads end_symbol only, < 0 for
+// none), and whether its products run in bf16 (an autocast region around each of its steps).
 struct ModelSpec {
     std::int64_t start_symbol = 0, end_symbol = 0;
     decode::TokenRules rules;
@@ -75,9 +78,11 @@ public:
 
     // Serves `model` (in eval mode; it must not change while served) under `name`. ValueError if taken.
     void add_model(const std::string& name, std::shared_ptr<const nn::Transformer> model, ModelSpec spec);
+    // A GPT, whose requests are prompts continued (GenerationBatch).
+    void add_model(const std::string& name, std::shared_ptr<const nn::gpt::GPT> model, ModelSpec spec);
     std::vector<std::string> model_names() const;
 
-    // Queues a request: source ids (end of sentence included) for model `name`. Checks them (ValueError /
+    // Queues a request: source ids (end of sentence included), or a GPT's prompt, for model `name`. Checks them (ValueError /
     // IndexError / KeyError-like ValueError naming the model) and returns the request's id. QueueFull when
     // max_queue requests wait; RuntimeError after stop(). timeout_seconds > 0: the request times out then.
     std::uint64_t submit(const std::string& name, std::vector<std::int64_t> source, decode::SequenceOptions options,
@@ -96,6 +101,7 @@ private:
     void loop();
     void turn(std::unique_lock<std::mutex>& lock);
     void push(Event e);   // with mu_ held
+    void add(const std::string& name, std::unique_ptr<Model> model);
 
     const EngineOptions options_;
     mutable std::mutex mu_;

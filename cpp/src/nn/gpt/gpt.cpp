@@ -134,6 +134,36 @@ Tensor GPT::hidden(const IndexArray& idx, Cache* cache, std::vector<Tensor>* att
     return x;
 }
 
+Tensor GPT::logits_sequences(const std::vector<std::int64_t>& ids, const std::vector<Cache*>& caches,
+                             const std::vector<std::size_t>& offsets) const {
+    const std::size_t rows = ids.size();
+    if (offsets.size() != caches.size() + 1 || offsets.front() != 0 || offsets.back() != rows)
+        throw ValueError("GPT.logits_sequences: offsets must run from 0 to the " + std::to_string(rows) +
+                         " ids, one more than the " + std::to_string(caches.size()) + " caches");
+    const IndexArray idx{ids, {rows, 1}};
+    check_ids(idx, "GPT.logits_sequences", "ids");
+    Tensor x = word_token_embedding->forward(idx);   // (rows, 1, E)
+    if (!no_pos) {   // each row at its own sequence's position
+        IndexArray pos{std::vector<std::int64_t>(rows), {rows, 1}};
+        for (std::size_t s = 0; s < caches.size(); ++s) {
+            if (caches[s]->layers.size() != num_layer || caches[s]->length >= max_seq_len)
+                throw ValueError("GPT.logits_sequences: a cache must come from start_cache and hold fewer than "
+                                 "max_seq_len = " + std::to_string(max_seq_len) + " positions");
+            for (std::size_t r = offsets[s]; r < offsets[s + 1]; ++r) pos.data[r] = std::int64_t(caches[s]->length);
+        }
+        x = add(x, word_pos_embedding->forward(pos));
+    }
+    x = drop->forward(x);
+    std::vector<KeyValue*> layer_caches(caches.size());
+    const auto& layers = transformer->items();
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+        for (std::size_t s = 0; s < caches.size(); ++s) layer_caches[s] = &caches[s]->layers[l];
+        x = layers[l]->forward_sequences(x, layer_caches, offsets);
+    }
+    for (Cache* c : caches) c->length += 1;
+    return language_model_head->forward(norm->forward(reshape(x, {std::int64_t(rows), std::int64_t(embed_dim)})));
+}
+
 Tensor GPT::last_logits(const Tensor& hidden) const {
     if (hidden.dim() != 3 || hidden.size(1) == 0 || hidden.size(2) != embed_dim)
         throw ValueError("GPT.last_logits: hidden must be (batch, seq_len >= 1, embed_dim = " + std::to_string(embed_dim) +

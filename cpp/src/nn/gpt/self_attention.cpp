@@ -41,6 +41,24 @@ std::pair<Tensor, Tensor> SelfAttention::forward(const Tensor& x, KeyValue* cach
     return attend(x, cache->k, cache->v, cache->length);
 }
 
+Tensor SelfAttention::forward_sequences(const Tensor& x, const std::vector<KeyValue*>& caches,
+                                       const std::vector<std::size_t>& offsets) const {
+    check_input(x);
+    if (x.size(1) != 1 || offsets.size() != caches.size() + 1 || offsets.front() != 0 || offsets.back() != x.size(0))
+        throw ValueError("SelfAttention.forward_sequences: x must be (rows, 1, embed_dim) and offsets one more than the "
+                         "caches, from 0 to the rows");
+    const Tensor keys = k_layer->forward(x), values = v_layer->forward(x);
+    std::vector<CachedSequence> sequences(caches.size());
+    for (std::size_t s = 0; s < caches.size(); ++s) {
+        KeyValue& kv = *caches[s];
+        append_positions(kv, keys, values, offsets[s], offsets[s + 1] - offsets[s]);
+        sequences[s] = {&kv.k, &kv.v, kv.length, kv.row_map.empty() ? nullptr : &kv.row_map, offsets[s], offsets[s + 1]};
+    }
+    // One query at the last position held: the causal mask hides nothing from it.
+    const Tensor heads = attend_cached(q_layer->forward(x), sequences, num_head, 1.0f / std::sqrt(float(head_dim)));
+    return proj_drop->forward(proj_layer->forward(heads));
+}
+
 std::pair<Tensor, Tensor> SelfAttention::attend(const Tensor& x, const Tensor& keys, const Tensor& values,
                                                 std::size_t kv_length) const {
     // The seed's split into heads, causal attention and concatenation, fused: the heads stay

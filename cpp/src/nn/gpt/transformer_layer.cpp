@@ -20,4 +20,12 @@ std::pair<Tensor, Tensor> TransformerLayer::forward(const Tensor& x, KeyValue* c
     return {no_res_ ? x_ffn : add(x_ffn, x_attn), weights};
 }
 
+Tensor TransformerLayer::forward_sequences(const Tensor& x, const std::vector<KeyValue*>& caches,
+                                           const std::vector<std::size_t>& offsets) const {
+    Tensor x_attn = attn_->forward_sequences(norm1_->forward(x), caches, offsets);
+    if (!no_res_) x_attn = add(x_attn, x);
+    Tensor x_ffn = ffn_->forward(norm2_->forward(x_attn));
+    return no_res_ ? x_ffn : add(x_ffn, x_attn);
+}
+
 }  // namespace ct::nn::gpt

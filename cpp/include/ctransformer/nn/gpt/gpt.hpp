@@ -61,6 +61,12 @@ public:
     // each layer appends their keys/values and attends over every position held; the cache then
     // holds t more. attention_weights, when given, receives each layer's.
     Tensor hidden(const IndexArray& idx, Cache* cache = nullptr, std::vector<Tensor>* attention_weights = nullptr) const;
+    // One position for sequences of their own lengths (a continuous batch; decode/generation_batch.hpp): ids[r]
+    // is row r's token; sequence s owns rows [offsets[s], offsets[s + 1]) and caches[s], whose length is the
+    // position its rows are fed at (below max_seq_len). Every cache then holds one more position. Returns the
+    // logits (rows, vocab_size).
+    Tensor logits_sequences(const std::vector<std::int64_t>& ids, const std::vector<Cache*>& caches,
+                            const std::vector<std::size_t>& offsets) const;
     // The logits (b, vocab_size) of the last position of hidden (b, t, embed_dim): the final norm and
     // the head on that position only (what generation samples from).
     Tensor last_logits(const Tensor& hidden) const;

@@ -27,6 +27,11 @@ public:
     // positions 0 .. T - t + i (causal).
     std::pair<Tensor, Tensor> forward(const Tensor& x, KeyValue* cache = nullptr) const;
 
+    // One position for sequences of their own lengths (a continuous batch): x (rows, 1, embed_dim), sequence s
+    // owning rows [offsets[s], offsets[s + 1]) and caches[s]; each sequence's keys/values are appended to its own
+    // cache and its rows attend over it (ops/attention.hpp: attend_cached). No weights returned, no graph.
+    Tensor forward_sequences(const Tensor& x, const std::vector<KeyValue*>& caches,
+                             const std::vector<std::size_t>& offsets) const;
     std::string type_name() const override { return "SelfAttention"; }
 
     std::shared_ptr<Linear> q_layer, k_layer, v_layer, proj_layer;

@@ -22,6 +22,9 @@ public:
     // x (b, t, embed_dim). With a cache, x holds the positions after those it holds, and the attention
     // reads them all (SelfAttention::forward).
     std::pair<Tensor, Tensor> forward(const Tensor& x, KeyValue* cache = nullptr) const;
+    // The same for one position of sequences of their own lengths (SelfAttention::forward_sequences).
+    Tensor forward_sequences(const Tensor& x, const std::vector<KeyValue*>& caches,
+                             const std::vector<std::size_t>& offsets) const;
     std::string type_name() const override { return "TransformerLayer"; }
 
     const std::shared_ptr<LayerNorm>& norm1() const { return norm1_; }

@@ -1,4 +1,4 @@
-#include "ctransformer/decode/sequence_batch.hpp"
+#include "ctransformer/decode/translation_batch.hpp"
 
 #include <algorithm>
 
@@ -11,7 +11,7 @@
 namespace ct::decode {
 
 // One sequence: its decoder cache (rows = its live hypotheses) and its search's state.
-struct SequenceBatch::Sequence {
+struct TranslationBatch::Sequence {
     std::uint64_t id;
     SequenceOptions options;
     nn::Decoder::Cache cache;
@@ -29,26 +29,37 @@ struct SequenceBatch::Sequence {
     }
 };
 
-SequenceBatch::SequenceBatch(const nn::Transformer& model, std::int64_t start_symbol, std::int64_t end_symbol,
+namespace {
+
+// A finished hypothesis as the batch's output: its ids without the start symbol, nor the end symbol if it ended.
+ContinuousBatch::Finished output(std::uint64_t id, const Hypothesis& h) {
+    ContinuousBatch::Finished f{id, std::vector<std::int64_t>(h.ids.begin() + 1, h.ids.end()), h.score, h.ended};
+    if (h.ended && !f.ids.empty()) f.ids.pop_back();
+    return f;
+}
+
+}  // namespace
+
+TranslationBatch::TranslationBatch(const nn::Transformer& model, std::int64_t start_symbol, std::int64_t end_symbol,
                              TokenRules rules)
     : model_(model), start_symbol_(start_symbol), end_symbol_(end_symbol), rules_(std::move(rules)) {
-    const std::string fn = "SequenceBatch";
+    const std::string fn = "TranslationBatch";
     detail::check_symbol(model, start_symbol, fn, "start_symbol");
     detail::check_symbol(model, end_symbol, fn, "end_symbol");
     rules_.check(model.config.n_trg_vocab, true, fn);
 }
 
-SequenceBatch::~SequenceBatch() = default;
+TranslationBatch::~TranslationBatch() = default;
 
-std::size_t SequenceBatch::rows() const {
+std::size_t TranslationBatch::rows() const {
     std::size_t n = 0;
     for (const auto& s : sequences_) n += s->rows();
     return n;
 }
 
-std::size_t SequenceBatch::size() const { return sequences_.size(); }
+std::size_t TranslationBatch::size() const { return sequences_.size(); }
 
-void SequenceBatch::check(const std::vector<std::int64_t>& source, const SequenceOptions& options,
+void TranslationBatch::check(const std::vector<std::int64_t>& source, const SequenceOptions& options,
                           const std::string& what) const {
     const nn::TransformerConfig& c = model_.config;
     if (source.empty()) throw ValueError(what + ": the source is empty (end of sentence included, it has one id at least)");
@@ -63,12 +74,12 @@ void SequenceBatch::check(const std::vector<std::int64_t>& source, const Sequenc
                          std::to_string(c.n_position + 1) + "], got " + std::to_string(options.max_len));
 }
 
-void SequenceBatch::admit(const std::vector<std::uint64_t>& ids, const std::vector<std::vector<std::int64_t>>& sources,
+void TranslationBatch::admit(const std::vector<std::uint64_t>& ids, const std::vector<std::vector<std::int64_t>>& sources,
                           const std::vector<SequenceOptions>& options) {
     if (ids.size() != sources.size() || ids.size() != options.size())
-        throw ValueError("SequenceBatch.admit: ids, sources and options must have one entry each per sequence");
+        throw ValueError("TranslationBatch.admit: ids, sources and options must have one entry each per sequence");
     if (ids.empty()) return;
-    for (std::size_t i = 0; i < ids.size(); ++i) check(sources[i], options[i], "SequenceBatch.admit");
+    for (std::size_t i = 0; i < ids.size(); ++i) check(sources[i], options[i], "TranslationBatch.admit");
     NoGradGuard no_grad;
     // One encoder pass per source length among the newcomers, with no pad: a source's encoder output is then
     // computed as if it were encoded alone (the same attention products, of its own length; an int8 model's
@@ -114,14 +125,14 @@ void SequenceBatch::admit(const std::vector<std::uint64_t>& ids, const std::vect
     for (auto& seq : admitted) sequences_.push_back(std::move(seq));
 }
 
-bool SequenceBatch::retire(std::uint64_t id) {
+bool TranslationBatch::retire(std::uint64_t id) {
     const auto it = std::find_if(sequences_.begin(), sequences_.end(), [id](const auto& s) { return s->id == id; });
     if (it == sequences_.end()) return false;
     sequences_.erase(it);
     return true;
 }
 
-SequenceBatch::StepResult SequenceBatch::step() {
+TranslationBatch::StepResult TranslationBatch::step() {
     StepResult result;
     if (sequences_.empty()) return result;
     NoGradGuard no_grad;
@@ -146,7 +157,7 @@ SequenceBatch::StepResult SequenceBatch::step() {
         if (s->hf) {   // Hugging Face's search: as hf_beam_search, this sequence's rows only
             const std::vector<std::size_t> parents = s->hf->advance(rows, V);
             if (s->hf->done()) {
-                result.finished.push_back({s->id, s->hf->best(1).front()});
+                result.finished.push_back(output(s->id, s->hf->best(1).front()));
                 continue;
             }
             for (auto& layer : s->cache.layers) select_rows_in_place(layer.self, parents);
@@ -156,8 +167,8 @@ SequenceBatch::StepResult SequenceBatch::step() {
             h.ids.push_back(word);
             if (word != end_symbol_) result.tokens.push_back({s->id, word});
             if (word == end_symbol_ || last_position) {
-                result.finished.push_back({s->id, detail::finished_hypothesis(std::move(h.ids), 0.0, word == end_symbol_,
-                                                                              s->options.alpha)});
+                result.finished.push_back(output(s->id, detail::finished_hypothesis(std::move(h.ids), 0.0,
+                                                                                    word == end_symbol_, s->options.alpha)));
                 continue;
             }
         } else {   // beam search: as beam_search, this sequence's rows only
@@ -169,7 +180,7 @@ SequenceBatch::StepResult SequenceBatch::step() {
             detail::advance_beam(s->live, s->finished, best, 0, t, settings, candidates, parents);
             if (s->live.empty()) {
                 detail::keep_best(s->finished, 1);
-                result.finished.push_back({s->id, std::move(s->finished.front())});
+                result.finished.push_back(output(s->id, s->finished.front()));
                 continue;
             }
             std::vector<std::size_t> same(parents.size());

@@ -1,0 +1,105 @@
+"""The continuous-batching engine with a GPT (decode::GenerationBatch): prompts continued under mixed arrivals equal
+each prompt continued alone by decode.generate, the context cropped to max_seq_len as it does (max_seq_len 16,
+prompts of 3 to 20 ids, up to 30 new ids: windows that slide and caches rebuilt).
+
+- int8, sampled (temperature 0.8, top_k 5) and greedy: bit for bit, every request (the products are exact; a
+  request's generator is seeded as manual_seed(seed) seeds decode.generate's);
+- float32, greedy (temperature 0): ids equal the torch reference's arg-max loop, whose every step's top-2 logit gap
+  is checked to exceed 1e-3 (as tests/decode/test_gpt_generate_cache.py: the knife edge kept away).
+"""
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import ctransformer as ct
+from reference.gpt_pairs import SMALL, make_pair, prompts
+from reference.gpt_reference import greedy
+
+
+def run(model, requests, max_rows=4, end=None):
+    """requests: (prompt, new ids, temperature, top_k, seed); submitted in three waves into running batches.
+    Returns each request's new ids."""
+    engine = ct._core.serve.Engine(max_queue=64, max_rows=max_rows, max_batch_tokens=256)
+    engine.add_model("gpt", model, end_symbol=end)
+    index, out = {}, {}   # engine request id -> position in requests; position -> new ids
+    deadline = time.monotonic() + 60
+
+    def collect(events):
+        for request, kind, _, ids, _, message in events:
+            assert kind in ("token", "finished"), message
+            if kind == "finished":
+                out[index[request]] = ids
+
+    for wave in (range(0, len(requests), 3), range(1, len(requests), 3), range(2, len(requests), 3)):
+        for i in wave:
+            prompt, n, temperature, top_k, seed = requests[i]
+            request = engine.submit("gpt", [int(t) for t in prompt], max_len=len(prompt) + n,
+                                    temperature=temperature, top_k=top_k, seed=seed)
+            index[request] = i
+        steps = engine.stats()["steps_total"]
+        while engine.stats()["steps_total"] < steps + 3 and len(out) < len(index) and time.monotonic() < deadline:
+            collect(engine.poll(0.01))
+    while len(out) < len(requests) and time.monotonic() < deadline:
+        collect(engine.poll(0.05))
+    engine.stop()
+    assert len(out) == len(requests)
+    return [out[i] for i in range(len(requests))]
+
+
+def test_int8_generation_is_bit_for_bit_generate_alone():
+    _, model = make_pair(SMALL, sharp=True)
+    model = ct.quantize_dynamic(model, inplace=True)
+    rng = np.random.default_rng(0)
+    requests = []
+    for i in range(9):
+        prompt = tuple(prompts(SMALL, 1, int(rng.integers(3, 21)), seed=i)[0])
+        sampled = i % 3 != 0
+        requests.append((prompt, int(rng.integers(5, 31)), 0.8 if sampled else 0.0, 5 if sampled else 0, 100 + i))
+    outputs = run(model, requests)
+    for (prompt, n, temperature, top_k, seed), ids in zip(requests, outputs):
+        ct.manual_seed(seed)
+        if temperature:
+            expected = ct.decode.generate(model, np.array([prompt]), n, temperature, top_k)
+        else:
+            expected = ct.decode.generate(model, np.array([prompt]), n, top_k=1)
+        np.testing.assert_array_equal(ids, expected[0, len(prompt):], err_msg=f"prompt {prompt}")
+
+
+def test_float32_greedy_generation_equals_the_reference():
+    tm, model = make_pair(SMALL, sharp=True)
+    requests = []
+    for i, (length, n) in enumerate([(5, 8), (5, 25), (20, 10), (3, 12), (9, 30), (14, 4)]):
+        prompt = tuple(prompts(SMALL, 1, length, seed=20 + i)[0])
+        requests.append((prompt, n, 0.0, 0, 0))
+    outputs = run(model, requests, max_rows=3)
+    for (prompt, n, *_), ids in zip(requests, outputs):
+        expected, margins = greedy(tm, torch.tensor([prompt]), n)
+        assert min(margins) > 1e-3, "near-tie in the reference: the comparison would be fragile"
+        np.testing.assert_array_equal(ids, expected[0, len(prompt):].numpy())
+
+
+def test_generation_ends_at_its_end_symbol_and_refuses_bad_prompts():
+    _, model = make_pair(SMALL, sharp=True)
+    prompt = [int(i) for i in prompts(SMALL, 1, 5)[0]]
+    alone = ct.decode.generate(model, np.array([prompt]), 12, top_k=1)[0, 5:]
+    end = int(alone[4])   # the fifth new id ends it
+    (ids,) = run(model, [(tuple(prompt), 12, 0.0, 0, 0)], end=end)
+    first = int(np.flatnonzero(alone == end)[0])
+    np.testing.assert_array_equal(ids, alone[:first])
+    engine = ct._core.serve.Engine()
+    engine.add_model("gpt", model)
+    with pytest.raises(IndexError, match="prompt holds token id 50"):
+        engine.submit("gpt", [1, 50], max_len=5)
+    with pytest.raises(ValueError, match="prompt is empty"):
+        engine.submit("gpt", [], max_len=5)
+    with pytest.raises(ValueError, match="room for one new id"):
+        engine.submit("gpt", [1, 2], max_len=2)
+    with pytest.raises(ValueError, match="temperature"):
+        engine.submit("gpt", [1, 2], max_len=5, temperature=-1.0)
+    with pytest.raises(ValueError, match="beam_size 1"):
+        engine.submit("gpt", [1, 2], max_len=5, beam_size=2)
+    with pytest.raises(TypeError, match="ct.nn.Transformer or a ct.nn.GPT"):
+        engine.add_model("x", "not a model")
+    engine.stop()
