@@ -39,12 +39,29 @@ def quantize_dynamic(model, dtype="qint8", inplace=False):
     if str(dtype).replace("torch.", "") not in DTYPES:
         raise ValueError(f"quantize_dynamic: dtype must be one of {DTYPES}, got {dtype!r}")
     if not inplace:
-        config = getattr(model, "config", None)
-        if config is None:
-            raise TypeError(f"quantize_dynamic: cannot copy a {type(model).__name__} (it has no config); "
-                            "pass inplace=True to quantise it in place")
-        copy = type(model)(config)
+        copy = _empty_like(model)
         copy.load_state_dict(model.state_dict())
         copy.train(model.training)
         model = copy
     return model.quantize("int8")
+
+
+def _empty_like(model):
+    """A new model of `model`'s class and sizes (its weights still to be loaded): from its config (a Transformer),
+    or from the sizes a GPT keeps. Its initialisation's draws are given back to the library generator, so a copy
+    leaves the random state as it was (torch's copy draws nothing either)."""
+    from . import _core
+    from .nn import GPT
+
+    config = getattr(model, "config", None)
+    if not isinstance(model, GPT) and config is None:
+        raise TypeError(f"quantize_dynamic: cannot copy a {type(model).__name__} (it has no config); "
+                        "pass inplace=True to quantise it in place")
+    state = _core.get_rng_state()
+    try:
+        if isinstance(model, GPT):
+            return GPT(model.vocab_size, model.max_seq_len, model.n_layers, model.d_model, model.n_head,
+                       model.d_inner, dropout=model.drop.p, no_res=model.no_res, no_pos=model.no_pos)
+        return type(model)(config)
+    finally:
+        _core.set_rng_state(state)

@@ -179,11 +179,23 @@ def test_quantize_dynamic_copies_by_default():
     assert ct.quantize_dynamic(model, dtype="int8", inplace=True) is model and model.quantization == "int8"
     with pytest.raises(ValueError, match="dtype"):
         ct.quantize_dynamic(model, dtype="float16")
+    # A GPT is copied too (from the sizes it keeps), and a copy draws nothing from the library generator.
     gpt = ct.nn.GPT(vocab_size=20, max_seq_len=8, n_layers=1, d_model=16, n_head=2, d_inner=32,
-                    dropout=0.0)
+                    dropout=0.0).eval()
+    state = ct.get_rng_state()
+    q = ct.quantize_dynamic(gpt)
+    assert ct.get_rng_state() == state
+    assert q is not gpt and q.quantization == "int8" and gpt.quantization is None and not q.training
+    idx = np.array([[1, 2, 3, 4]])
+    np.testing.assert_array_equal(q(idx)[0].numpy(), ct.quantize_dynamic(gpt, inplace=True)(idx)[0].numpy())
+
+    class Mine(ct.nn.Module):   # a model of one's own has no config to copy it from
+        def __init__(self):
+            super().__init__()
+            self.fc = ct.nn.Linear(4, 4)
+
     with pytest.raises(TypeError, match="inplace=True"):
-        ct.quantize_dynamic(gpt)
-    assert ct.quantize_dynamic(gpt, inplace=True).quantization == "int8"
+        ct.quantize_dynamic(Mine())
 
 
 def test_decode_compute_type():

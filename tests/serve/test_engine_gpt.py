@@ -103,3 +103,47 @@ def test_generation_ends_at_its_end_symbol_and_refuses_bad_prompts():
     with pytest.raises(TypeError, match="ct.nn.Transformer or a ct.nn.GPT"):
         engine.add_model("x", "not a model")
     engine.stop()
+
+
+def test_async_completion_of_a_shakespeare_checkpoint(tmp_path):
+    """A shakespeare-task checkpoint served through AsyncEngine: load_gpt_checkpoint gives the GPT and its
+    characters; complete() equals decode.generate after manual_seed(seed) (int8: bit for bit), and the streamed
+    pieces join to the same text."""
+    import asyncio
+
+    from ctransformer.checkpoint import save_checkpoint
+    from ctransformer.serve.engine import AsyncEngine
+    from ctransformer.tasks.shakespeare import Shakespeare, load_gpt_checkpoint
+
+    chars = "\n !',.:;?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    cfg = {**Shakespeare.defaults, "n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 16}
+    ct.manual_seed(1)
+    model = ct.nn.GPT(len(chars) + 1, cfg["block_size"], cfg["n_layer"], cfg["n_embd"], cfg["n_head"],
+                      4 * cfg["n_embd"], dropout=0.0)
+    path = save_checkpoint(str(tmp_path / "gpt.safetensors"), model, step=0, config=cfg,
+                           extra={"task": "shakespeare", "chars": chars})
+    loaded, tokenizer = load_gpt_checkpoint(path)
+    assert tokenizer.decode(tokenizer.encode("To be, or not")) == "To be, or not"
+    with pytest.raises(ValueError, match="does not know"):
+        tokenizer.encode("naïve")
+
+    async def serve():
+        engine = AsyncEngine()
+        engine.add_generator("bard", loaded, tokenizer, "int8")
+        try:
+            done = await engine.complete("ROMEO:", max_tokens=25, temperature=0.9, top_k=8, seed=11)
+            pieces = [p async for p in engine.stream_completion("ROMEO:", max_tokens=25, temperature=0.9, top_k=8,
+                                                                seed=11)]
+            with pytest.raises(ValueError, match="max_tokens"):
+                await engine.complete("x", max_tokens=0)
+            return done, pieces
+        finally:
+            engine.close()
+
+    done, pieces = asyncio.run(serve())
+    ct.manual_seed(11)
+    int8 = ct.quantize_dynamic(loaded)   # a copy: the generator's state is left as it was
+    expected = ct.decode.generate(int8, np.array([tokenizer.encode("ROMEO:")]), 25, 0.9, 8)[0, 6:]
+    assert done["text"] == tokenizer.decode(expected)
+    assert done["finish_reason"] == "length" and done["completion_tokens"] == 25 and done["prompt_tokens"] == 6
+    assert "".join(text for text, _ in pieces) == done["text"] and pieces[-1] == ("", "length")

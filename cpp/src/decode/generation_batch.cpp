@@ -46,6 +46,8 @@ void GenerationBatch::check(const std::vector<std::int64_t>& prompt, const Seque
         throw ValueError(what + ": max_len (the prompt's " + std::to_string(prompt.size()) +
                          " ids and the new ones) must leave room for one new id at least, got " +
                          std::to_string(options.max_len));
+    if (!(options.top_p > 0.0f && options.top_p <= 1.0f))
+        throw ValueError(what + ": top_p must be in (0, 1], got " + std::to_string(options.top_p));
     if (!std::isfinite(options.temperature) || options.temperature < 0.0f)
         throw ValueError(what + ": temperature must be a finite number >= 0, got " + std::to_string(options.temperature));
 }
@@ -148,7 +150,8 @@ ContinuousBatch::StepResult GenerationBatch::step() {
         const SequenceOptions& o = s->options;
         const std::int64_t word =
             o.temperature > 0.0f
-                ? sample_top_k(row, V, o.temperature, o.top_k ? std::min(o.top_k, V) : V, *s->generator)
+                ? sample_top_k_top_p(row, V, o.temperature, o.top_k ? std::min(o.top_k, V) : V, o.top_p,
+                                     *s->generator)
                 : std::int64_t(first_max(row, V));
         s->pending.clear();
         s->ids.push_back(word);

@@ -43,4 +43,54 @@ std::int64_t sample_top_k(const float* logits, std::size_t n, float temperature,
     return std::int64_t(chosen);
 }
 
+std::int64_t sample_top_k_top_p(const float* logits, std::size_t n, float temperature, std::size_t k, float top_p,
+                                Generator& generator) {
+    if (!(top_p < 1.0f)) return sample_top_k(logits, n, temperature, k, generator);
+    std::vector<float> scaled(n);
+    for (std::size_t c = 0; c < n; ++c) scaled[c] = logits[c] / temperature;
+    float threshold = -std::numeric_limits<float>::infinity();
+    if (k < n) {
+        std::vector<float> sorted = scaled;
+        std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(k - 1), sorted.end(), std::greater<float>());
+        threshold = sorted[k - 1];
+    }
+    const float peak = *std::max_element(scaled.begin(), scaled.end());
+    std::vector<double> probs(n);
+    double total = 0.0;
+    for (std::size_t c = 0; c < n; ++c) {
+        probs[c] = scaled[c] < threshold ? 0.0 : std::exp(double(scaled[c]) - double(peak));
+        total += probs[c];
+    }
+    // The nucleus: in order of rising probability (ties: the higher id first, so the lower survives), drop while
+    // the mass dropped, this id included, is at most 1 - top_p; never the last (most likely) id.
+    std::vector<std::size_t> rising;
+    for (std::size_t c = 0; c < n; ++c)
+        if (probs[c] > 0.0) rising.push_back(c);
+    std::stable_sort(rising.begin(), rising.end(), [&](std::size_t a, std::size_t b) {
+        return probs[a] != probs[b] ? probs[a] < probs[b] : a > b;
+    });
+    double dropped = 0.0;
+    for (std::size_t i = 0; i + 1 < rising.size(); ++i) {
+        dropped += probs[rising[i]];
+        if (dropped / total > 1.0 - double(top_p)) break;
+        probs[rising[i]] = 0.0;
+    }
+    double kept = 0.0;
+    for (double p : probs) kept += p;
+    double u;
+    {
+        auto lock = generator.lock();
+        u = std::uniform_real_distribution<double>(0.0, kept)(generator.engine());
+    }
+    std::size_t chosen = n;
+    double cumulative = 0.0;
+    for (std::size_t c = 0; c < n; ++c) {
+        if (probs[c] == 0.0) continue;
+        cumulative += probs[c];
+        chosen = c;
+        if (u < cumulative) break;
+    }
+    return std::int64_t(chosen);
+}
+
 }  // namespace ct::decode

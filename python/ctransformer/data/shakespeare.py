@@ -37,3 +37,26 @@ class CharDataset:
         x = np.stack([data[i:i + block_size] for i in starts])
         y = np.stack([data[i + 1:i + 1 + block_size] for i in starts])
         return x, y
+
+
+class CharTokenizer:
+    """The shakespeare task's ids for text: each character's index in ``chars`` plus one (the GPT reference ignores
+    target id 0 in its loss, so the task keeps id 0 for no character). ``encode`` refuses a character outside
+    ``chars``, naming it."""
+
+    def __init__(self, chars):
+        self.chars = "".join(chars)
+        self.stoi = {c: i + 1 for i, c in enumerate(self.chars)}
+
+    def __len__(self):
+        return len(self.chars) + 1
+
+    def encode(self, text):
+        unknown = sorted({c for c in text if c not in self.stoi})
+        if unknown:
+            raise ValueError(f"the text holds characters the model does not know: {''.join(unknown)!r} (it knows "
+                             f"{len(self.chars)} characters)")
+        return [self.stoi[c] for c in text]
+
+    def decode(self, ids):
+        return "".join(self.chars[int(i) - 1] for i in ids if 0 < int(i) <= len(self.chars))

@@ -31,6 +31,10 @@ class Shakespeare(Task):
 
     # The GPT reference ignores target id 0 in its loss; characters are shifted by one so id 0 is a
     # padding id that never occurs and every character counts.
+    def model_extra(self):
+        """The characters behind the ids, so a checkpoint serves text on its own (load_gpt_checkpoint)."""
+        return {"task": self.name, "chars": "".join(self.data.chars)}
+
     def batch(self, split, rng):
         x, y = self.data.batch(split, self.cfg["block_size"], self.cfg["batch_size"], rng)
         return x + 1, y + 1
@@ -103,3 +107,28 @@ class Shakespeare(Task):
         target = self.cfg["target_val_loss"]
         ok = evaluation["val_loss"] <= target
         return ok, f"val loss {evaluation['val_loss']:.4f} {'<=' if ok else '>'} target {target}"
+
+
+def load_gpt_checkpoint(path):
+    """(model in eval mode, CharTokenizer) from a checkpoint of the shakespeare task (an int8 one quantised). A
+    checkpoint written before the task stored its characters takes them from Tiny Shakespeare itself, as the task
+    made them."""
+    from ctransformer.checkpoint import CheckpointError, load_model_state, read_checkpoint_contents
+    from ctransformer.data.shakespeare import CharTokenizer
+
+    contents = read_checkpoint_contents(path)
+    cfg = {**Shakespeare.defaults, **contents["config"]}
+    if contents["extra"].get("task", Shakespeare.name) != Shakespeare.name or "word_token_embedding.weight" not in \
+            contents["model"]:
+        raise CheckpointError(f"{path} is not a checkpoint of the shakespeare task (a GPT); write one with "
+                              f"ctransformer-train shakespeare --checkpoint PATH")
+    chars = contents["extra"].get("chars") or "".join(CharDataset().chars)
+    tokenizer = CharTokenizer(chars)
+    model = GPT(len(tokenizer), cfg["block_size"], cfg["n_layer"], cfg["n_embd"], cfg["n_head"], 4 * cfg["n_embd"],
+                cfg["dropout"])
+    try:
+        load_model_state(model, contents["model"], contents["int8"], contents["quantization"])
+    except RuntimeError as error:
+        raise CheckpointError(f"{path} does not fit the GPT its config describes: {error}") from error
+    model.eval()
+    return model, tokenizer

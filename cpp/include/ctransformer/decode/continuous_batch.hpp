@@ -14,7 +14,7 @@
 namespace ct::decode {
 
 // What one request asks for. A translation reads beam_size, alpha, max_len, search and early_stopping; a
-// generation reads max_len (here: the prompt and the new tokens together), temperature, top_k and seed.
+// generation reads max_len (here: the prompt and the new tokens together), temperature, top_k, top_p and seed.
 struct SequenceOptions {
     enum class Search { Gnmt, HuggingFace };
     std::size_t beam_size = 1;       // 1: greedy decoding (the first maximum each step), unless search is HuggingFace
@@ -24,6 +24,7 @@ struct SequenceOptions {
     EarlyStopping early_stopping = EarlyStopping::False;   // Hugging Face's search only
     float temperature = 0.0f;        // a generation: 0 takes the first maximum, > 0 samples (sampling.hpp)
     std::size_t top_k = 0;           // a generation's sampling: the k most likely ids only (0: all)
+    float top_p = 1.0f;              // a generation's sampling: the nucleus (sampling.hpp: sample_top_k_top_p)
     std::uint64_t seed = 0;          // a generation's sampling: its own generator, seeded so
 };
 

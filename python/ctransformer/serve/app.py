@@ -1,0 +1,727 @@
+"""The HTTP side of ``ctransformer-serve``: a Starlette ASGI application over an ``AsyncEngine``.
+
+``create_app(engine)`` answers:
+
+- ``POST /translate`` and ``GET /languages`` in LibreTranslate's shape, so its clients work unchanged;
+- ``POST /v1/translate`` (JSON, optionally server-sent events) and ``GET /v1/models`` (OpenAI's list shape);
+- ``POST /v1/completions`` in OpenAI's shape, for a GPT (its continuations, optionally streamed);
+- ``GET /health``, ``GET /ready`` and ``GET /metrics`` (Prometheus) for a load balancer and a scraper;
+- ``GET /``, a one-page web UI (static/index.html).
+
+Every refusal is a JSON ``{"error": "..."}`` whose message names the field at fault. The engine does the
+translating; this module only checks, routes, streams and counts. See docs/serve.md.
+"""
+import asyncio
+import contextlib
+import email.parser
+import email.policy
+import hmac
+import json
+import math
+import pathlib
+import sys
+import time
+import urllib.parse
+import uuid
+
+import anyio
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from ctransformer import precision as _precision
+from ctransformer.serve.engine import EngineClosed, QueueFull, UnknownModel
+
+__all__ = ["create_app"]
+
+PRECISIONS = ("float32", "bfloat16", "int8")
+COMPLETION_FIELDS = ("prompt", "model", "precision", "max_tokens", "temperature", "top_p", "top_k", "seed", "stream",
+                     "n", "timeout_ms", "api_key")
+V1_FIELDS = ("texts", "model", "precision", "beam_size", "max_decoding_length", "length_penalty", "stream",
+             "timeout_ms", "api_key")
+# Paths that keep answering while the server loads or drains: a balancer and a scraper must see it go.
+ALWAYS_OPEN = ("/health", "/ready", "/metrics")
+# The metrics' endpoint label takes these values only (any other path is "other"), so a scan of random
+# paths cannot grow the label set without bound.
+ENDPOINTS = ("/", "/translate", "/languages", "/v1/translate", "/v1/models", "/v1/completions", "/health", "/ready",
+             "/metrics")
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# LibreTranslate's /languages names each code; the codes of a model without an entry here show as the code.
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish",
+    "fi": "Finnish", "fr": "French", "hi": "Hindi", "hu": "Hungarian", "it": "Italian", "ja": "Japanese",
+    "ko": "Korean", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian",
+    "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
+}
+STATIC = pathlib.Path(__file__).resolve().parent / "static"
+
+
+class HTTPError(Exception):
+    """A refusal: its status and the JSON message the client gets."""
+
+    def __init__(self, status, message, headers=None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+class _Disconnected(Exception):
+    """The client went away while its request waited for the engine (nobody to answer)."""
+
+
+class _Serving:
+    """What the server is doing: loading, serving or draining, and how many requests are inside."""
+
+    def __init__(self, ready):
+        self.ready, self.draining, self.in_flight, self.load_error = ready, False, 0, None
+
+
+class _EngineCollector:
+    """The engine's own counters, read at each scrape (the engine keeps them; copying them into
+    prometheus_client's objects on every change would cost the decoding loop)."""
+
+    def __init__(self, engine, serving):
+        self.engine, self.serving = engine, serving
+
+    def collect(self):
+        stats = self.engine.stats()
+        yield GaugeMetricFamily("ctransformer_ready", "1 when the server takes requests, 0 while loading or draining",
+                                value=1.0 if self.serving.ready and not self.serving.draining else 0.0)
+        yield GaugeMetricFamily("ctransformer_queue_depth", "requests waiting for rows", value=stats["queue_depth"])
+        yield GaugeMetricFamily("ctransformer_rows_in_use", "decoder rows in the running batch",
+                                value=stats["rows_in_use"])
+        for key, help_text in (("requests", "requests the engine accepted"),
+                               ("tokens", "tokens the engine produced (tokens/s: rate of this)"),
+                               ("steps", "decoder steps the engine ran"),
+                               ("rejected", "requests refused because the queue was full (429)"),
+                               ("cancelled", "requests whose client went away before the end"),
+                               ("timed_out", "requests stopped by their timeout_ms")):
+            yield CounterMetricFamily(f"ctransformer_{key}", help_text, value=stats[f"{key}_total"])
+        # The engine keeps the step time as a sum and a count, which is a Prometheus summary without
+        # quantiles: rate(_sum) / rate(_count) is the mean step time.
+        yield SummaryMetricFamily("ctransformer_step_seconds", "time of one engine step (all rows)",
+                                  count_value=stats["steps_total"], sum_value=stats["step_seconds_total"])
+
+
+def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body_bytes=1 << 20,
+               shutdown_timeout=30.0, max_beam_size=16, startup=None, max_new_tokens=1024):
+    """The ASGI application serving `engine` (a ``ctransformer.serve.engine.AsyncEngine``).
+
+    api_key: when given, translation requests must carry it (the ``api_key`` field or ``Authorization: Bearer``).
+    max_texts, max_text_chars, max_body_bytes: the limits of one request (413 beyond them).
+    shutdown_timeout: how long ``app.state.drain()`` waits for accepted requests by default.
+    max_beam_size: the largest ``beam_size`` a request may ask for (400 beyond it).
+    max_new_tokens: the largest ``max_tokens`` a completion may ask for (400 beyond it).
+    startup: an async callable run in the background when the server starts (the command line loads the
+    models with it); ``/ready`` answers 503 until it returns. Without one the app is ready at once.
+    """
+    serving = _Serving(ready=startup is None)
+    registry = CollectorRegistry()
+    registry.register(_EngineCollector(engine, serving))
+    latency = Histogram("ctransformer_request_seconds", "end-to-end time of a translation request, by endpoint",
+                        ["endpoint"], buckets=LATENCY_BUCKETS, registry=registry)
+    first_token = Histogram("ctransformer_time_to_first_token_seconds",
+                            "time from a streamed request's arrival to its first piece", buckets=LATENCY_BUCKETS,
+                            registry=registry)
+    responses = Counter("ctransformer_http_responses", "HTTP responses by endpoint and status",
+                        ["endpoint", "status"], registry=registry)
+    for endpoint in ("/translate", "/v1/translate", "/v1/completions"):   # shown from the start, at zero
+        latency.labels(endpoint)
+    page = (STATIC / "index.html").read_text(encoding="utf-8")
+
+    # --- reading and checking a request ---------------------------------------------------------------
+
+    async def read_body(request):
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_body_bytes:
+            raise HTTPError(413, f"body: {declared} bytes, more than the limit of {max_body_bytes}")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_body_bytes:
+                raise HTTPError(413, f"body: more than the limit of {max_body_bytes} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def as_text(body):
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise HTTPError(400, f"body: not UTF-8 (byte {error.start} is {body[error.start]:#04x})") from None
+
+    def parse_json(body):
+        def no_constants(name):   # NaN and Infinity are Python's extension, not JSON
+            raise ValueError(f"{name} is not a JSON value")
+
+        try:
+            data = json.loads(as_text(body), parse_constant=no_constants)
+        except (ValueError, RecursionError) as error:   # RecursionError: nesting deeper than the parser's stack
+            raise HTTPError(400, f"body: not valid JSON ({str(error)[:200]})") from None
+        if not isinstance(data, dict):
+            raise HTTPError(400, f"body: expected a JSON object, got {type(data).__name__}")
+        return data
+
+    def parse_form(body, content_type):
+        """LibreTranslate's form bodies: url-encoded, or multipart (its web page sends FormData). A field
+        given twice (q) becomes a list."""
+        fields = {}
+        if content_type.startswith("multipart/form-data"):
+            try:   # the standard library's MIME parser, so the extra needs no multipart package
+                message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+                    b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
+                parts = [(part.get_param("name", header="content-disposition"), part.get_payload(decode=True))
+                         for part in message.iter_parts()] if message.is_multipart() else None
+            except Exception:   # noqa: BLE001 - any malformed body is the client's fault
+                parts = None
+            if parts is None:
+                raise HTTPError(400, "body: not a valid multipart/form-data body")
+            pairs = []
+            for name, payload in parts:
+                if isinstance(name, str) and isinstance(payload, bytes):
+                    pairs.append((name, as_text(payload)))
+        else:
+            try:
+                pairs = urllib.parse.parse_qsl(as_text(body), keep_blank_values=True, errors="strict")
+            except UnicodeDecodeError:
+                raise HTTPError(400, "body: a %-escaped value is not UTF-8") from None
+        for name, value in pairs:
+            if name in fields:
+                fields[name] = (fields[name] if isinstance(fields[name], list) else [fields[name]]) + [value]
+            else:
+                fields[name] = value
+        return fields
+
+    def check_key(request, data):
+        if api_key is None:
+            return
+        given = data.get("api_key")
+        header = request.headers.get("authorization", "")
+        if not given and header[:7].lower() == "bearer ":
+            given = header[7:].strip()
+        if not given:
+            raise HTTPError(401, "api_key: this server needs an API key (the api_key field or an "
+                                 "'Authorization: Bearer KEY' header)", {"WWW-Authenticate": "Bearer"})
+        # Constant time, so the answer's timing does not reveal how much of a guess was right.
+        if not isinstance(given, str) or not hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                                                                 api_key.encode("utf-8")):
+            raise HTTPError(403, "api_key: not the server's key")
+
+    def texts_of(value, field):
+        texts = [value] if isinstance(value, str) else value
+        if not isinstance(texts, list):
+            raise HTTPError(400, f"{field}: expected a list of strings, got {_describe(value)}")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise HTTPError(400, f"{field}[{i}]: expected a string, got {_describe(text)}")
+        if len(texts) > max_texts:
+            raise HTTPError(413, f"{field}: {len(texts)} texts, more than the limit of {max_texts} per request")
+        for i, text in enumerate(texts):
+            if len(text) > max_text_chars:
+                raise HTTPError(413, f"{field}[{i}]: {len(text)} characters, more than the limit of {max_text_chars}")
+            try:   # JSON may carry a lone surrogate (\ud800), which is no text the tokenizer can take
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise HTTPError(400, f"{field}[{i}]: holds a lone UTF-16 surrogate, not text") from None
+        return texts
+
+    def options_of(data):
+        def integer(name, low, high):
+            value = data.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not low <= value <= high):
+                raise HTTPError(400, f"{name}: expected an integer from {low} to {high}, got {_describe(value)}")
+            return value
+
+        def number(name, low, high, low_included=True):
+            value = data.get(name)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+                    not (low <= value if low_included else low < value) or value > high:
+                raise HTTPError(400, f"{name}: expected a number {'from' if low_included else 'above'} {low} "
+                                     f"to {high}, got {_describe(value)}")
+            return value
+
+        model = data.get("model")
+        if model is not None and not isinstance(model, str):
+            raise HTTPError(400, f"model: expected a string, got {_describe(model)}")
+        chosen = data.get("precision")
+        if chosen is not None:
+            try:
+                chosen = _precision.canonical(chosen, PRECISIONS, "request")
+            except ValueError:
+                raise HTTPError(400, f"precision: expected one of {', '.join(PRECISIONS)}, got "
+                                     f"{_describe(chosen)}") from None
+        return dict(model=model, precision=chosen, beam_size=integer("beam_size", 1, max_beam_size),
+                    max_decoding_length=integer("max_decoding_length", 1, 65536),
+                    length_penalty=number("length_penalty", 0, 100),
+                    timeout_ms=number("timeout_ms", 0, 3_600_000, low_included=False))
+
+    def served_model(name, chosen):
+        try:
+            return engine.model(name, chosen)
+        except UnknownModel as error:
+            raise HTTPError(404, f"model: {error}") from None
+
+    def languages_of(served):
+        return getattr(served, "source_language", None), getattr(served, "target_language", None)
+
+    # --- waiting for the engine -----------------------------------------------------------------------
+
+    async def unless_disconnected(request, awaitable):
+        """The awaitable's result, or _Disconnected once the client has gone: the engine's work is then
+        cancelled, which frees the request's rows at the engine's next step."""
+        work = asyncio.ensure_future(awaitable)
+
+        async def gone():
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        watch = asyncio.ensure_future(gone())
+        try:
+            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:   # also when this handler is cancelled (the server stopping): the engine's work goes too
+            watch.cancel()
+            if not work.done():
+                work.cancel()
+                with contextlib.suppress(BaseException):
+                    await work
+        if not work.done() or work.cancelled():
+            raise _Disconnected()
+        return engine_result(work)
+
+    def engine_result(work):
+        try:
+            return work.result()
+        except Exception as error:  # noqa: BLE001 - what refusal() does not know is a bug (500)
+            answer = refusal(error)
+            if answer is None:
+                raise
+            raise answer from None
+
+    def refusal(error):
+        """The HTTP answer an engine's refusal deserves, or None for an error that is no refusal."""
+        if isinstance(error, QueueFull):
+            retry = max(1, math.ceil(getattr(error, "retry_after", 1) or 1))
+            return HTTPError(429, f"queue: {error}", {"Retry-After": str(retry)})
+        if isinstance(error, UnknownModel):
+            return HTTPError(404, f"model: {error}")
+        if isinstance(error, EngineClosed):
+            return HTTPError(503, f"server: shutting down ({error})")
+        if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
+            return HTTPError(504, f"timeout_ms: the translation did not finish in time ({error})")
+        if isinstance(error, ValueError):   # the engine names the option
+            return HTTPError(400, str(error))
+        return None
+
+    # --- endpoints ------------------------------------------------------------------------------------
+
+    async def translate_v1(request):
+        start = time.perf_counter()
+        data = parse_json(await read_body(request))
+        check_key(request, data)
+        unknown = sorted(set(data) - set(V1_FIELDS))
+        if unknown:
+            raise HTTPError(400, f"{unknown[0]}: not a field of /v1/translate (fields: {', '.join(V1_FIELDS)})")
+        if "texts" not in data:
+            raise HTTPError(400, "texts: required (a list of strings)")
+        if isinstance(data["texts"], str):
+            raise HTTPError(400, "texts: expected a list of strings, got a string (wrap it in a list)")
+        texts = texts_of(data["texts"], "texts")
+        options = options_of(data)
+        stream = data.get("stream", False)
+        if not isinstance(stream, bool):
+            raise HTTPError(400, f"stream: expected true or false, got {_describe(stream)}")
+        served = served_model(options["model"], options["precision"])
+        if not stream:
+            translations = await unless_disconnected(request, engine.translate(texts, **options))
+            latency.labels("/v1/translate").observe(time.perf_counter() - start)
+            return JSONResponse({"translations": translations})
+        # One text per stream: the events of several would interleave or wait on each other; a client
+        # streams several texts with one request each, which the engine batches anyway.
+        if len(texts) != 1:
+            raise HTTPError(400, f"texts: a stream takes exactly one text, got {len(texts)} "
+                                 f"(send one request per text)")
+        beam_size = options["beam_size"] if options["beam_size"] is not None else served.translator.beam_size
+        if beam_size > 1:   # a beam's words are not final until the search ends: one event with the result
+            translation = (await unless_disconnected(request, engine.translate(texts, **options)))[0]
+            latency.labels("/v1/translate").observe(time.perf_counter() - start)
+            return _EventStream(_events([], None, translation), None)
+        try:
+            pieces = engine.stream(texts[0], model=options["model"], precision=options["precision"],
+                                   max_decoding_length=options["max_decoding_length"], timeout_ms=options["timeout_ms"])
+        except Exception as error:  # noqa: BLE001 - a stream may refuse when called or at its first piece
+            answer = refusal(error)
+            if answer is None:
+                raise
+            raise answer from None
+
+        async def first():
+            try:
+                return await pieces.__anext__()
+            except StopAsyncIteration:
+                return None
+
+        try:   # the first piece before the answer's headers, so a refusal still gets its status
+            piece = await unless_disconnected(request, first())
+        except BaseException:
+            await _close(pieces)
+            raise
+        first_token.observe(time.perf_counter() - start)
+
+        def done():
+            latency.labels("/v1/translate").observe(time.perf_counter() - start)
+
+        return _EventStream(_events([] if piece is None else [piece], pieces, None, done), pieces)
+
+    async def libretranslate(request):
+        start = time.perf_counter()
+        body = await read_body(request)
+        content_type = request.headers.get("content-type", "").lower()
+        if content_type.startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
+            data = parse_form(body, content_type)
+        else:
+            data = parse_json(body)
+        check_key(request, data)
+        if "q" not in data:
+            raise HTTPError(400, "q: required (a string or a list of strings)")
+        texts = texts_of(data["q"], "q")
+        for field in ("source", "target", "format"):
+            if data.get(field) is not None and not isinstance(data[field], str):
+                raise HTTPError(400, f"{field}: expected a string, got {_describe(data[field])}")
+        if data.get("format", "text") not in ("text", ""):
+            raise HTTPError(400, f"format: only 'text' is supported, got {data['format']!r} (HTML is not parsed)")
+        served = pick_model(data.get("source") or "auto", data.get("target"))
+        translations = await unless_disconnected(request, engine.translate(texts, model=served.name,
+                                                                           precision=served.precision))
+        latency.labels("/translate").observe(time.perf_counter() - start)
+        return JSONResponse({"translatedText": translations[0] if isinstance(data["q"], str) else translations})
+
+    def pick_model(source, target):
+        """The model that translates source to target, when models declare languages; else the first."""
+        models = [m for m in engine.models if m.kind == "translator"]
+        declared = [m for m in models if languages_of(m)[1] is not None]
+        if not declared:
+            if not models:
+                raise HTTPError(503, "server: no model is loaded")
+            return models[0]
+        if not target:
+            raise HTTPError(400, "target: required (a language code; GET /languages lists them)")
+        for m in declared:
+            src, tgt = languages_of(m)
+            if tgt == target and source in ("auto", src):
+                return m
+        raise HTTPError(400, f"source, target: no loaded model translates {source!r} to {target!r} "
+                             f"(GET /languages lists the pairs)")
+
+    async def list_languages(request):
+        pairs = {}
+        for m in engine.models:
+            src, tgt = languages_of(m) if m.kind == "translator" else (None, None)
+            if src is not None and tgt is not None:
+                pairs.setdefault(src, set()).add(tgt)
+        return JSONResponse([{"code": src, "name": LANGUAGE_NAMES.get(src, src), "targets": sorted(pairs[src])}
+                             for src in sorted(pairs)])
+
+    async def list_models(request):
+        data = []
+        for m in engine.models:
+            entry = {"id": m.name, "object": "model", "owned_by": "ctransformer", "kind": m.kind,
+                     "precision": m.precision}
+            if m.kind == "translator":
+                src, tgt = languages_of(m)
+                entry.update(source_language=src, target_language=tgt, beam_size=m.translator.beam_size)
+            else:
+                entry.update(max_seq_len=m.max_seq_len)
+            data.append(entry)
+        return JSONResponse({"object": "list", "data": data})
+
+    async def completions(request):
+        """OpenAI's legacy completions for a GPT: prompt (a string, or a list of them), max_tokens (16),
+        temperature (1), top_p (1), top_k (ours), seed, stream; answers its text_completion shape."""
+        start = time.perf_counter()
+        data = parse_json(await read_body(request))
+        check_key(request, data)
+        unknown = sorted(set(data) - set(COMPLETION_FIELDS))
+        if unknown:
+            raise HTTPError(400, f"{unknown[0]}: not a field this server's /v1/completions takes "
+                                 f"(fields: {', '.join(COMPLETION_FIELDS)})")
+        if "prompt" not in data:
+            raise HTTPError(400, "prompt: required (a string or a list of strings)")
+        prompts = texts_of(data["prompt"], "prompt")
+        if any(not p for p in prompts):
+            raise HTTPError(400, "prompt: a prompt is empty (it needs one character at least)")
+        if data.get("n", 1) != 1 or isinstance(data.get("n"), bool):
+            raise HTTPError(400, f"n: only 1 completion per prompt is made, got {_describe(data.get('n'))}")
+        options = options_of({k: v for k, v in data.items() if k in ("model", "precision", "timeout_ms")})
+        sampling = sampling_of(data)
+        stream = data.get("stream", False)
+        if not isinstance(stream, bool):
+            raise HTTPError(400, f"stream: expected true or false, got {_describe(stream)}")
+        try:
+            served = engine.model(options["model"], options["precision"], kind="generator")
+        except UnknownModel as error:
+            raise HTTPError(404, f"model: {error}") from None
+        call = dict(model=served.name, precision=served.precision, timeout_ms=options["timeout_ms"], **sampling)
+        ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+
+        def chunk(text, index, finish_reason):
+            return {"id": ident, "object": "text_completion", "created": created, "model": served.name,
+                    "choices": [{"text": text, "index": index, "logprobs": None, "finish_reason": finish_reason}]}
+
+        if not stream:
+            try:
+                done = await unless_disconnected(request, asyncio.gather(
+                    *(engine.complete(p, **call) for p in prompts)))
+            except ValueError as error:   # the tokenizer's or an option's refusal, named
+                raise HTTPError(400, f"prompt: {error}") from None
+            latency.labels("/v1/completions").observe(time.perf_counter() - start)
+            usage = {"prompt_tokens": sum(d["prompt_tokens"] for d in done),
+                     "completion_tokens": sum(d["completion_tokens"] for d in done)}
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            return JSONResponse({"id": ident, "object": "text_completion", "created": created, "model": served.name,
+                                 "choices": [chunk(d["text"], i, d["finish_reason"])["choices"][0]
+                                             for i, d in enumerate(done)], "usage": usage})
+        if len(prompts) != 1:
+            raise HTTPError(400, f"prompt: a stream takes exactly one prompt, got {len(prompts)}")
+        try:
+            pieces = engine.stream_completion(prompts[0], **call)
+
+            async def first_piece():
+                return await pieces.__anext__()
+
+            first = await unless_disconnected(request, first_piece())
+        except ValueError as error:
+            await _close(locals().get("pieces"))
+            raise HTTPError(400, f"prompt: {error}") from None
+        except BaseException:
+            await _close(locals().get("pieces"))
+            raise
+        first_token.observe(time.perf_counter() - start)
+
+        async def events():
+            text, reason = first
+            yield chunk(text, 0, reason)
+            if reason is None:
+                async for text, reason in pieces:
+                    yield chunk(text, 0, reason)
+            latency.labels("/v1/completions").observe(time.perf_counter() - start)
+            yield "[DONE]"
+
+        return _EventStream(events(), pieces)
+
+    def sampling_of(data):
+        def number(name, low, high, default):
+            value = data.get(name, default)
+            if value is None:
+                return default
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+                    not low <= value <= high:
+                raise HTTPError(400, f"{name}: expected a number from {low} to {high}, got {_describe(value)}")
+            return value
+
+        max_tokens = data.get("max_tokens", 16)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= max_new_tokens:
+            raise HTTPError(400, f"max_tokens: expected an integer from 1 to {max_new_tokens}, got "
+                                 f"{_describe(max_tokens)}")
+        top_k = data.get("top_k")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+            raise HTTPError(400, f"top_k: expected an integer >= 0 (0: every id), got {_describe(top_k)}")
+        seed = data.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**63):
+            raise HTTPError(400, f"seed: expected an integer in [-2**63, 2**63), got {_describe(seed)}")
+        top_p = number("top_p", 0, 1, 1.0)
+        if top_p == 0:
+            raise HTTPError(400, "top_p: expected a number above 0 to 1, got 0")
+        return dict(max_tokens=max_tokens, temperature=number("temperature", 0, 2, 1.0), top_k=top_k, top_p=top_p,
+                    seed=seed)
+
+    async def health(request):
+        return JSONResponse({"status": "ok"})
+
+    async def ready(request):
+        if serving.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        if not serving.ready:
+            status = "failed: " + str(serving.load_error) if serving.load_error else "loading"
+            return JSONResponse({"status": status}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    async def metrics(request):
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def index(request):
+        return HTMLResponse(page)
+
+    # --- errors ---------------------------------------------------------------------------------------
+
+    async def refused(request, error):
+        return JSONResponse({"error": error.message}, status_code=error.status, headers=error.headers)
+
+    async def http_exception(request, error):   # Starlette's own: no route (404), wrong method (405)
+        return JSONResponse({"error": f"{request.url.path}: {error.detail}"}, status_code=error.status_code,
+                            headers=getattr(error, "headers", None))
+
+    async def client_gone(request, error):   # nobody reads this answer; it only ends the request
+        return Response(status_code=499)
+
+    async def internal(request, error):   # a bug: still JSON, and the server keeps serving
+        print(f"ctransformer-serve: internal error on {request.url.path}: {error!r}", file=sys.stderr)
+        return JSONResponse({"error": "server: internal error (a bug; the server's log has it)"}, status_code=500)
+
+    # --- the application --------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        async def load():
+            try:
+                await startup()
+                serving.ready = True
+            except Exception as error:  # noqa: BLE001 - reported by /ready and the command line
+                serving.load_error = error
+
+        task = asyncio.ensure_future(load()) if startup is not None else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+            engine.close()
+
+    async def drain(timeout=None):
+        """Stop taking requests (503, /ready too) and wait up to `timeout` seconds (the app's shutdown_timeout
+        by default) for every accepted one to be answered. True when all were."""
+        timeout = shutdown_timeout if timeout is None else timeout
+        serving.draining = True
+        deadline = time.monotonic() + timeout
+        engine.start_draining()
+        finished = await engine.drain(timeout)
+        while serving.in_flight and time.monotonic() < deadline:   # the answers are still being written
+            await asyncio.sleep(0.01)
+        return bool(finished) and not serving.in_flight
+
+    routes = [
+        Route("/", index, methods=["GET"]),
+        Route("/translate", libretranslate, methods=["POST"]),
+        Route("/languages", list_languages, methods=["GET"]),
+        Route("/v1/translate", translate_v1, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/completions", completions, methods=["GET", "POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
+        HTTPError: refused, HTTPException: http_exception, ClientDisconnect: client_gone, _Disconnected: client_gone,
+        Exception: internal})
+    app.state.engine, app.state.serving, app.state.registry, app.state.drain = engine, serving, registry, drain
+    return _Gate(app, serving, responses)
+
+
+class _Gate:
+    """The outermost layer: refuses requests while loading or draining, counts the requests inside (the drain
+    waits for them) and every response by endpoint and status."""
+
+    def __init__(self, app, serving, responses):
+        self.app, self.serving, self.responses = app, serving, responses
+        self.state = app.state   # the Starlette app's: engine, drain, registry
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        endpoint = path if path in ENDPOINTS else "other"
+        status = [0]
+
+        async def counted_send(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        if path not in ALWAYS_OPEN and (self.serving.draining or not self.serving.ready):
+            why = "shutting down" if self.serving.draining else "loading its models"
+            response = JSONResponse({"error": f"server: {why}; try again (another replica)"}, status_code=503,
+                                    headers={"Retry-After": "1", "Connection": "close"})
+            await response(scope, receive, counted_send)
+        else:
+            self.serving.in_flight += 1
+            try:
+                await self.app(scope, receive, counted_send)
+            finally:
+                self.serving.in_flight -= 1
+        self.responses.labels(endpoint, str(status[0] or 500)).inc()
+
+
+class _EventStream:
+    """A server-sent-events answer that watches for the client going away: then it stops and closes the
+    engine's iterator at once (uvicorn drops writes to a closed connection silently, so writing alone would
+    not notice)."""
+
+    def __init__(self, events, pieces):
+        self.events, self.pieces = events, pieces
+
+    async def __call__(self, scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no")]})
+        async with anyio.create_task_group() as group:
+            async def watch():
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                group.cancel_scope.cancel()
+
+            group.start_soon(watch)
+            try:
+                async for event in self.events:
+                    # A str is sent as it is (OpenAI's closing "[DONE]"); the rest as JSON.
+                    data = event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)
+                    await send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                with anyio.CancelScope(shield=True):   # cancelled or not, the rows go back now
+                    await _close(self.events)
+                    await _close(self.pieces)
+            group.cancel_scope.cancel()
+
+
+async def _events(pieces_so_far, pieces, translation, done=None):
+    """The stream's events: a {"text"} per piece, then {"done", "translation"}; a failure after the first piece
+    becomes an {"error", "status"} event (the status line has gone)."""
+    parts = list(pieces_so_far)
+    for piece in parts:
+        yield {"text": piece}
+    if pieces is not None:
+        try:
+            async for piece in pieces:
+                parts.append(piece)
+                yield {"text": piece}
+        except EngineClosed as error:
+            yield {"error": f"server: shutting down ({error})", "status": 503}
+            return
+        except (TimeoutError, asyncio.TimeoutError) as error:
+            yield {"error": f"timeout_ms: the translation did not finish in time ({error})", "status": 504}
+            return
+        except Exception as error:  # noqa: BLE001 - a bug; the status line has gone, so say it in the stream
+            print(f"ctransformer-serve: internal error in a stream: {error!r}", file=sys.stderr)
+            yield {"error": "server: internal error (a bug; the server's log has it)", "status": 500}
+            return
+        translation = "".join(parts)
+    if done is not None:
+        done()
+    yield {"done": True, "translation": translation}
+
+
+async def _close(iterator):
+    if iterator is not None and hasattr(iterator, "aclose"):
+        with contextlib.suppress(Exception):
+            await iterator.aclose()
+
+
+def _describe(value):
+    """A short description of a bad value for an error message (never the whole of a huge one)."""
+    text = json.dumps(value, ensure_ascii=True) if isinstance(value, (str, int, float, bool, type(None))) \
+        else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."

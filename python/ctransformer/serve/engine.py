@@ -1,0 +1,485 @@
+"""The continuous-batching engine from asyncio: ``AsyncEngine`` puts the C++ engine (``ct._core.serve.Engine``) behind
+awaitable ``translate`` and an async iterator ``stream``, for the server (``ctransformer.serve.app``) or any asyncio
+program.
+
+The C++ engine decodes on a thread of its own without the GIL; it merges every request it holds into one batch per
+model, each sequence at its own position (``cpp/include/ctransformer/serve/engine.hpp``). Here, one poller thread
+collects its events (a greedy request's tokens as they come, each finished translation) and hands each to the
+asyncio loop of the request that waits for it. Tokenising and detokenising stay in Python, on the caller's loop.
+
+A translation through the engine equals ``Translator.translate([text], ...)`` of that text alone with the same
+options (ids equal wherever the top-two logits are not within float32 rounding of each other: the products'
+summation order depends on how many rows a batch has; an int8 model's requests come out bit for bit). Beams search
+by the translator's rules: GNMT's, or transformers' for a pretrained Marian model (``search="hf"``).
+"""
+import asyncio
+import atexit
+import os
+import threading
+import time
+import weakref
+
+import ctransformer as ct
+from ctransformer import _core
+from ctransformer import precision as _precision
+
+__all__ = ["AsyncEngine", "EngineClosed", "QueueFull", "ServedModel", "UnknownModel", "PRECISIONS"]
+
+PRECISIONS = ("float32", "bfloat16", "int8")
+"""The precisions a model is served in."""
+
+
+class QueueFull(Exception):
+    """The engine's waiting queue is full; try again after ``retry_after`` seconds."""
+
+    def __init__(self, message, retry_after=1.0):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class UnknownModel(KeyError):
+    """No model is served under the name (and precision) asked for."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else "unknown model"
+
+
+class EngineClosed(RuntimeError):
+    """The engine is draining or closed: it takes no new request."""
+
+
+class ServedModel:
+    """One model the engine serves: a name, a precision, and its kind: "translator" (the Translator whose vocabulary
+    and options it uses) or "generator" (a GPT with its tokenizer: text continued)."""
+
+    def __init__(self, name, precision, translator, key, source_language=None, target_language=None, kind="translator",
+                 tokenizer=None, end_id=None, max_seq_len=None):
+        self.name, self.precision, self.translator, self.key = name, precision, translator, key
+        self.source_language, self.target_language = source_language, target_language
+        self.kind, self.tokenizer, self.end_id, self.max_seq_len = kind, tokenizer, end_id, max_seq_len
+
+    def __repr__(self):
+        return f"ServedModel({self.name!r}, {self.precision!r})"
+
+
+class _Request:
+    """What a caller waits for: the engine's events for one request, delivered on the caller's loop."""
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.events = asyncio.Queue()
+
+    def deliver(self, event):
+        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+
+def _check_int(value, name, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _timeout(timeout_ms):
+    """Seconds for the engine (0: none) from a request's timeout_ms (None, or a number > 0)."""
+    if timeout_ms is None:
+        return 0.0
+    if _check_real(timeout_ms, "timeout_ms", 0) <= 0:
+        raise ValueError(f"timeout_ms must be > 0, got {timeout_ms!r}")
+    return float(timeout_ms) / 1000.0
+
+
+def _check_real(value, name, minimum):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= minimum or value != value:
+        raise ValueError(f"{name} must be a number >= {minimum}, got {value!r}")
+    return float(value)
+
+
+class AsyncEngine:
+    """Continuous batching of translation and generation requests, awaited from asyncio.
+
+    ``max_queue`` requests (sentences, prompts) may wait for a place in a batch; ``max_rows`` decoder rows (a beam of
+    k takes k) and ``max_batch_tokens`` input tokens make one model's batch. ``add_translator`` serves a Translator
+    under a name in a precision (``float32``, ``bfloat16`` or ``int8``), ``translate`` and ``stream`` send it
+    requests; ``add_generator`` serves a GPT, ``complete`` and ``stream_completion`` continue prompts."""
+
+    def __init__(self, max_queue=256, max_rows=64, max_batch_tokens=4096):
+        self._engine = _core.serve.Engine(max_queue=max_queue, max_rows=max_rows, max_batch_tokens=max_batch_tokens)
+        self.max_queue = max_queue
+        self._models = {}
+        self._waiting = {}            # request id -> _Request
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._draining = False
+        self._poller = threading.Thread(target=self._poll, name="ctransformer-serve-poller", daemon=True)
+        self._poller.start()
+        self._counts = {"requests_total": 0, "cancelled_total": 0, "timed_out_total": 0, "rejected_total": 0}
+        _open_engines.add(self)
+
+    # -- models ----------------------------------------------------------------------------------------------------
+    def add_translator(self, name, translator, precision="float32", source_language=None, target_language=None):
+        """Serve `translator` (a ``ct.translate.Translator``) under `name` in `precision`. int8 quantises a copy of
+        its model (the float32 model stays as it was); bfloat16 runs its products under autocast. A model that is
+        int8 already (a quantised checkpoint) is served in int8 only."""
+        precision = self._new_key(name, precision, "add_translator")
+        model = translator.model
+        if model.quantization is not None and precision != "int8":
+            raise ValueError(f"AsyncEngine.add_translator: {name!r} holds an int8 model; it is served in int8 only")
+        if precision == "int8" and model.quantization is None:
+            model = ct.quantize_dynamic(model, "int8")
+        model.eval()
+        if model is not translator.model:   # a translator of its own for the quantised copy (the offline path)
+            translator = _translator_like(translator, model)
+        key = f"{name}/{precision}"
+        self._engine.add_model(key, model, translator.start_id, translator.end_id, banned=list(translator.banned),
+                               force_end=translator.force_end, bf16=precision == "bfloat16")
+        served = ServedModel(name, precision, translator, key, source_language, target_language)
+        self._models[(name, precision)] = served
+        return served
+
+    def add_generator(self, name, model, tokenizer, precision="float32", end_id=None):
+        """Serve a GPT (``ct.nn.GPT``) under `name` in `precision`, its text read and written by `tokenizer` (an
+        object with ``encode(str) -> ids`` and ``decode(ids) -> str``); a continuation ends at `end_id` when given.
+        int8 quantises a copy; bfloat16 runs its products under autocast."""
+        precision = self._new_key(name, precision, "add_generator")
+        _arguments_tokenizer(tokenizer)
+        if model.quantization is not None and precision != "int8":
+            raise ValueError(f"AsyncEngine.add_generator: {name!r} holds an int8 model; it is served in int8 only")
+        if precision == "int8" and model.quantization is None:
+            model = ct.quantize_dynamic(model, "int8")
+        model.eval()
+        key = f"{name}/{precision}"
+        self._engine.add_model(key, model, end_symbol=end_id, bf16=precision == "bfloat16")
+        served = ServedModel(name, precision, None, key, kind="generator", tokenizer=tokenizer, end_id=end_id,
+                             max_seq_len=model.max_seq_len)
+        self._models[(name, precision)] = served
+        return served
+
+    def _new_key(self, name, precision, caller):
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"AsyncEngine.{caller}: name must be a non-empty str without '/', got {name!r}")
+        precision = _precision.canonical(precision, PRECISIONS, f"AsyncEngine.{caller}")
+        if (name, precision) in self._models:
+            raise ValueError(f"AsyncEngine.{caller}: {name!r} is served in {precision} already")
+        return precision
+
+    @property
+    def models(self):
+        """Every served model, in the order they were added."""
+        return list(self._models.values())
+
+    def model(self, name=None, precision=None, kind="translator"):
+        """The served model `name` in `precision` (None: the first one added with that name, or of any name) of this
+        kind ("translator" or "generator")."""
+        if precision is not None:
+            try:
+                precision = _precision.canonical(precision, PRECISIONS, "precision")
+            except ValueError as error:
+                raise UnknownModel(str(error)) from None
+        for served in self._models.values():
+            if (name is None or served.name == name) and (precision is None or served.precision == precision) \
+                    and served.kind == kind:
+                return served
+        served = ", ".join(f"{m.name} ({m.precision}, {m.kind})" for m in self._models.values()) or "none"
+        asked = f"{kind} {name!r}" if name is not None else f"a {kind}"
+        raise UnknownModel(f"{asked}{f' in {precision}' if precision else ''} is not served (served: {served})")
+
+    # -- requests --------------------------------------------------------------------------------------------------
+    def _options(self, served, beam_size, max_decoding_length, length_penalty, timeout_ms):
+        t = served.translator
+        beam_size = t.beam_size if beam_size is None else _check_int(beam_size, "beam_size", 1)
+        alpha = t.alpha if length_penalty is None else _check_real(length_penalty, "length_penalty", 0)
+        if max_decoding_length is not None:
+            _check_int(max_decoding_length, "max_decoding_length", 1)
+        return beam_size, alpha, max_decoding_length, _timeout(timeout_ms)
+
+    def _submit(self, served, source, beam_size, alpha, max_len, timeout, **sampling):
+        if self._draining or self._closed.is_set():
+            raise EngineClosed("the engine is draining: it takes no new request")
+        request = _Request(asyncio.get_running_loop())
+        with self._lock:   # registered before the engine can answer it
+            try:
+                # A beam searches by the translator's rules (GNMT's, or transformers' for a pretrained Marian model),
+                # as Translator.translate does; a beam of one is greedy decoding under either.
+                hf = served.kind == "translator" and served.translator.search == "hf" and beam_size > 1
+                rid = self._engine.submit(served.key, source, beam_size=beam_size, alpha=alpha, max_len=max_len,
+                                          timeout=timeout, search="hf" if hf else "gnmt",
+                                          early_stopping=served.translator.early_stopping if hf else False, **sampling)
+            except _core.serve.QueueFull as error:
+                self._counts["rejected_total"] += 1
+                raise QueueFull(str(error), retry_after=self._retry_after()) from None
+            self._waiting[rid] = request
+        self._counts["requests_total"] += 1
+        return rid, request
+
+    def _retry_after(self):
+        """Seconds until a place is likely free: the queue's depth at the engine's recent pace, at least 1."""
+        stats = self._engine.stats()
+        per_step = stats["step_seconds_total"] / stats["steps_total"] if stats["steps_total"] else 0.05
+        return max(1.0, round(per_step * 20 * max(1, stats["queue_depth"]) / max(1, stats["rows_in_use"]), 1))
+
+    def _cancel(self, rid):
+        with self._lock:
+            self._waiting.pop(rid, None)
+        self._engine.cancel(rid)
+
+    async def _result(self, rid, request, served, cut=True):
+        """The finished ids of request rid (waiting for its events; a translation's cut as Translator cuts them), or
+        the error its end names."""
+        try:
+            while True:
+                _, kind, _, ids, _, message = await request.events.get()
+                if kind == "finished":
+                    return _cut(ids, served.translator) if cut else list(ids)
+                if kind != "token":
+                    raise _failure(kind, message)
+        except asyncio.CancelledError:
+            self._cancel(rid)
+            self._counts["cancelled_total"] += 1
+            raise
+        finally:
+            with self._lock:
+                self._waiting.pop(rid, None)
+
+    async def translate(self, texts, model=None, precision=None, beam_size=None, max_decoding_length=None,
+                        length_penalty=None, timeout_ms=None):
+        """Translations of `texts` (a list of str), in order, each as ``Translator.translate`` gives it offline with
+        these options. Raises QueueFull, UnknownModel, ValueError (an option, named), TimeoutError, EngineClosed.
+        Cancelling the awaiting task frees the requests' rows."""
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise ValueError("texts must be a list of str")
+        served = self.model(model, precision)
+        beam_size, alpha, max_decoding_length, timeout = self._options(served, beam_size, max_decoding_length,
+                                                                       length_penalty, timeout_ms)
+        t = served.translator
+        keep = [i for i, text in enumerate(texts) if text.strip()]
+        sources = t.encode([texts[i] for i in keep], [i + 1 for i in keep])
+        submitted = []
+        try:
+            for ids in sources:
+                source = list(ids) + [t.end_id]
+                submitted.append(self._submit(served, source, beam_size, alpha,
+                                              t.max_len(len(source), max_decoding_length), timeout))
+        except BaseException:
+            for rid, _ in submitted:
+                self._cancel(rid)
+            raise
+        results = await asyncio.gather(*(self._result(rid, request, served) for rid, request in submitted))
+        out = [""] * len(texts)
+        for i, text in zip(keep, _decode(t, results)):
+            out[i] = text
+        return out
+
+    async def stream(self, text, model=None, precision=None, max_decoding_length=None, timeout_ms=None):
+        """Greedy translation of one text, as pieces of text while it is decoded: each piece ends where a word does
+        (the last one at the end), and the pieces join to ``translate([text], beam_size=1)``. Closing the iterator
+        (or cancelling the task that reads it) frees the request's row."""
+        if not isinstance(text, str):
+            raise ValueError("text must be a str")
+        served = self.model(model, precision)
+        _, _, max_decoding_length, timeout = self._options(served, 1, max_decoding_length, None, timeout_ms)
+        t = served.translator
+        if not text.strip():
+            return
+        source = list(t.encode([text])[0]) + [t.end_id]
+        rid, request = self._submit(served, source, 1, t.alpha, t.max_len(len(source), max_decoding_length), timeout)
+        ids, sent, finished = [], "", False
+        try:
+            while True:
+                _, kind, token, final, _, message = await request.events.get()
+                if kind == "token":
+                    if token in (t.end_id, t.pad_id):   # the translation ends here (as Translator cuts it)
+                        continue
+                    if len(ids) == len(_cut(ids + [token], t)):
+                        continue
+                    ids.append(token)
+                    piece = _stable_text(_decode(t, [ids])[0])[len(sent):]
+                    if piece and _stable_text(_decode(t, [ids])[0]).startswith(sent):
+                        sent += piece
+                        yield piece
+                elif kind == "finished":
+                    finished = True
+                    full = _decode(t, [_cut(final, t)])[0]
+                    if full.startswith(sent) and len(full) > len(sent):
+                        yield full[len(sent):]
+                    return
+                else:
+                    raise _failure(kind, message)
+        finally:
+            with self._lock:
+                self._waiting.pop(rid, None)
+            if not finished:
+                self._engine.cancel(rid)
+                self._counts["cancelled_total"] += 1
+
+    # -- generation ------------------------------------------------------------------------------------------------
+    def _completion(self, prompt, model, precision, max_tokens, temperature, top_k, top_p, seed, timeout_ms):
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError("prompt must be a non-empty str")
+        served = self.model(model, precision, kind="generator")
+        _check_int(max_tokens, "max_tokens", 1)
+        temperature = _check_real(temperature, "temperature", 0)
+        top_k = 0 if top_k is None else _check_int(top_k, "top_k", 0)
+        top_p = 1.0 if top_p is None else _check_real(top_p, "top_p", 0)
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        if seed is None:   # as OpenAI's: no seed, no promise of the same text twice
+            seed = int.from_bytes(os.urandom(8), "little") >> 1
+        elif isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**63:
+            raise ValueError(f"seed must be an integer in [-2**63, 2**63), got {seed!r}")
+        timeout = _timeout(timeout_ms)
+        ids = list(served.tokenizer.encode(prompt))
+        if not ids:
+            raise ValueError("prompt must hold at least one token")
+        rid, request = self._submit(served, ids, 1, 0.0, len(ids) + max_tokens, timeout, temperature=temperature,
+                                    top_k=top_k, top_p=top_p, seed=seed)
+        return served, ids, rid, request
+
+    async def complete(self, prompt, model=None, precision=None, max_tokens=16, temperature=1.0, top_k=None, top_p=None,
+                       seed=None, timeout_ms=None):
+        """A GPT's continuation of `prompt`, as ``decode.generate`` makes it alone (temperature 0: the first maximum
+        each step; else sampled among the top_k ids and the top_p nucleus, from a generator seeded with `seed`).
+        Returns {"text", "finish_reason" ("stop" at the end id, else "length"), "prompt_tokens",
+        "completion_tokens"}."""
+        served, ids, rid, request = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p,
+                                                     seed, timeout_ms)
+        made = await self._result(rid, request, served, cut=False)
+        return {"text": served.tokenizer.decode(made), "finish_reason": "length" if len(made) == max_tokens else "stop",
+                "prompt_tokens": len(ids), "completion_tokens": len(made)}
+
+    async def stream_completion(self, prompt, model=None, precision=None, max_tokens=16, temperature=1.0, top_k=None,
+                                top_p=None, seed=None, timeout_ms=None):
+        """complete() as it is made: (text piece, None) as tokens come (a piece never ends inside a character the
+        tokenizer has not finished), then ("", finish_reason). Closing the iterator frees the request's row."""
+        served, ids, rid, request = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p,
+                                                     seed, timeout_ms)
+        made, sent, finished = [], "", False
+        try:
+            while True:
+                _, kind, token, final, _, message = await request.events.get()
+                if kind == "token":
+                    made.append(token)
+                    text = served.tokenizer.decode(made)
+                    if not text.endswith("\ufffd") and text.startswith(sent) and len(text) > len(sent):
+                        yield text[len(sent):], None
+                        sent = text
+                elif kind == "finished":
+                    finished = True
+                    text = served.tokenizer.decode(final)
+                    if text.startswith(sent) and len(text) > len(sent):
+                        yield text[len(sent):], None
+                    yield "", "length" if len(final) == max_tokens else "stop"
+                    return
+                else:
+                    raise _failure(kind, message)
+        finally:
+            with self._lock:
+                self._waiting.pop(rid, None)
+            if not finished:
+                self._engine.cancel(rid)
+                self._counts["cancelled_total"] += 1
+
+    # -- state -----------------------------------------------------------------------------------------------------
+    def stats(self):
+        """The engine's counters: queue_depth, rows_in_use, requests_total, tokens_total, steps_total,
+        step_seconds_total, rejected_total, cancelled_total, timed_out_total (and a few more)."""
+        s = dict(self._engine.stats())
+        s["requests_total"] = self._counts["requests_total"]
+        s["rejected_total"] = self._counts["rejected_total"]
+        s["timed_out_total"] += self._counts["timed_out_total"]
+        s["in_flight"] = len(self._waiting)
+        return s
+
+    @property
+    def draining(self):
+        return self._draining
+
+    def start_draining(self):
+        """Take no new request (EngineClosed); those accepted go on."""
+        self._draining = True
+
+    async def drain(self, timeout):
+        """Wait until every accepted request has its answer, at most `timeout` seconds; True if all did."""
+        self.start_draining()
+        deadline = time.monotonic() + timeout
+        while len(self._waiting):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
+
+    def close(self):
+        """Stop the engine (requests not finished are cancelled) and its poller."""
+        _open_engines.discard(self)
+        self._draining = True
+        self._closed.set()
+        self._engine.stop()
+        self._poller.join(timeout=5)
+
+    def _poll(self):
+        while not self._closed.is_set():
+            events = self._engine.poll(0.05)
+            with self._lock:
+                for event in events:
+                    request = self._waiting.get(event[0])
+                    if request is not None:
+                        try:
+                            request.deliver(event)
+                        except RuntimeError:   # its loop has closed: no one waits any more
+                            self._waiting.pop(event[0], None)
+                            self._engine.cancel(event[0])
+
+
+# Engines still open when the interpreter exits are stopped first: their C++ thread must not outlive it.
+_open_engines = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_engines():
+    for engine in list(_open_engines):
+        engine.close()
+
+
+def _arguments_tokenizer(tokenizer):
+    for method in ("encode", "decode"):
+        if not callable(getattr(tokenizer, method, None)):
+            raise TypeError(f"AsyncEngine.add_generator: tokenizer must have encode() and decode(), got "
+                            f"{type(tokenizer).__name__}")
+
+
+def _failure(kind, message):
+    if kind == "timed_out":
+        return TimeoutError("the request timed out (timeout_ms)")
+    if kind == "cancelled":
+        return EngineClosed(f"the request was cancelled: {message}")
+    return RuntimeError(f"the engine failed the request: {message}")
+
+
+def _cut(ids, translator):
+    """A finished sequence's ids up to its first end or pad id, as Translator.translate_ids cuts them."""
+    out = []
+    for i in ids:
+        if i in (translator.end_id, translator.pad_id):
+            break
+        out.append(int(i))
+    return out
+
+
+def _decode(translator, id_lists):
+    vocab = translator.vocab
+    return vocab.decode(id_lists) if translator.marian else [vocab.decode(ids) for ids in id_lists]
+
+
+def _stable_text(text):
+    """The part of a translation in progress that later tokens cannot change: up to its last space (the last word
+    may still grow, and the space before it may still go, as before punctuation)."""
+    cut = text.rfind(" ")
+    return text[:cut] if cut > 0 else ""
+
+
+def _translator_like(translator, model):
+    """A Translator with `translator`'s vocabulary and options over another model (a quantised copy)."""
+    other = type(translator).__new__(type(translator))
+    other.__dict__.update(translator.__dict__)
+    other.model = model
+    return other
+
