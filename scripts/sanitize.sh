@@ -56,7 +56,8 @@ if [[ $which == all || $which == address ]]; then
     tests/nn/test_nn_layers.py tests/nn/test_transformer_post_norm.py tests/nn/test_gpt.py \
     tests/checkpoint/test_checkpoint.py tests/checkpoint/test_checkpoint_faults.py \
     tests/robustness/test_bad_input.py tests/robustness/test_hostile_calls.py \
-    tests/training/test_batch.py tests/runtime/test_thread_pool.py
+    tests/training/test_batch.py tests/runtime/test_thread_pool.py \
+    tests/serve/test_engine.py tests/serve/test_engine_gpt.py tests/serve/test_engine_threads.py
 fi
 
 if [[ $which == all || $which == thread ]]; then
@@ -66,9 +67,9 @@ if [[ $which == all || $which == thread ]]; then
   # halt_on_error=0: collect every race of the run into the logs (the run fails on any of them).
   export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
   # --noconftest: tests/conftest.py imports torch, whose OpenMP threads TSan cannot see through;
-  # these two files need neither torch nor the conftest.
+  # these files need neither torch nor the conftest (the last: the serving engine's thread beside Python's).
   run_under thread build/tsan "$(g++ -print-file-name=libtsan.so)" --noconftest \
-    tests/runtime/test_thread_pool.py tests/training/test_threads_training.py
+    tests/runtime/test_thread_pool.py tests/training/test_threads_training.py tests/serve/test_engine_threads.py
 fi
 
 exit $failed

@@ -71,7 +71,7 @@ void bind_serve(py::module_& m) {
         .def("submit",
              [](Engine& e, const std::string& model, const std::vector<Int>& source, Int max_len, Int beam_size,
                 Real alpha, Real timeout, const std::string& search, py::object early_stopping, Real temperature,
-                Int top_k, Real top_p, Int seed) {
+                Int top_k, Real top_p, Int seed, bool tokens) {
                  std::vector<std::int64_t> ids;
                  ids.reserve(source.size());
                  for (const auto& id : source) ids.push_back(to_int(id, "Engine.submit: source"));
@@ -96,14 +96,15 @@ void bind_serve(py::module_& m) {
                  else
                      throw ct::ValueError("Engine.submit: early_stopping must be False, True or 'never'");
                  py::gil_scoped_release release;
-                 return e.submit(model, std::move(ids), o, seconds);
+                 return e.submit(model, std::move(ids), o, seconds, tokens);
              },
              py::arg("model"), py::arg("source"), py::arg("max_len"), py::arg("beam_size") = 1, py::arg("alpha") = 0.6,
              py::arg("timeout") = 0.0, py::arg("search") = "gnmt", py::arg("early_stopping") = false,
              py::arg("temperature") = 0.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0,
+             py::arg("tokens") = true,
              "Queue a request (source ids, end of sentence included; a GPT's prompt ids) and return its id; QueueFull "
              "when the queue is full. max_len: target positions, the start symbol counted (a GPT: the prompt and the "
-             "new ids). "
+             "new ids). tokens: send its tokens as they come ('token' events), else its end only. "
              "search 'gnmt' (decode.beam_search's rules; beam_size 1 is greedy) or 'hf' (decode.hf_beam_search's, "
              "beam_size its num_beams, alpha its length_penalty, with early_stopping). A GPT's request: temperature "
              "0 takes the first maximum, > 0 samples among the top_k ids (0: all) and the top_p nucleus from a "

@@ -20,6 +20,7 @@ struct Engine::Request {
     decode::SequenceOptions options;
     std::optional<Clock::time_point> deadline;
     bool decoding = false;
+    bool tokens = true;   // Token events wanted (a stream): a request that is not streamed waits for its end only
 };
 
 struct Engine::Model {
@@ -91,7 +92,7 @@ std::vector<std::string> Engine::model_names() const {
 }
 
 std::uint64_t Engine::submit(const std::string& name, std::vector<std::int64_t> source, decode::SequenceOptions options,
-                             double timeout_seconds) {
+                             double timeout_seconds, bool tokens) {
     std::unique_lock<std::mutex> lock(mu_);
     const auto it = models_.find(name);
     if (it == models_.end()) {
@@ -118,6 +119,7 @@ std::uint64_t Engine::submit(const std::string& name, std::vector<std::int64_t> 
     r->model = name;
     r->source = std::move(source);
     r->options = options;
+    r->tokens = tokens;
     if (timeout_seconds > 0.0)
         r->deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
     m.waiting.push_back(r);
@@ -301,8 +303,9 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
         model->batch = model->make_batch();
     }
     for (const auto& t : result.tokens) {
-        push({t.id, Event::Kind::Token, t.token, {}, 0.0, {}});
         ++stats_.tokens_total;
+        const auto it = requests_.find(t.id);
+        if (it != requests_.end() && it->second->tokens) push({t.id, Event::Kind::Token, t.token, {}, 0.0, {}});
     }
     for (auto& f : result.finished) {
         push({f.id, Event::Kind::Finished, 0, std::move(f.ids), f.score, {}});

@@ -192,7 +192,7 @@ class AsyncEngine:
             _check_int(max_decoding_length, "max_decoding_length", 1)
         return beam_size, alpha, max_decoding_length, _timeout(timeout_ms)
 
-    def _submit(self, served, source, beam_size, alpha, max_len, timeout, **sampling):
+    def _submit(self, served, source, beam_size, alpha, max_len, timeout, tokens=False, **sampling):
         if self._draining or self._closed.is_set():
             raise EngineClosed("the engine is draining: it takes no new request")
         request = _Request(asyncio.get_running_loop())
@@ -203,7 +203,8 @@ class AsyncEngine:
                 hf = served.kind == "translator" and served.translator.search == "hf" and beam_size > 1
                 rid = self._engine.submit(served.key, source, beam_size=beam_size, alpha=alpha, max_len=max_len,
                                           timeout=timeout, search="hf" if hf else "gnmt",
-                                          early_stopping=served.translator.early_stopping if hf else False, **sampling)
+                                          early_stopping=served.translator.early_stopping if hf else False,
+                                          tokens=tokens, **sampling)
             except _core.serve.QueueFull as error:
                 self._counts["rejected_total"] += 1
                 raise QueueFull(str(error), retry_after=self._retry_after()) from None
@@ -281,7 +282,8 @@ class AsyncEngine:
         if not text.strip():
             return
         source = list(t.encode([text])[0]) + [t.end_id]
-        rid, request = self._submit(served, source, 1, t.alpha, t.max_len(len(source), max_decoding_length), timeout)
+        rid, request = self._submit(served, source, 1, t.alpha, t.max_len(len(source), max_decoding_length), timeout,
+                                    tokens=True)
         ids, sent, finished = [], "", False
         try:
             while True:
@@ -312,7 +314,8 @@ class AsyncEngine:
                 self._counts["cancelled_total"] += 1
 
     # -- generation ------------------------------------------------------------------------------------------------
-    def _completion(self, prompt, model, precision, max_tokens, temperature, top_k, top_p, seed, timeout_ms):
+    def _completion(self, prompt, model, precision, max_tokens, temperature, top_k, top_p, seed, timeout_ms,
+                    tokens=False):
         if not isinstance(prompt, str) or not prompt:
             raise ValueError("prompt must be a non-empty str")
         served = self.model(model, precision, kind="generator")
@@ -331,7 +334,7 @@ class AsyncEngine:
         if not ids:
             raise ValueError("prompt must hold at least one token")
         rid, request = self._submit(served, ids, 1, 0.0, len(ids) + max_tokens, timeout, temperature=temperature,
-                                    top_k=top_k, top_p=top_p, seed=seed)
+                                    top_k=top_k, top_p=top_p, seed=seed, tokens=tokens)
         return served, ids, rid, request
 
     async def complete(self, prompt, model=None, precision=None, max_tokens=16, temperature=1.0, top_k=None, top_p=None,
@@ -351,7 +354,7 @@ class AsyncEngine:
         """complete() as it is made: (text piece, None) as tokens come (a piece never ends inside a character the
         tokenizer has not finished), then ("", finish_reason). Closing the iterator frees the request's row."""
         served, ids, rid, request = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p,
-                                                     seed, timeout_ms)
+                                                     seed, timeout_ms, tokens=True)
         made, sent, finished = [], "", False
         try:
             while True:

@@ -85,8 +85,9 @@ public:
     // Queues a request: source ids (end of sentence included), or a GPT's prompt, for model `name`. Checks them (ValueError /
     // IndexError / KeyError-like ValueError naming the model) and returns the request's id. QueueFull when
     // max_queue requests wait; RuntimeError after stop(). timeout_seconds > 0: the request times out then.
+    // tokens: whether the request's tokens are sent as they come (Token events; a stream); else only its end.
     std::uint64_t submit(const std::string& name, std::vector<std::int64_t> source, decode::SequenceOptions options,
-                         double timeout_seconds = 0.0);
+                         double timeout_seconds = 0.0, bool tokens = true);
     // Cancels a request (waiting or decoding): a Cancelled event follows; false when it is unknown or done.
     bool cancel(std::uint64_t request);
     // Events since the last call, waiting up to timeout_seconds for the first; at most max_events.

@@ -1,0 +1,61 @@
+"""The engine under threads, for ThreadSanitizer too (scripts/sanitize.sh runs this file without torch or the
+conftest): Python threads submit, cancel and poll while the engine's loop steps two models (a Transformer in
+float32, a GPT in int8), and every request ends exactly once, finished or cancelled."""
+import threading
+import time
+
+import numpy as np
+
+import ctransformer as ct
+
+
+def test_submit_cancel_and_poll_from_threads():
+    ct.manual_seed(0)
+    translator = ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=2, n_head=4,
+                                   d_k=8, d_v=8, dropout=0.0).eval()
+    gpt = ct.quantize_dynamic(ct.nn.GPT(40, 16, 2, 32, 4, 64, dropout=0.0).eval())
+    engine = ct._core.serve.Engine(max_queue=1000, max_rows=8, max_batch_tokens=128)
+    engine.add_model("t", translator, 1, 2)
+    engine.add_model("g", gpt)
+    submitted, ends, lock = [], {}, threading.Lock()
+    stop = threading.Event()
+
+    def client(seed):
+        rng = np.random.default_rng(seed)
+        for i in range(30):
+            source = [int(t) for t in rng.integers(3, 40, int(rng.integers(1, 10)))]
+            if i % 3 == 0:
+                request = engine.submit("g", source, max_len=len(source) + 8, temperature=0.9, seed=i)
+            else:
+                request = engine.submit("t", source + [2], max_len=12, beam_size=1 + i % 3)
+            with lock:
+                submitted.append(request)
+            if i % 5 == 0:
+                engine.cancel(request)
+            time.sleep(0.001)
+
+    def poller():
+        while not stop.is_set():
+            for request, kind, *_ in engine.poll(0.01):
+                if kind in ("finished", "cancelled"):
+                    with lock:
+                        assert request not in ends, f"request {request} ended twice"
+                        ends[request] = kind
+                else:
+                    assert kind == "token"
+
+    threads = [threading.Thread(target=client, args=(s,)) for s in range(3)] + [threading.Thread(target=poller)]
+    for t in threads:
+        t.start()
+    for t in threads[:3]:
+        t.join()
+    deadline = time.monotonic() + 60
+    while len(ends) < len(submitted) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    threads[3].join()
+    stats = engine.stats()
+    engine.stop()
+    assert sorted(ends) == sorted(submitted)
+    assert stats["finished_total"] + stats["cancelled_total"] == len(submitted) == 90
+    assert stats["queue_depth"] == 0 and stats["rows_in_use"] == 0
