@@ -120,7 +120,7 @@ void bind_nn_gpt(py::module_& nn) {
 
     py::class_<GPT, Module, std::shared_ptr<GPT>>(gpt, "GPT", R"doc(The decoder-only GPT (nanoGPT-style, as in the blog post that annotates it).
 
-GPT(vocab_size, max_seq_len, n_layers, d_model, n_head, d_inner, dropout, no_res=False, no_pos=False)
+GPT(vocab_size, max_seq_len, n_layers, d_model, n_head, d_inner, dropout=0.0, no_res=False, no_pos=False)
 
 The sizes take the Transformer's names; the blog post's (num_layer, embed_dim, num_head, feedforward_dim) are
 accepted as keywords and warn (FutureWarning). Token + learned position embeddings, dropout, ``n_layers``
@@ -136,10 +136,10 @@ token embedding's weight. Weights ~ N(0, 0.02), biases 0, attention output proje
                  const std::size_t e = gpt_size(d_model, "d_model", embed_dim, "embed_dim");
                  const std::size_t h = gpt_size(n_head, "n_head", num_head, "num_head");
                  const std::size_t f = gpt_size(d_inner, "d_inner", feedforward_dim, "feedforward_dim");
-                 if (dropout.is_none()) throw ct::TypeError("GPT: missing the argument dropout");
-                 if (!py::isinstance<py::float_>(dropout) && !py::isinstance<py::int_>(dropout))
+                 // No dropout by default, as nanoGPT's GPTConfig (dropout = 0.0).
+                 if (!dropout.is_none() && !py::isinstance<py::float_>(dropout) && !py::isinstance<py::int_>(dropout))
                      throw ct::TypeError("GPT: dropout must be a number, got " + type_name(dropout));
-                 const float p = dropout.cast<float>();
+                 const float p = dropout.is_none() ? 0.0f : dropout.cast<float>();
                  py::gil_scoped_release release;
                  return std::make_shared<GPT>(v, t, l, e, h, f, p, no_res, no_pos);
              }),

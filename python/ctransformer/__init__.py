@@ -58,10 +58,14 @@ __all__ = [
 __version__ = "0.1.0"
 
 
+# Modules reached as attributes but imported when first used: they bring sentencepiece, sacrebleu or the server's
+# packages, which `import ctransformer` alone does not need. ct.training, the old name of ct.annotated, warns then.
+_LAZY = ("translator", "translate", "serve", "checkpoint", "data", "tasks", "train", "training")
+
+
 def __getattr__(name):
-    # ct.training, the old name of ct.annotated: imported (and warning) only when old code asks for it.
-    if name == "training":
+    if name in _LAZY:
         import importlib
 
-        return importlib.import_module(".training", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'ctransformer' has no attribute {name!r}")

@@ -9,8 +9,8 @@ Transformer's loop instead (the whole prefix decoded at every step); both give t
 to float32 rounding (tests/decode/test_decode.py). The model is used as it is: call ``model.eval()`` first,
 or dropout stays active.
 """
-import contextlib
-import numbers
+import contextlib as _contextlib
+import numbers as _numbers
 
 import numpy as np
 
@@ -40,7 +40,7 @@ def _check_model(model, caller, expected, kind=None):
 
 def _check_number(caller, **values):
     for name, value in values.items():
-        if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        if not isinstance(value, _numbers.Real) or isinstance(value, (bool, np.bool_)):
             raise TypeError(f"{caller}: {name} must be a number, got {type(value).__name__}")
 
 
@@ -60,7 +60,7 @@ def _ids(banned, caller):
         raise TypeError(f"{caller}: banned must be a list of token ids, got {type(banned).__name__}") from None
 
 
-@contextlib.contextmanager
+@_contextlib.contextmanager
 def using_precision(model, precision, caller="using_precision"):
     """The model computing in `precision` for one call: "default" (as the model is, under whatever ct.autocast
     region encloses the call), "float32", "bfloat16" (the products under ct.autocast) or "int8"

@@ -358,7 +358,6 @@ def test_gpt_takes_the_transformers_size_names_and_the_older_ones_with_a_warning
         ct.nn.GPT(50, 16, 2, 32, 4, 64, 0.0, num_layer=2)
     with pytest.raises(TypeError, match="missing the argument d_inner"):
         ct.nn.GPT(vocab_size=50, max_seq_len=16, n_layers=2, d_model=32, n_head=4, dropout=0.0)
-    with pytest.raises(TypeError, match="missing the argument dropout"):
-        ct.nn.GPT(50, 16, 2, 32, 4, 64)
+    assert ct.nn.GPT(50, 16, 2, 32, 4, 64).drop.p == 0.0   # nanoGPT's default (GPTConfig.dropout = 0.0)
     with pytest.raises(TypeError, match="dropout must be a number"):
         ct.nn.GPT(50, 16, 2, 32, 4, 64, "0.1")

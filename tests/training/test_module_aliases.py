@@ -26,3 +26,16 @@ def test_ct_training_attribute_still_reaches_the_module():
             "assert not hasattr(ct, 'no_such_name')\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_modules_are_reached_as_attributes_after_import_ctransformer():
+    """ct.translator, ct.translate, ct.serve, ct.checkpoint, ct.data and ct.tasks are attributes of the package, as
+    ct.decode and ct.export are, each imported when first used (a fresh interpreter: none was imported before);
+    decode's own imports do not leak into its namespace."""
+    code = ("import sys\nimport ctransformer as ct\nassert 'ctransformer.serve' not in sys.modules\n"
+            "assert ct.translator.Translator is ct.translate.Translator\n"
+            "assert ct.serve.AsyncEngine.__name__ == 'AsyncEngine' and ct.checkpoint.save_checkpoint\n"
+            "assert ct.data.CharDataset and ct.tasks.TASKS\n"
+            "assert not hasattr(ct.decode, 'contextlib') and not hasattr(ct.decode, 'numbers')\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr

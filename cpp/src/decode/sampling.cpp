@@ -9,10 +9,13 @@
 
 namespace ct::decode {
 
-std::int64_t sample_top_k(const float* logits, std::size_t n, float temperature, std::size_t k, Generator& generator) {
+namespace {
+
+// The unnormalised probabilities exp(logit / temperature - max) of a row, 0 outside the top k (every logit >= the
+// k-th largest stays, ties at the k-th included, as the seed's top-k). Returns their sum.
+double top_k_weights(const float* logits, std::size_t n, float temperature, std::size_t k, std::vector<double>& probs) {
     std::vector<float> scaled(n);
     for (std::size_t c = 0; c < n; ++c) scaled[c] = logits[c] / temperature;
-    // Top-k as the seed: keep the logits >= the k-th largest (ties at the k-th all stay).
     float threshold = -std::numeric_limits<float>::infinity();
     if (k < n) {
         std::vector<float> sorted = scaled;
@@ -20,21 +23,25 @@ std::int64_t sample_top_k(const float* logits, std::size_t n, float temperature,
         threshold = sorted[k - 1];
     }
     const float peak = *std::max_element(scaled.begin(), scaled.end());
-    std::vector<double> probs(n);
+    probs.assign(n, 0.0);
     double total = 0.0;
     for (std::size_t c = 0; c < n; ++c) {
         probs[c] = scaled[c] < threshold ? 0.0 : std::exp(double(scaled[c]) - double(peak));
         total += probs[c];
     }
-    // Multinomial draw of one id.
+    return total;
+}
+
+// One multinomial draw over the weights (their sum total): the first id whose running sum passes u ~ U[0, total).
+std::int64_t draw(const std::vector<double>& probs, double total, Generator& generator) {
     double u;
     {
         auto lock = generator.lock();
         u = std::uniform_real_distribution<double>(0.0, total)(generator.engine());
     }
-    std::size_t chosen = n;
+    std::size_t chosen = probs.size();
     double cumulative = 0.0;
-    for (std::size_t c = 0; c < n; ++c) {
+    for (std::size_t c = 0; c < probs.size(); ++c) {
         if (probs[c] == 0.0) continue;
         cumulative += probs[c];
         chosen = c;
@@ -43,24 +50,19 @@ std::int64_t sample_top_k(const float* logits, std::size_t n, float temperature,
     return std::int64_t(chosen);
 }
 
+}  // namespace
+
+std::int64_t sample_top_k(const float* logits, std::size_t n, float temperature, std::size_t k, Generator& generator) {
+    std::vector<double> probs;
+    const double total = top_k_weights(logits, n, temperature, k, probs);
+    return draw(probs, total, generator);
+}
+
 std::int64_t sample_top_k_top_p(const float* logits, std::size_t n, float temperature, std::size_t k, float top_p,
                                 Generator& generator) {
-    if (!(top_p < 1.0f)) return sample_top_k(logits, n, temperature, k, generator);
-    std::vector<float> scaled(n);
-    for (std::size_t c = 0; c < n; ++c) scaled[c] = logits[c] / temperature;
-    float threshold = -std::numeric_limits<float>::infinity();
-    if (k < n) {
-        std::vector<float> sorted = scaled;
-        std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(k - 1), sorted.end(), std::greater<float>());
-        threshold = sorted[k - 1];
-    }
-    const float peak = *std::max_element(scaled.begin(), scaled.end());
-    std::vector<double> probs(n);
-    double total = 0.0;
-    for (std::size_t c = 0; c < n; ++c) {
-        probs[c] = scaled[c] < threshold ? 0.0 : std::exp(double(scaled[c]) - double(peak));
-        total += probs[c];
-    }
+    std::vector<double> probs;
+    const double total = top_k_weights(logits, n, temperature, k, probs);
+    if (!(top_p < 1.0f)) return draw(probs, total, generator);
     // The nucleus: in order of rising probability (ties: the higher id first, so the lower survives), drop while
     // the mass dropped, this id included, is at most 1 - top_p; never the last (most likely) id.
     std::vector<std::size_t> rising;
@@ -77,20 +79,7 @@ std::int64_t sample_top_k_top_p(const float* logits, std::size_t n, float temper
     }
     double kept = 0.0;
     for (double p : probs) kept += p;
-    double u;
-    {
-        auto lock = generator.lock();
-        u = std::uniform_real_distribution<double>(0.0, kept)(generator.engine());
-    }
-    std::size_t chosen = n;
-    double cumulative = 0.0;
-    for (std::size_t c = 0; c < n; ++c) {
-        if (probs[c] == 0.0) continue;
-        cumulative += probs[c];
-        chosen = c;
-        if (u < cumulative) break;
-    }
-    return std::int64_t(chosen);
+    return draw(probs, kept, generator);
 }
 
 }  // namespace ct::decode

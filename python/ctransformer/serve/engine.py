@@ -218,6 +218,15 @@ class AsyncEngine:
         per_step = stats["step_seconds_total"] / stats["steps_total"] if stats["steps_total"] else 0.05
         return max(1.0, round(per_step * 20 * max(1, stats["queue_depth"]) / max(1, stats["rows_in_use"]), 1))
 
+    def _release(self, rid, finished):
+        """A stream's end: no one waits for rid's events now; if it did not finish (closed, cancelled, failed), its
+        rows are freed."""
+        with self._lock:
+            self._waiting.pop(rid, None)
+        if not finished:
+            self._engine.cancel(rid)
+            self._counts["cancelled_total"] += 1
+
     def _cancel(self, rid):
         with self._lock:
             self._waiting.pop(rid, None)
@@ -307,11 +316,7 @@ class AsyncEngine:
                 else:
                     raise _failure(kind, message)
         finally:
-            with self._lock:
-                self._waiting.pop(rid, None)
-            if not finished:
-                self._engine.cancel(rid)
-                self._counts["cancelled_total"] += 1
+            self._release(rid, finished)
 
     # -- generation ------------------------------------------------------------------------------------------------
     def _completion(self, prompt, model, precision, max_tokens, temperature, top_k, top_p, seed, timeout_ms,
@@ -375,11 +380,7 @@ class AsyncEngine:
                 else:
                     raise _failure(kind, message)
         finally:
-            with self._lock:
-                self._waiting.pop(rid, None)
-            if not finished:
-                self._engine.cancel(rid)
-                self._counts["cancelled_total"] += 1
+            self._release(rid, finished)
 
     # -- state -----------------------------------------------------------------------------------------------------
     def stats(self):

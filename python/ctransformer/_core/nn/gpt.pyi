@@ -98,7 +98,7 @@ class GPT(ctransformer._core.nn.Module):
     """
     The decoder-only GPT (nanoGPT-style, as in the blog post that annotates it).
     
-    GPT(vocab_size, max_seq_len, n_layers, d_model, n_head, d_inner, dropout, no_res=False, no_pos=False)
+    GPT(vocab_size, max_seq_len, n_layers, d_model, n_head, d_inner, dropout=0.0, no_res=False, no_pos=False)
     
     The sizes take the Transformer's names; the blog post's (num_layer, embed_dim, num_head, feedforward_dim) are
     accepted as keywords and warn (FutureWarning). Token + learned position embeddings, dropout, ``n_layers``
