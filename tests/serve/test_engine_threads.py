@@ -59,3 +59,30 @@ def test_submit_cancel_and_poll_from_threads():
     assert sorted(ends) == sorted(submitted)
     assert stats["finished_total"] + stats["cancelled_total"] == len(submitted) == 90
     assert stats["queue_depth"] == 0 and stats["rows_in_use"] == 0
+
+
+def test_stop_while_another_thread_polls():
+    """stop() from one thread while another waits in poll(): the poll returns (with the cancellations) and the two
+    never touch the engine's thread object at once."""
+    ct.manual_seed(0)
+    translator = ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=2, n_head=4,
+                                   d_k=8, d_v=8, dropout=0.0).eval()
+    engine = ct._core.serve.Engine(max_queue=64, max_rows=2, max_batch_tokens=64)
+    engine.add_model("t", translator, 1, 2)
+    submitted = [engine.submit("t", [5, 6, 7, 2], max_len=150) for _ in range(8)]
+    seen = []
+
+    def poller():
+        deadline = time.monotonic() + 20
+        while len(seen) < len(submitted) and time.monotonic() < deadline:
+            seen.extend(kind for _, kind, *_ in engine.poll(1.0) if kind != "token")
+
+    thread = threading.Thread(target=poller)
+    thread.start()
+    time.sleep(0.05)
+    stoppers = [threading.Thread(target=engine.stop) for _ in range(2)]
+    for t in stoppers:
+        t.start()
+    for t in stoppers + [thread]:
+        t.join()
+    assert len(seen) == len(submitted) and set(seen) <= {"finished", "cancelled"}

@@ -49,7 +49,10 @@ void Engine::stop() {
         stopping_ = true;
     }
     work_cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
+    {
+        std::lock_guard<std::mutex> join(join_mu_);   // stop() from two threads at once joins once
+        if (thread_.joinable()) thread_.join();
+    }
     event_cv_.notify_all();
 }
 
@@ -145,7 +148,7 @@ std::vector<Event> Engine::poll(double timeout_seconds, std::size_t max_events) 
     std::unique_lock<std::mutex> lock(mu_);
     if (events_.empty() && timeout_seconds > 0.0)
         event_cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
-                           [this] { return !events_.empty() || (stopping_ && !thread_.joinable()); });
+                           [this] { return !events_.empty() || loop_done_; });
     std::vector<Event> out;
     while (!events_.empty() && out.size() < max_events) {
         out.push_back(std::move(events_.front()));
@@ -184,6 +187,7 @@ void Engine::loop() {
         m->batch = m->make_batch();
     }
     waiting_ = 0;
+    loop_done_ = true;
     event_cv_.notify_all();
 }
 

@@ -115,6 +115,8 @@ private:
     std::size_t waiting_ = 0;
     std::string next_model_;   // round robin: the first model name after the last one stepped
     bool stopping_ = false;
+    bool loop_done_ = false;   // the loop has ended (its last events pushed): poll() waits no more
+    std::mutex join_mu_;
     EngineStats stats_;
     std::thread thread_;
 };
