@@ -293,20 +293,21 @@ class AsyncEngine:
         source = list(t.encode([text])[0]) + [t.end_id]
         rid, request = self._submit(served, source, 1, t.alpha, t.max_len(len(source), max_decoding_length), timeout,
                                     tokens=True)
-        ids, sent, finished = [], "", False
+        ids, sent, finished, cut = [], "", False, False
         try:
             while True:
                 _, kind, token, final, _, message = await request.events.get()
                 if kind == "token":
-                    if token in (t.end_id, t.pad_id):   # the translation ends here (as Translator cuts it)
-                        continue
-                    if len(ids) == len(_cut(ids + [token], t)):
+                    # The translation ends at the first end or pad id, as Translator cuts it: later tokens are not
+                    # part of it (the engine decodes on to its own end).
+                    cut = cut or token in (t.end_id, t.pad_id)
+                    if cut:
                         continue
                     ids.append(token)
-                    piece = _stable_text(_decode(t, [ids])[0])[len(sent):]
-                    if piece and _stable_text(_decode(t, [ids])[0]).startswith(sent):
-                        sent += piece
-                        yield piece
+                    stable = _stable_text(_decode(t, [ids])[0])
+                    if len(stable) > len(sent) and stable.startswith(sent):
+                        yield stable[len(sent):]
+                        sent = stable
                 elif kind == "finished":
                     finished = True
                     full = _decode(t, [_cut(final, t)])[0]
