@@ -3,6 +3,8 @@
 // the maths runs with the GIL released.
 #include <pybind11/stl.h>
 
+#include <tuple>
+
 #include "bindings.hpp"
 #include "convert.hpp"
 #include "ctransformer/error.hpp"
@@ -113,6 +115,16 @@ auto size_getter(std::size_t TransformerConfig::*field) {
 auto size_setter(std::size_t TransformerConfig::*field, const char* name) {
     return [field, name](TransformerConfig& c, py::object v) { c.*field = to_size(v, std::string("TransformerConfig: ") + name); };
 }
+// The per-side sizes: None (the shorthand's value) or a Python int, range-checked by name.
+auto optional_size_getter(std::optional<std::size_t> TransformerConfig::*field) {
+    return [field](const TransformerConfig& c) { return c.*field; };
+}
+auto optional_size_setter(std::optional<std::size_t> TransformerConfig::*field, const char* name) {
+    return [field, name](TransformerConfig& c, py::object v) {
+        if (v.is_none()) c.*field = std::nullopt;
+        else c.*field = to_size(v, std::string("TransformerConfig: ") + name);
+    };
+}
 auto int_getter(std::int64_t TransformerConfig::*field) {
     return [field](const TransformerConfig& c) { return c.*field; };
 }
@@ -192,6 +204,18 @@ void bind_nn_transformer(py::module_& nn) {
         .def_property("n_head", size_getter(&TransformerConfig::n_head), size_setter(&TransformerConfig::n_head, "n_head"))
         .def_property("d_k", size_getter(&TransformerConfig::d_k), size_setter(&TransformerConfig::d_k, "d_k"))
         .def_property("d_v", size_getter(&TransformerConfig::d_v), size_setter(&TransformerConfig::d_v, "d_v"))
+#define CT_SIDE_SIZE(name) \
+        .def_property(#name, optional_size_getter(&TransformerConfig::name), optional_size_setter(&TransformerConfig::name, #name))
+        CT_SIDE_SIZE(encoder_n_layers) CT_SIDE_SIZE(encoder_n_head) CT_SIDE_SIZE(encoder_d_k) CT_SIDE_SIZE(encoder_d_v)
+        CT_SIDE_SIZE(encoder_d_inner) CT_SIDE_SIZE(decoder_n_layers) CT_SIDE_SIZE(decoder_n_head) CT_SIDE_SIZE(decoder_d_k)
+        CT_SIDE_SIZE(decoder_d_v) CT_SIDE_SIZE(decoder_d_inner)
+#undef CT_SIDE_SIZE
+        .def("encoder_side", &TransformerConfig::encoder_side,
+             "This configuration with n_layers, n_head, d_k, d_v and d_inner set to the encoder's (the per-side "
+             "values where set, else the shorthand) and no per-side values: what the encoder is built from.")
+        .def("decoder_side", &TransformerConfig::decoder_side, "The decoder's, as encoder_side() is the encoder's.")
+        .def_property_readonly("symmetric", &TransformerConfig::symmetric,
+                               "Whether both sides have the same layers, heads, head sizes and FFN width.")
         .def_readwrite("dropout", &TransformerConfig::dropout)
         .def_property("n_position", size_getter(&TransformerConfig::n_position), size_setter(&TransformerConfig::n_position, "n_position"))
         .def_readwrite("trg_emb_prj_weight_sharing", &TransformerConfig::trg_emb_prj_weight_sharing)
@@ -241,7 +265,8 @@ void bind_nn_transformer(py::module_& nn) {
         .def_static("marian", [](ctpy::Int vocab, std::optional<ctpy::Int> trg_vocab, ctpy::Int d_model, ctpy::Int d_inner,
                                  ctpy::Int n_layers, ctpy::Int n_head, ctpy::Int n_position, ctpy::Int pad_idx, bool share,
                                  bool tie, const std::string& activation, bool scale_embedding, float dropout,
-                                 float attention_dropout, float activation_dropout) {
+                                 float attention_dropout, float activation_dropout, py::object decoder_n_layers,
+                                 py::object decoder_n_head, py::object decoder_d_inner) {
             const std::string fn = "TransformerConfig.marian: ";
             const std::size_t v = to_size(vocab, fn + "vocab");
             TransformerConfig c = TransformerConfig::marian(
@@ -250,25 +275,41 @@ void bind_nn_transformer(py::module_& nn) {
                 to_size(n_position, fn + "n_position"), to_int(pad_idx, fn + "pad_idx"), share, tie,
                 parse_activation(activation, "TransformerConfig.marian"), scale_embedding, dropout, attention_dropout,
                 activation_dropout);
+            // The decoder's own sizes (Marian's decoder_layers, decoder_attention_heads, decoder_ffn_dim); its
+            // heads split d_model as the encoder's do.
+            if (!decoder_n_layers.is_none()) c.decoder_n_layers = to_size(decoder_n_layers, fn + "decoder_n_layers");
+            if (!decoder_d_inner.is_none()) c.decoder_d_inner = to_size(decoder_d_inner, fn + "decoder_d_inner");
+            if (!decoder_n_head.is_none()) {
+                const std::size_t h = to_size(decoder_n_head, fn + "decoder_n_head");
+                if (h == 0 || c.d_model % h != 0)
+                    throw ct::ValueError(fn + "d_model (" + std::to_string(c.d_model) + ") must be a multiple of "
+                                         "decoder_n_head (" + std::to_string(h) + ")");
+                c.decoder_n_head = h;
+                c.decoder_d_k = c.decoder_d_v = c.d_model / h;
+            }
             c.validate();
             return c;
         }, py::kw_only(), py::arg("vocab"), py::arg("trg_vocab") = py::none(), py::arg("d_model") = 512,
            py::arg("d_inner") = 2048, py::arg("n_layers") = 6, py::arg("n_head") = 8, py::arg("n_position") = 512,
            py::arg("pad_idx"), py::arg("share") = true, py::arg("tie") = true, py::arg("activation") = "swish",
            py::arg("scale_embedding") = true, py::arg("dropout") = 0.1f, py::arg("attention_dropout") = 0.0f,
-           py::arg("activation_dropout") = 0.0f,
+           py::arg("activation_dropout") = 0.0f, py::arg("decoder_n_layers") = py::none(),
+           py::arg("decoder_n_head") = py::none(), py::arg("decoder_d_inner") = py::none(),
            "Hugging Face's MarianMTModel (the opus-mt translators; defaults: opus-mt's base): post-norm layers with "
            "biased q/k/v/out, LayerNorm eps 1e-5, no embedding LayerNorm, the sinusoids in halves, final_logits_bias, "
            "the pad id as the decoder's start and no target pad mask; Hugging Face's module names. share: one "
            "embedding for both sides (share_encoder_decoder_embeddings); tie: the output projection is the target "
-           "embedding (tie_word_embeddings).")
+           "embedding (tie_word_embeddings). n_layers, n_head and d_inner are the encoder's and, unless "
+           "decoder_n_layers, decoder_n_head or decoder_d_inner say otherwise, the decoder's too.")
         .def_static("seed003", &TransformerConfig::small_pre_norm, CT_SMALL_PRE_NORM_ARGS,
                     "The older name of small_pre_norm(), kept as an alias.")
         .def("__repr__", [](py::object self) {
             std::string s = "TransformerConfig(";
             bool first = true;
             for (auto name : {"n_src_vocab", "n_trg_vocab", "src_pad_idx", "trg_pad_idx", "d_word_vec", "d_model",
-                              "d_inner", "n_layers", "n_head", "d_k", "d_v", "dropout", "n_position",
+                              "d_inner", "n_layers", "n_head", "d_k", "d_v", "encoder_n_layers", "encoder_n_head",
+                              "encoder_d_k", "encoder_d_v", "encoder_d_inner", "decoder_n_layers", "decoder_n_head",
+                              "decoder_d_k", "decoder_d_v", "decoder_d_inner", "dropout", "n_position",
                               "trg_emb_prj_weight_sharing", "emb_src_trg_weight_sharing", "scale_emb_or_prj", "layout",
                               "norm_first", "qkv_bias", "proj_bias", "layer_norm_eps", "attn_dropout", "mask_fill",
                               "scale_after_matmul", "pe_formula", "embed_dropout", "embed_layer_norm",
@@ -516,12 +557,21 @@ seed003()), or any TransformerConfig.
 
 model(src_seq, trg_seq) takes (b, len) NumPy integer arrays and returns the logits, (b*len, n_trg_vocab)
 for the post-norm model, (b, len, n_trg_vocab) for the small pre-norm one; with return_attns=True it returns
-(logits, enc_slf_attns, dec_slf_attns, dec_enc_attns), one (b, n_head, lq, lk) Tensor per layer.)doc")
+(logits, enc_slf_attns, dec_slf_attns, dec_enc_attns), one (b, n_head, lq, lk) Tensor per layer.
+
+n_layers, n_head, d_k, d_v and d_inner size both sides; the keyword-only encoder_n_layers, decoder_n_layers,
+encoder_n_head, decoder_n_head, encoder_d_k, ..., decoder_d_inner give one side its own (a distilled student's
+6 encoder layers and 2 decoder ones: n_layers=6, decoder_n_layers=2).)doc")
         .def(py::init([](ctpy::Int n_src_vocab, ctpy::Int n_trg_vocab, ctpy::Int src_pad_idx, ctpy::Int trg_pad_idx,
                          ctpy::Int d_word_vec, ctpy::Int d_model, ctpy::Int d_inner, ctpy::Int n_layers,
                          ctpy::Int n_head, ctpy::Int d_k, ctpy::Int d_v, float dropout, ctpy::Int n_position,
                          bool trg_emb_prj_weight_sharing, bool emb_src_trg_weight_sharing,
-                         const std::string& scale_emb_or_prj) {
+                         const std::string& scale_emb_or_prj, std::optional<ctpy::Int> encoder_n_layers,
+                         std::optional<ctpy::Int> encoder_n_head, std::optional<ctpy::Int> encoder_d_k,
+                         std::optional<ctpy::Int> encoder_d_v, std::optional<ctpy::Int> encoder_d_inner,
+                         std::optional<ctpy::Int> decoder_n_layers, std::optional<ctpy::Int> decoder_n_head,
+                         std::optional<ctpy::Int> decoder_d_k, std::optional<ctpy::Int> decoder_d_v,
+                         std::optional<ctpy::Int> decoder_d_inner) {
                  const std::string fn = "Transformer: ";
                  const std::size_t sv = to_size(n_src_vocab, fn + "n_src_vocab");
                  const std::size_t tv = to_size(n_trg_vocab, fn + "n_trg_vocab");
@@ -535,10 +585,24 @@ for the post-norm model, (b, len, n_trg_vocab) for the small pre-norm one; with 
                  const std::size_t dk = to_size(d_k, fn + "d_k");
                  const std::size_t dv = to_size(d_v, fn + "d_v");
                  const std::size_t np = to_size(n_position, fn + "n_position");
+                 TransformerConfig c = TransformerConfig::post_norm(sv, tv, sp, tp, wv, dm, di, nl, nh, dk, dv, dropout,
+                                                                    np, trg_emb_prj_weight_sharing,
+                                                                    emb_src_trg_weight_sharing, scale_emb_or_prj);
+                 // Keyword-only: one side's own sizes (encoder_n_layers=6, decoder_n_layers=2, ...).
+                 for (const auto& [value, field, name] :
+                      {std::tuple{&encoder_n_layers, &TransformerConfig::encoder_n_layers, "encoder_n_layers"},
+                       {&encoder_n_head, &TransformerConfig::encoder_n_head, "encoder_n_head"},
+                       {&encoder_d_k, &TransformerConfig::encoder_d_k, "encoder_d_k"},
+                       {&encoder_d_v, &TransformerConfig::encoder_d_v, "encoder_d_v"},
+                       {&encoder_d_inner, &TransformerConfig::encoder_d_inner, "encoder_d_inner"},
+                       {&decoder_n_layers, &TransformerConfig::decoder_n_layers, "decoder_n_layers"},
+                       {&decoder_n_head, &TransformerConfig::decoder_n_head, "decoder_n_head"},
+                       {&decoder_d_k, &TransformerConfig::decoder_d_k, "decoder_d_k"},
+                       {&decoder_d_v, &TransformerConfig::decoder_d_v, "decoder_d_v"},
+                       {&decoder_d_inner, &TransformerConfig::decoder_d_inner, "decoder_d_inner"}})
+                     if (*value) c.*field = to_size(**value, fn + name);
                  py::gil_scoped_release release;
-                 return std::make_shared<Transformer>(sv, tv, sp, tp, wv, dm, di, nl, nh, dk, dv, dropout, np,
-                                                      trg_emb_prj_weight_sharing, emb_src_trg_weight_sharing,
-                                                      scale_emb_or_prj);
+                 return std::make_shared<Transformer>(c);
              }),
              py::arg("n_src_vocab"), py::arg("n_trg_vocab"), py::arg("src_pad_idx"), py::arg("trg_pad_idx"),
              py::arg("d_word_vec") = defaults::d_word_vec, py::arg("d_model") = defaults::d_model,
@@ -547,7 +611,12 @@ for the post-norm model, (b, len, n_trg_vocab) for the small pre-norm one; with 
              py::arg("dropout") = defaults::dropout, py::arg("n_position") = defaults::n_position,
              py::arg("trg_emb_prj_weight_sharing") = defaults::trg_emb_prj_weight_sharing,
              py::arg("emb_src_trg_weight_sharing") = defaults::emb_src_trg_weight_sharing,
-             py::arg("scale_emb_or_prj") = defaults::scale_emb_or_prj)
+             py::arg("scale_emb_or_prj") = defaults::scale_emb_or_prj, py::kw_only(),
+             py::arg("encoder_n_layers") = py::none(), py::arg("encoder_n_head") = py::none(),
+             py::arg("encoder_d_k") = py::none(), py::arg("encoder_d_v") = py::none(),
+             py::arg("encoder_d_inner") = py::none(), py::arg("decoder_n_layers") = py::none(),
+             py::arg("decoder_n_head") = py::none(), py::arg("decoder_d_k") = py::none(),
+             py::arg("decoder_d_v") = py::none(), py::arg("decoder_d_inner") = py::none())
         .def(py::init<const TransformerConfig&>(), py::arg("config"))
         .def_static("small_pre_norm", small_pre_norm, CT_SMALL_PRE_NORM_ARGS,
                     "The toy translator's small pre-norm model (TransformerConfig.small_pre_norm()).")

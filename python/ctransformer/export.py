@@ -57,9 +57,11 @@ def _check_supported(cfg):
         if getattr(cfg, name) != value:
             raise ValueError(f"to_ctranslate2: model.config.{name} is {getattr(cfg, name)!r}; only the post-norm "
                              f"Transformer's {name}={value!r} is supported")
-    if cfg.d_k != cfg.d_v:
-        raise ValueError(f"to_ctranslate2: model.config.d_k ({cfg.d_k}) must equal d_v ({cfg.d_v}): "
-                         "CTranslate2 has one head size")
+    for side in ("encoder", "decoder"):
+        sizes = getattr(cfg, side + "_side")()
+        if sizes.d_k != sizes.d_v:
+            raise ValueError(f"to_ctranslate2: the {side}'s d_k ({sizes.d_k}) must equal its d_v ({sizes.d_v}): "
+                             "CTranslate2 has one head size")
 
 
 def _check_vocabulary(name, tokens, size):
@@ -95,12 +97,13 @@ def _build_spec(model, transformer_spec, tokens):
         scale = np.concatenate([int8[n][1] for n in names]) * alpha
         spec.weight = np.concatenate([int8[n][0] for n in names], axis=0)
         spec.weight_scale = np.where(scale > 0, np.float32(1) / np.where(scale > 0, scale, 1), 1).astype(np.float32)
-    head_dim = int(cfg.d_k)
-    # The post-norm Transformer scales the scores by 1 / sqrt(d_k), as CTranslate2 does by 1 / sqrt(head_dim).
-    enc = transformer_spec.TransformerEncoderSpec(cfg.n_layers, cfg.n_head, pre_norm=False,
-                                                  layernorm_embedding=True, head_dim=head_dim)
-    dec = transformer_spec.TransformerDecoderSpec(cfg.n_layers, cfg.n_head, pre_norm=False,
-                                                  layernorm_embedding=True, head_dim=head_dim)
+    # Each side its own layers, heads and head size (CTranslate2 reads num_heads per scope). The post-norm
+    # Transformer scales the scores by 1 / sqrt(d_k), as CTranslate2 does by 1 / sqrt(head_dim).
+    e, d = cfg.encoder_side(), cfg.decoder_side()
+    enc = transformer_spec.TransformerEncoderSpec(e.n_layers, e.n_head, pre_norm=False,
+                                                  layernorm_embedding=True, head_dim=int(e.d_k))
+    dec = transformer_spec.TransformerDecoderSpec(d.n_layers, d.n_head, pre_norm=False,
+                                                  layernorm_embedding=True, head_dim=int(d.d_k))
     scale_emb = cfg.scale_emb_or_prj == "emb" and cfg.trg_emb_prj_weight_sharing
     scale_prj = cfg.scale_emb_or_prj == "prj" and cfg.trg_emb_prj_weight_sharing
 
@@ -181,8 +184,12 @@ def _build_marian_spec(model, transformer_spec, tokens):
                          "CTranslate2's converter)")
     activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
                   "gelu_new": common_spec.Activation.GELUTanh, "silu": common_spec.Activation.SWISH}[cfg.activation]
-    enc = transformer_spec.TransformerEncoderSpec(cfg.n_layers, cfg.n_head, pre_norm=False, activation=activation)
-    dec = transformer_spec.TransformerDecoderSpec(cfg.n_layers, cfg.n_head, pre_norm=False, activation=activation)
+    # Each side its own layers and heads. CTranslate2's own converter (TransformerSpec.from_config with
+    # encoder_attention_heads) gives the decoder the encoder's head count; a model whose sides differ in heads
+    # then computes a different decoder there, and here it does not.
+    e, d = cfg.encoder_side(), cfg.decoder_side()
+    enc = transformer_spec.TransformerEncoderSpec(e.n_layers, e.n_head, pre_norm=False, activation=activation)
+    dec = transformer_spec.TransformerDecoderSpec(d.n_layers, d.n_head, pre_norm=False, activation=activation)
 
     def linear(spec, *names):
         spec.weight = np.concatenate([sd[n + ".weight"] for n in names], axis=0)

@@ -52,11 +52,12 @@ def read_config(path):
         kind = config.get("model_type") if isinstance(config, dict) else None
         raise PretrainedError(f"from_pretrained: {file} describes model_type {kind!r}; only 'marian' "
                               "(MarianMTModel, the opus-mt translators) can be loaded")
-    for enc, dec in (("encoder_layers", "decoder_layers"), ("encoder_ffn_dim", "decoder_ffn_dim"),
-                     ("encoder_attention_heads", "decoder_attention_heads")):
-        if config.get(enc, 12 if "layers" in enc else None) != config.get(dec, 12 if "layers" in dec else None):
-            raise PretrainedError(f"from_pretrained: {file} has {enc} = {config.get(enc)} and {dec} = "
-                                  f"{config.get(dec)}; ctransformer's Transformer has one value for both sides")
+    d_model = config.get("d_model", 1024)
+    for key in ("encoder_attention_heads", "decoder_attention_heads"):
+        heads = config.get(key, 16)
+        if not isinstance(heads, int) or heads <= 0 or d_model % heads:
+            raise PretrainedError(f"from_pretrained: {file} has {key} = {heads!r}, which does not divide d_model = "
+                                  f"{d_model} into heads (MarianAttention refuses it too)")
     share = config.get("share_encoder_decoder_embeddings", True)
     if share and not config.get("tie_word_embeddings", True):
         raise PretrainedError(f"from_pretrained: {file} shares the encoder's and decoder's embeddings but does not "
@@ -78,7 +79,9 @@ def transformer_config(config):
     c = TransformerConfig.marian(
         vocab=vocab, trg_vocab=config.get("decoder_vocab_size") or vocab, d_model=config.get("d_model", 1024),
         d_inner=config.get("encoder_ffn_dim", 4096), n_layers=config.get("encoder_layers", 12),
-        n_head=config.get("encoder_attention_heads", 16), n_position=config.get("max_position_embeddings", 1024),
+        n_head=config.get("encoder_attention_heads", 16), decoder_n_layers=config.get("decoder_layers", 12),
+        decoder_n_head=config.get("decoder_attention_heads", 16), decoder_d_inner=config.get("decoder_ffn_dim", 4096),
+        n_position=config.get("max_position_embeddings", 1024),
         pad_idx=pad, share=config.get("share_encoder_decoder_embeddings", True),
         tie=config.get("tie_word_embeddings", True), activation=config.get("activation_function", "gelu"),
         scale_embedding=config.get("scale_embedding", False), dropout=config.get("dropout", 0.1),
@@ -193,11 +196,16 @@ def hf_config(model, eos_token_id=0, extra=None):
     if c.layout != "marian":
         raise ValueError(f"save_pretrained: the model's layout is {c.layout!r}; only a 'marian' model saves in "
                          "Hugging Face's format")
+    enc, dec = c.encoder_side(), c.decoder_side()
+    for side, name in ((enc, "encoder"), (dec, "decoder")):
+        if side.d_k != side.d_v or side.d_k * side.n_head != c.d_model:
+            raise ValueError(f"save_pretrained: the {name}'s heads ({side.n_head} of d_k {side.d_k}, d_v {side.d_v}) "
+                             f"do not split d_model = {c.d_model}, as MarianAttention's must")
     out = {
         "architectures": ["MarianMTModel"], "model_type": "marian",
         "vocab_size": c.n_src_vocab, "decoder_vocab_size": c.n_trg_vocab, "d_model": c.d_model,
-        "encoder_layers": c.n_layers, "decoder_layers": c.n_layers, "encoder_ffn_dim": c.d_inner,
-        "decoder_ffn_dim": c.d_inner, "encoder_attention_heads": c.n_head, "decoder_attention_heads": c.n_head,
+        "encoder_layers": enc.n_layers, "decoder_layers": dec.n_layers, "encoder_ffn_dim": enc.d_inner,
+        "decoder_ffn_dim": dec.d_inner, "encoder_attention_heads": enc.n_head, "decoder_attention_heads": dec.n_head,
         "max_position_embeddings": c.n_position,
         "activation_function": "swish" if c.activation == "silu" else c.activation,   # opus-mt's spelling
         "dropout": _short(c.dropout), "attention_dropout": _short(c.attn_dropout),

@@ -30,11 +30,26 @@ def build_model(cfg, vocab_size):
     d_model, n_head = cfg["d_model"], cfg["n_head"]
     if d_model % n_head:
         raise ValueError(f"multi30k: d_model ({d_model}) must be a multiple of n_head ({n_head})")
-    return ct.nn.Transformer(vocab_size, vocab_size, PAD_ID, PAD_ID, d_word_vec=d_model, d_model=d_model,
-                             d_inner=cfg["d_inner"], n_layers=cfg["n_layers"], n_head=n_head, d_k=d_model // n_head,
-                             d_v=d_model // n_head, dropout=cfg["dropout"], n_position=cfg["n_position"],
-                             trg_emb_prj_weight_sharing=True, emb_src_trg_weight_sharing=True,
-                             scale_emb_or_prj=cfg["scale_emb_or_prj"])
+    config = ct.nn.TransformerConfig(
+        n_src_vocab=vocab_size, n_trg_vocab=vocab_size, src_pad_idx=PAD_ID, trg_pad_idx=PAD_ID, d_word_vec=d_model,
+        d_model=d_model, d_inner=cfg["d_inner"], n_layers=cfg["n_layers"], n_head=n_head, d_k=d_model // n_head,
+        d_v=d_model // n_head, dropout=cfg["dropout"], n_position=cfg["n_position"], trg_emb_prj_weight_sharing=True,
+        emb_src_trg_weight_sharing=True, scale_emb_or_prj=cfg["scale_emb_or_prj"])
+    # Each side's own layers, heads and FFN width where the config sets them (0, or absent in an older
+    # checkpoint's config: the shorthand's).
+    for side in ("encoder", "decoder"):
+        if cfg.get(f"{side}_n_layers", 0):
+            setattr(config, f"{side}_n_layers", cfg[f"{side}_n_layers"])
+        if cfg.get(f"{side}_d_inner", 0):
+            setattr(config, f"{side}_d_inner", cfg[f"{side}_d_inner"])
+        heads = cfg.get(f"{side}_n_head", 0)
+        if heads:
+            if d_model % heads:
+                raise ValueError(f"multi30k: d_model ({d_model}) must be a multiple of {side}_n_head ({heads})")
+            setattr(config, f"{side}_n_head", heads)
+            setattr(config, f"{side}_d_k", d_model // heads)
+            setattr(config, f"{side}_d_v", d_model // heads)
+    return ct.nn.Transformer(config)
 
 
 def load_translation_checkpoint(path):

@@ -27,8 +27,9 @@ def tokens(n):
 
 
 @pytest.fixture(scope="module", params=[dict(share=True, tie=True, activation="swish"),
-                                        dict(share=False, tie=False, activation="gelu", trg_vocab=50)],
-                ids=["shared", "separate"])
+                                        dict(share=False, tie=False, activation="gelu", trg_vocab=50),
+                                        dict(share=True, tie=True, activation="swish", asymmetric=True)],
+                ids=["shared", "separate", "asymmetric"])
 def exported(request, tmp_path_factory):
     hf, ours, pad = marian_pair(**request.param)   # the pad id last on both sides, as opus-mt's
     with torch.no_grad():

@@ -48,6 +48,10 @@ VARIANTS = {
     "emb-tied": dict(scale_emb_or_prj="emb"),
     "none-tied": dict(scale_emb_or_prj="none"),
     "untied": dict(trg_emb_prj_weight_sharing=False, emb_src_trg_weight_sharing=False),
+    # A distilled student's shape: 3 encoder layers and 1 decoder layer of 2 heads of 16, FFN 48 (the caches and
+    # the decoder's loops take the decoder's own sizes).
+    "asymmetric": dict(encoder_n_layers=3, decoder_n_layers=1, decoder_n_head=2, decoder_d_k=16, decoder_d_v=16,
+                       decoder_d_inner=48),
 }
 CACHE_TOL = dict(rtol=1e-5, atol=1e-5)   # logits at fixed ids, cached vs uncached
 

@@ -42,8 +42,9 @@ def hf_greedy(hf, src, pad, max_length):
 
 
 @pytest.mark.parametrize("options", [dict(share=True, tie=True, activation="swish"),
-                                     dict(share=False, tie=False, activation="gelu")],
-                         ids=["shared-swish", "separate-gelu"])
+                                     dict(share=False, tie=False, activation="gelu"),
+                                     dict(share=True, tie=True, activation="swish", asymmetric=True)],
+                         ids=["shared-swish", "separate-gelu", "asymmetric"])
 @pytest.mark.parametrize("eos_bias", [0.0, 2.0], ids=["long", "ending"])
 def test_greedy_equals_generate(options, eos_bias):
     hf, ours, pad = lively(*marian_pair(**options), eos_bias)
@@ -111,8 +112,9 @@ def test_beam_search_keeps_the_rules():
         ct.decode.beam_search(ours, src, mask, 10, pad, 0, banned=1.5)
 
 
-@pytest.mark.parametrize("options", [dict(), dict(share=False, tie=False, activation="gelu")],
-                         ids=["shared-swish", "separate-gelu"])
+@pytest.mark.parametrize("options", [dict(), dict(share=False, tie=False, activation="gelu"),
+                                     dict(share=False, tie=False, activation="gelu", asymmetric=True)],
+                         ids=["shared-swish", "separate-gelu", "asymmetric"])
 @pytest.mark.parametrize("eos_bias", [0.0, 2.0], ids=["long", "ending"])
 @pytest.mark.parametrize("length_penalty,early_stopping", [(1.0, False), (0.6, False), (1.0, True), (2.0, "never")])
 def test_hf_beam_search_equals_generate(options, eos_bias, length_penalty, early_stopping):

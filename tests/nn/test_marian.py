@@ -32,6 +32,10 @@ CONFIGS = [
     dict(share=False, tie=True, activation="swish"),
     dict(share=False, tie=False, activation="gelu"),
     dict(share=False, tie=True, activation="relu"),
+    # A distilled student's shape: the encoder and the decoder with their own layers, heads and FFN widths.
+    dict(share=True, tie=True, activation="swish", asymmetric=True),
+    dict(share=False, tie=False, activation="gelu", asymmetric=True),
+    dict(share=False, tie=True, activation="relu", asymmetric=True),
 ]
 # share=True with tie=False is left out: transformers 5 then ties nothing, not even the encoder's and the
 # decoder's embeddings to `shared` (three separate tables, one of them unused); no opus-mt model is built so,
@@ -129,6 +133,10 @@ def test_bad_marian_options_raise():
         ct.nn.TransformerConfig.marian(vocab=10, pad_idx=9, activation="tanh")
     with pytest.raises(ValueError, match="multiple of n_head"):
         ct.nn.TransformerConfig.marian(vocab=10, pad_idx=9, d_model=10, n_head=4)
+    with pytest.raises(ValueError, match="multiple of decoder_n_head"):
+        ct.nn.TransformerConfig.marian(vocab=10, pad_idx=9, d_model=8, n_head=4, decoder_n_head=3)
+    with pytest.raises(ValueError, match="decoder_d_inner must be positive"):
+        ct.nn.TransformerConfig.marian(vocab=10, pad_idx=9, d_model=8, n_head=4, decoder_d_inner=0)
     with pytest.raises(ValueError, match="pad_idx"):
         ct.nn.Transformer(ct.nn.TransformerConfig.marian(vocab=10, pad_idx=10, d_model=8, d_inner=8, n_layers=1,
                                                          n_head=2))

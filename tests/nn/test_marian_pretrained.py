@@ -47,7 +47,9 @@ def test_from_pretrained_equals_hugging_face_and_saves_back(tmp_path, options):
     back, info = transformers.MarianMTModel.from_pretrained(str(out), output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     for key in ("share_encoder_decoder_embeddings", "tie_word_embeddings", "activation_function", "d_model",
-                "vocab_size", "decoder_vocab_size", "pad_token_id", "decoder_start_token_id", "scale_embedding"):
+                "vocab_size", "decoder_vocab_size", "pad_token_id", "decoder_start_token_id", "scale_embedding",
+                "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+                "encoder_ffn_dim", "decoder_ffn_dim"):
         assert getattr(back.config, key) == getattr(hf.config, key), key
     with torch.no_grad():
         again = hf_logits(back.eval(), src, dec_in, pad).numpy()
@@ -94,8 +96,11 @@ def test_bad_directories_raise_clear_errors(tmp_path):
     write(model_type="bart")
     with pytest.raises(ValueError, match="only 'marian'"):
         ct.nn.Transformer.from_pretrained(path)
-    write(decoder_layers=config["encoder_layers"] + 1)
-    with pytest.raises(ValueError, match="encoder_layers.*decoder_layers"):
+    write(decoder_attention_heads=3)   # 3 heads cannot split d_model = 16, in transformers either
+    with pytest.raises(ValueError, match="decoder_attention_heads = 3.*d_model = 16"):
+        ct.nn.Transformer.from_pretrained(path)
+    write(decoder_layers=config["encoder_layers"] + 1)   # a side's own size is read: the file lacks a layer
+    with pytest.raises(ValueError, match="(?s)do not fit its config.json.*model.decoder.layers.2"):
         ct.nn.Transformer.from_pretrained(path)
     write(tie_word_embeddings=False)
     with pytest.raises(ValueError, match="tie_word_embeddings false"):

@@ -48,7 +48,37 @@ VARIANTS = [
     ("small-untied", "small", 37, 41, dict(trg_emb_prj_weight_sharing=False, emb_src_trg_weight_sharing=False)),
     ("small-prj-tied-only", "small", 37, 41, dict(emb_src_trg_weight_sharing=False)),
     ("base-prj-tied", "base", 41, 41, dict()),
+    # A distilled student's shape: 3 encoder layers of 4 heads of 8 and FFN 64 (the shorthand), 1 decoder layer of
+    # 2 heads of 16 (its queries and values 32 wide, as the encoder's) and FFN 48.
+    ("small-asymmetric", "small", 41, 41, dict(encoder_n_layers=3, decoder_n_layers=1, decoder_n_head=2,
+                                               decoder_d_k=16, decoder_d_v=16, decoder_d_inner=48)),
 ]
+
+
+def reference_transformer(n_src_vocab, n_trg_vocab, config, options):
+    """jadore801120's Transformer; with one side's own sizes (encoder_n_layers, decoder_n_head, ...), that side's
+    Encoder or Decoder of the reference rebuilt at them, and the embeddings tied again as the reference ties them.
+    The reference initialises every matrix with xavier_uniform_; the tests copy weights across, so the rebuilt
+    side's default init does not matter."""
+    sides = {k: v for k, v in options.items() if k.startswith(("encoder_", "decoder_"))}
+    plain = {k: v for k, v in options.items() if k not in sides}
+    sizes = {**config, **plain}
+    shorthand = {k: sizes.get(k) for k in ("n_layers", "n_head", "d_k", "d_v", "d_inner")}
+    shorthand = {k: v for k, v in shorthand.items() if v is not None}
+    encoder = {**shorthand, **{k[len("encoder_"):]: v for k, v in sides.items() if k.startswith("encoder_")}}
+    decoder = {**shorthand, **{k[len("decoder_"):]: v for k, v in sides.items() if k.startswith("decoder_")}}
+    ref = post_ref.Transformer(n_src_vocab, n_trg_vocab, PAD, PAD, **{**sizes, **encoder})
+    if decoder != encoder:
+        d_model = sizes.get("d_model", 512)
+        scale_emb = sizes.get("scale_emb_or_prj", "prj") == "emb" and sizes.get("trg_emb_prj_weight_sharing", True)
+        ref.decoder = post_ref.Decoder(n_trg_vocab=n_trg_vocab, n_position=sizes.get("n_position", 200),
+                                       d_word_vec=d_model, d_model=d_model, pad_idx=PAD,
+                                       dropout=sizes.get("dropout", 0.1), scale_emb=scale_emb, **decoder)
+        if sizes.get("trg_emb_prj_weight_sharing", True):
+            ref.trg_word_prj.weight = ref.decoder.trg_word_emb.weight
+        if sizes.get("emb_src_trg_weight_sharing", True):
+            ref.encoder.src_word_emb.weight = ref.decoder.trg_word_emb.weight
+    return ref
 
 
 def batch(n_src_vocab, n_trg_vocab, seed=0):
@@ -67,7 +97,7 @@ def batch(n_src_vocab, n_trg_vocab, seed=0):
 def build(size, n_src_vocab, n_trg_vocab, options, torch_seed=0):
     config = SMALL if size == "small" else BASE
     torch.manual_seed(torch_seed)
-    ref = post_ref.Transformer(n_src_vocab, n_trg_vocab, PAD, PAD, **config, **options).eval()
+    ref = reference_transformer(n_src_vocab, n_trg_vocab, config, options).eval()
     model = ct.nn.Transformer(n_src_vocab, n_trg_vocab, PAD, PAD, **config, **options).eval()
     return model, ref
 
@@ -75,7 +105,7 @@ def build(size, n_src_vocab, n_trg_vocab, options, torch_seed=0):
 def float64_grads(ref, size, n_src, n_trg, options, src, trg, gold):
     """The float64 twin of ref after the same loss.backward()."""
     config = SMALL if size == "small" else BASE
-    twin = float64_copy(ref, lambda: post_ref.Transformer(n_src, n_trg, PAD, PAD, **config, **options))
+    twin = float64_copy(ref, lambda: reference_transformer(n_src, n_trg, config, options))
     logits, *_ = post_ref.forward_with_attns(twin, torch.from_numpy(src), torch.from_numpy(trg))
     torch.nn.functional.cross_entropy(logits, torch.from_numpy(gold), ignore_index=PAD).backward()
     return twin
@@ -85,7 +115,7 @@ def off_the_knife_edge(model, ref, size, n_src, n_trg, options, src, trg, gold):
     """Moves every ReLU unit of ref off float32's knife edge for this batch, then gives model the same
     weights; checks the margins that result (reference.parity)."""
     config = SMALL if size == "small" else BASE
-    build_ref = lambda: post_ref.Transformer(n_src, n_trg, PAD, PAD, **config, **options)  # noqa: E731
+    build_ref = lambda: reference_transformer(n_src, n_trg, config, options)  # noqa: E731
     forward = lambda m: m(torch.from_numpy(src), torch.from_numpy(trg))  # noqa: E731
     clear_relu_knife_edges(ref, build_ref, forward)
     torch_to_ct(ref, model)

@@ -88,7 +88,8 @@ def padded_row(ids, max_len, pad, end, start=START):
     return np.array(row + [pad] * (max_len - len(row)))
 
 
-MODELS = {"post-norm": lambda: post_norm_model("prj-tied", seed=3), "pre-norm": lambda: pre_norm_model(seed=1)}
+MODELS = {"post-norm": lambda: post_norm_model("prj-tied", seed=3), "pre-norm": lambda: pre_norm_model(seed=1),
+          "asymmetric": lambda: post_norm_model("asymmetric", seed=4)}
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -110,10 +111,11 @@ def test_greedy_requests_equal_each_decoded_alone(name):
     assert 0 < ended < len(srcs), "some requests should end early and some run to max_len (mixed batches)"
 
 
-def test_int8_requests_are_bit_for_bit_each_decoded_alone():
+@pytest.mark.parametrize("variant", ["prj-tied", "asymmetric"])
+def test_int8_requests_are_bit_for_bit_each_decoded_alone(variant):
     """int8: greedy and beam requests, mixed arrivals and a cancellation, equal their sources decoded alone exactly
     (ids and beam scores): the products are exact, the rest is computed row by row as for one source."""
-    model = ct.quantize_dynamic(post_norm_model("prj-tied", seed=3))
+    model = ct.quantize_dynamic(post_norm_model(variant, seed=3))
     srcs, max_len = sources(model, 12, seed=2), 12
     end = end_symbol(model, srcs, max_len)
     pad = model.config.trg_pad_idx

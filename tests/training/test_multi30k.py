@@ -402,6 +402,30 @@ def test_checkpoint_carries_a_tied_model_and_its_vocab(trained):
     assert cfg["d_model"] == 32
 
 
+def test_each_side_its_own_sizes_trains_and_reloads(tmp_path, corpus_files):
+    """--set encoder_n_layers=3 decoder_n_layers=1 decoder_n_head=2 decoder_d_inner=48: the model is built so (the
+    torch parity of such a model: tests/nn/test_transformer_post_norm.py), the checkpoint's config carries the
+    sizes, and the translator's reload is the same model, weight for weight; an older config without the keys
+    builds the symmetric model."""
+    from ctransformer.train import train
+    from ctransformer.translator import build_model, load_translation_checkpoint
+
+    path = str(tmp_path / "asym.safetensors")
+    sides = dict(encoder_n_layers=3, decoder_n_layers=1, decoder_n_head=2, decoder_d_inner=48)
+    _, model, _ = train("multi30k", _tiny(corpus_files, steps=2, eval_every=0, **sides), checkpoint=path,
+                        progress=False, log=_quiet)
+    enc, dec = model.config.encoder_side(), model.config.decoder_side()
+    assert (enc.n_layers, dec.n_layers, dec.n_head, dec.d_k, dec.d_inner) == (3, 1, 2, 16, 48)
+    assert (enc.n_head, enc.d_inner) == (TINY["n_head"], TINY["d_inner"]) and not model.config.symmetric
+    loaded, _, cfg = load_translation_checkpoint(path)
+    assert {k: cfg[k] for k in sides} == sides
+    assert list(loaded.state_dict()) == list(model.state_dict())
+    for key, value in model.state_dict().items():
+        np.testing.assert_array_equal(loaded.state_dict()[key], value, err_msg=key)
+    older = {k: v for k, v in cfg.items() if k not in sides}
+    assert build_model(older, 300).config.symmetric
+
+
 def test_resume_equals_never_stopping(tmp_path, corpus_files):
     """12 steps straight == 5 steps, then resume for 7: same losses and weights, bitwise."""
     from ctransformer.train import train

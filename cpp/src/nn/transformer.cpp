@@ -31,8 +31,8 @@ Transformer::Transformer(std::size_t n_src_vocab, std::size_t n_trg_vocab, std::
                                  emb_src_trg_weight_sharing, scale_emb_or_prj)) {}
 
 Transformer::Transformer(const TransformerConfig& c) : config(validated(c)) {
-    encoder = std::make_shared<Encoder>(c, c.scale_emb());
-    decoder = std::make_shared<Decoder>(c, c.scale_emb());
+    encoder = std::make_shared<Encoder>(c.encoder_side(), c.scale_emb());
+    decoder = std::make_shared<Decoder>(c.decoder_side(), c.scale_emb());
     trg_word_prj = std::make_shared<Linear>(c.d_model, c.n_trg_vocab, c.output_bias);
     if (c.logits_bias) {
         final_logits_bias = Tensor(Array(xt::zeros<float>(std::vector<std::size_t>{1, c.n_trg_vocab})));

@@ -11,6 +11,40 @@ bool TransformerConfig::scale_emb() const {
 }
 bool TransformerConfig::scale_prj() const { return trg_emb_prj_weight_sharing && scale_emb_or_prj == "prj"; }
 
+namespace {
+
+TransformerConfig one_side(const TransformerConfig& c, const std::optional<std::size_t>& n_layers,
+                           const std::optional<std::size_t>& n_head, const std::optional<std::size_t>& d_k,
+                           const std::optional<std::size_t>& d_v, const std::optional<std::size_t>& d_inner) {
+    TransformerConfig side = c;
+    side.n_layers = n_layers.value_or(c.n_layers);
+    side.n_head = n_head.value_or(c.n_head);
+    side.d_k = d_k.value_or(c.d_k);
+    side.d_v = d_v.value_or(c.d_v);
+    side.d_inner = d_inner.value_or(c.d_inner);
+    for (auto* f : {&side.encoder_n_layers, &side.encoder_n_head, &side.encoder_d_k, &side.encoder_d_v,
+                    &side.encoder_d_inner, &side.decoder_n_layers, &side.decoder_n_head, &side.decoder_d_k,
+                    &side.decoder_d_v, &side.decoder_d_inner})
+        f->reset();
+    return side;
+}
+
+}  // namespace
+
+TransformerConfig TransformerConfig::encoder_side() const {
+    return one_side(*this, encoder_n_layers, encoder_n_head, encoder_d_k, encoder_d_v, encoder_d_inner);
+}
+
+TransformerConfig TransformerConfig::decoder_side() const {
+    return one_side(*this, decoder_n_layers, decoder_n_head, decoder_d_k, decoder_d_v, decoder_d_inner);
+}
+
+bool TransformerConfig::symmetric() const {
+    const TransformerConfig e = encoder_side(), d = decoder_side();
+    return e.n_layers == d.n_layers && e.n_head == d.n_head && e.d_k == d.d_k && e.d_v == d.d_v &&
+           e.d_inner == d.d_inner;
+}
+
 void TransformerConfig::validate() const {
     const std::string fn = "Transformer: ";
     auto positive = [&](std::size_t v, const char* name) {
@@ -25,6 +59,12 @@ void TransformerConfig::validate() const {
     positive(d_k, "d_k");
     positive(d_v, "d_v");
     positive(n_position, "n_position");
+    // A side's layers may be 0, as n_layers may; its other sizes, like the shorthand's, may not.
+    for (const auto& [value, name] : {std::pair{&encoder_n_head, "encoder_n_head"}, {&encoder_d_k, "encoder_d_k"},
+                                      {&encoder_d_v, "encoder_d_v"}, {&encoder_d_inner, "encoder_d_inner"},
+                                      {&decoder_n_head, "decoder_n_head"}, {&decoder_d_k, "decoder_d_k"},
+                                      {&decoder_d_v, "decoder_d_v"}, {&decoder_d_inner, "decoder_d_inner"}})
+        if (value->has_value()) positive(**value, name);
     if (scale_emb_or_prj != "emb" && scale_emb_or_prj != "prj" && scale_emb_or_prj != "none")
         throw ValueError(fn + "scale_emb_or_prj must be 'emb', 'prj' or 'none', got '" + scale_emb_or_prj + "'");
     if (d_model != d_word_vec)  // the seed's assert

@@ -69,6 +69,10 @@ class Multi30k(Task):
         # guide's first hour was measured with used 0.2 (--set schedule=noam batch_tokens=4096 dropout=0.2).
         "d_model": 256, "d_inner": 1024, "n_layers": 3, "n_head": 4, "dropout": 0.1, "n_position": 200,
         "scale_emb_or_prj": "emb",
+        # One side's own layers, heads and FFN width (0: n_layers, n_head, d_inner), e.g. the distilled
+        # students' deep encoder and shallow decoder: --set encoder_n_layers=6 decoder_n_layers=2.
+        "encoder_n_layers": 0, "decoder_n_layers": 0, "encoder_n_head": 0, "decoder_n_head": 0,
+        "encoder_d_inner": 0, "decoder_d_inner": 0,
         # Optimisation. schedule "fitted" (the default) lays the rate over the run's steps (--steps, or the steps
         # a --max-minutes budget buys, ctransformer.budget): a linear warmup over warmup_fraction of them to lr,
         # then a cosine decay to lr * final_lr_fraction at the last step. schedule "noam" is the Annotated

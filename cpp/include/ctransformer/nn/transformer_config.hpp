@@ -96,6 +96,14 @@ struct TransformerConfig : SublayerOptions {
          emb_src_trg_weight_sharing = defaults::emb_src_trg_weight_sharing;
     std::string scale_emb_or_prj = defaults::scale_emb_or_prj;  // 'emb', 'prj' or 'none' (only with trg_emb_prj_weight_sharing)
 
+    // One side's own sizes, where it differs from the other (MarianConfig's encoder_layers / decoder_layers,
+    // encoder_attention_heads / decoder_attention_heads, encoder_ffn_dim / decoder_ffn_dim): the distilled opus-mt
+    // students are 6 encoder layers and 2 decoder ones. Unset, a side takes the shorthand above (n_layers, n_head,
+    // d_k, d_v, d_inner), so the seed models and every symmetric model set none of them. The decoder's heads serve
+    // its self-attention and its attention over the source alike, as Marian's do.
+    std::optional<std::size_t> encoder_n_layers, encoder_n_head, encoder_d_k, encoder_d_v, encoder_d_inner;
+    std::optional<std::size_t> decoder_n_layers, decoder_n_head, decoder_d_k, decoder_d_v, decoder_d_inner;
+
     // The embedding front and the output.
     PositionalFormula pe_formula = PositionalFormula::Paired;
     bool embed_dropout = true;            // post-norm model: dropout(emb + PE); pre-norm: none
@@ -114,6 +122,11 @@ struct TransformerConfig : SublayerOptions {
     std::optional<std::int64_t> decoder_start_idx;
 
     const SublayerOptions& sublayer_options() const { return *this; }
+    // This configuration with the shorthand sizes set to one side's and no per-side values: what that side's stack
+    // (Encoder, Decoder) is built from and keeps as its own config.
+    TransformerConfig encoder_side() const;
+    TransformerConfig decoder_side() const;
+    bool symmetric() const;   // both sides have the same layers, heads, head sizes and FFN width
     bool scale_emb() const;   // as the seed: only when the projection shares the target embedding
     bool scale_prj() const;
     // Throws ValueError for inconsistent settings (the seed's asserts, and a few it leaves implicit).

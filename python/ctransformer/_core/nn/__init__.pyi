@@ -222,9 +222,9 @@ class TransformerConfig:
     trg_emb_prj_weight_sharing: bool
     xavier_init: bool
     @staticmethod
-    def marian(*, vocab: typing.SupportsInt | typing.SupportsIndex, trg_vocab: typing.SupportsInt | typing.SupportsIndex | None = None, d_model: typing.SupportsInt | typing.SupportsIndex = 512, d_inner: typing.SupportsInt | typing.SupportsIndex = 2048, n_layers: typing.SupportsInt | typing.SupportsIndex = 6, n_head: typing.SupportsInt | typing.SupportsIndex = 8, n_position: typing.SupportsInt | typing.SupportsIndex = 512, pad_idx: typing.SupportsInt | typing.SupportsIndex, share: bool = True, tie: bool = True, activation: str = 'swish', scale_embedding: bool = True, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.10000000149011612, attention_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.0, activation_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> TransformerConfig:
+    def marian(*, vocab: typing.SupportsInt | typing.SupportsIndex, trg_vocab: typing.SupportsInt | typing.SupportsIndex | None = None, d_model: typing.SupportsInt | typing.SupportsIndex = 512, d_inner: typing.SupportsInt | typing.SupportsIndex = 2048, n_layers: typing.SupportsInt | typing.SupportsIndex = 6, n_head: typing.SupportsInt | typing.SupportsIndex = 8, n_position: typing.SupportsInt | typing.SupportsIndex = 512, pad_idx: typing.SupportsInt | typing.SupportsIndex, share: bool = True, tie: bool = True, activation: str = 'swish', scale_embedding: bool = True, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.10000000149011612, attention_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.0, activation_dropout: typing.SupportsFloat | typing.SupportsIndex = 0.0, decoder_n_layers: typing.Any = None, decoder_n_head: typing.Any = None, decoder_d_inner: typing.Any = None) -> TransformerConfig:
         """
-        Hugging Face's MarianMTModel (the opus-mt translators; defaults: opus-mt's base): post-norm layers with biased q/k/v/out, LayerNorm eps 1e-5, no embedding LayerNorm, the sinusoids in halves, final_logits_bias, the pad id as the decoder's start and no target pad mask; Hugging Face's module names. share: one embedding for both sides (share_encoder_decoder_embeddings); tie: the output projection is the target embedding (tie_word_embeddings).
+        Hugging Face's MarianMTModel (the opus-mt translators; defaults: opus-mt's base): post-norm layers with biased q/k/v/out, LayerNorm eps 1e-5, no embedding LayerNorm, the sinusoids in halves, final_logits_bias, the pad id as the decoder's start and no target pad mask; Hugging Face's module names. share: one embedding for both sides (share_encoder_decoder_embeddings); tie: the output projection is the target embedding (tie_word_embeddings). n_layers, n_head and d_inner are the encoder's and, unless decoder_n_layers, decoder_n_head or decoder_d_inner say otherwise, the decoder's too.
         """
     @staticmethod
     def seed003(n_src_vocab: typing.SupportsInt | typing.SupportsIndex = 39, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex = 39, pad_idx: typing.SupportsInt | typing.SupportsIndex = 2, d_model: typing.SupportsInt | typing.SupportsIndex = 32, n_head: typing.SupportsInt | typing.SupportsIndex = 4, d_inner: typing.SupportsInt | typing.SupportsIndex = 64, n_layers: typing.SupportsInt | typing.SupportsIndex = 3, n_position: typing.SupportsInt | typing.SupportsIndex = 50, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1) -> TransformerConfig:
@@ -240,6 +240,14 @@ class TransformerConfig:
         ...
     def __repr__(self) -> str:
         ...
+    def decoder_side(self) -> TransformerConfig:
+        """
+        The decoder's, as encoder_side() is the encoder's.
+        """
+    def encoder_side(self) -> TransformerConfig:
+        """
+        This configuration with n_layers, n_head, d_k, d_v and d_inner set to the encoder's (the per-side values where set, else the shorthand) and no per-side values: what the encoder is built from.
+        """
     def validate(self) -> None:
         ...
     @property
@@ -295,6 +303,36 @@ class TransformerConfig:
     def d_word_vec(self, arg1: typing.Any) -> None:
         ...
     @property
+    def decoder_d_inner(self) -> int | None:
+        ...
+    @decoder_d_inner.setter
+    def decoder_d_inner(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def decoder_d_k(self) -> int | None:
+        ...
+    @decoder_d_k.setter
+    def decoder_d_k(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def decoder_d_v(self) -> int | None:
+        ...
+    @decoder_d_v.setter
+    def decoder_d_v(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def decoder_n_head(self) -> int | None:
+        ...
+    @decoder_n_head.setter
+    def decoder_n_head(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def decoder_n_layers(self) -> int | None:
+        ...
+    @decoder_n_layers.setter
+    def decoder_n_layers(self, arg1: typing.Any) -> None:
+        ...
+    @property
     def decoder_start_idx(self) -> int | None:
         """
         The decoder's first token when translating (Marian: the pad id); None: the caller's bos.
@@ -313,6 +351,36 @@ class TransformerConfig:
         ...
     @embedding_init_std.setter
     def embedding_init_std(self, arg0: typing.SupportsFloat | typing.SupportsIndex | None) -> None:
+        ...
+    @property
+    def encoder_d_inner(self) -> int | None:
+        ...
+    @encoder_d_inner.setter
+    def encoder_d_inner(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def encoder_d_k(self) -> int | None:
+        ...
+    @encoder_d_k.setter
+    def encoder_d_k(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def encoder_d_v(self) -> int | None:
+        ...
+    @encoder_d_v.setter
+    def encoder_d_v(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def encoder_n_head(self) -> int | None:
+        ...
+    @encoder_n_head.setter
+    def encoder_n_head(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def encoder_n_layers(self) -> int | None:
+        ...
+    @encoder_n_layers.setter
+    def encoder_n_layers(self, arg1: typing.Any) -> None:
         ...
     @property
     def layer_norm_eps(self) -> float:
@@ -386,6 +454,11 @@ class TransformerConfig:
     @src_pad_idx.setter
     def src_pad_idx(self, arg1: typing.Any) -> None:
         ...
+    @property
+    def symmetric(self) -> bool:
+        """
+        Whether both sides have the same layers, heads, head sizes and FFN width.
+        """
     @property
     def trg_pad_idx(self) -> int:
         ...
@@ -595,6 +668,10 @@ class Transformer(Module):
     model(src_seq, trg_seq) takes (b, len) NumPy integer arrays and returns the logits, (b*len, n_trg_vocab)
     for the post-norm model, (b, len, n_trg_vocab) for the small pre-norm one; with return_attns=True it returns
     (logits, enc_slf_attns, dec_slf_attns, dec_enc_attns), one (b, n_head, lq, lk) Tensor per layer.
+    
+    n_layers, n_head, d_k, d_v and d_inner size both sides; the keyword-only encoder_n_layers, decoder_n_layers,
+    encoder_n_head, decoder_n_head, encoder_d_k, ..., decoder_d_inner give one side its own (a distilled student's
+    6 encoder layers and 2 decoder ones: n_layers=6, decoder_n_layers=2).
     """
     @staticmethod
     def from_pretrained(path):
@@ -614,7 +691,7 @@ class Transformer(Module):
         The toy translator's small pre-norm model (TransformerConfig.small_pre_norm()).
         """
     @typing.overload
-    def __init__(self, n_src_vocab: typing.SupportsInt | typing.SupportsIndex, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex, src_pad_idx: typing.SupportsInt | typing.SupportsIndex, trg_pad_idx: typing.SupportsInt | typing.SupportsIndex, d_word_vec: typing.SupportsInt | typing.SupportsIndex = 512, d_model: typing.SupportsInt | typing.SupportsIndex = 512, d_inner: typing.SupportsInt | typing.SupportsIndex = 2048, n_layers: typing.SupportsInt | typing.SupportsIndex = 6, n_head: typing.SupportsInt | typing.SupportsIndex = 8, d_k: typing.SupportsInt | typing.SupportsIndex = 64, d_v: typing.SupportsInt | typing.SupportsIndex = 64, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, n_position: typing.SupportsInt | typing.SupportsIndex = 200, trg_emb_prj_weight_sharing: bool = True, emb_src_trg_weight_sharing: bool = True, scale_emb_or_prj: str = 'prj') -> None:
+    def __init__(self, n_src_vocab: typing.SupportsInt | typing.SupportsIndex, n_trg_vocab: typing.SupportsInt | typing.SupportsIndex, src_pad_idx: typing.SupportsInt | typing.SupportsIndex, trg_pad_idx: typing.SupportsInt | typing.SupportsIndex, d_word_vec: typing.SupportsInt | typing.SupportsIndex = 512, d_model: typing.SupportsInt | typing.SupportsIndex = 512, d_inner: typing.SupportsInt | typing.SupportsIndex = 2048, n_layers: typing.SupportsInt | typing.SupportsIndex = 6, n_head: typing.SupportsInt | typing.SupportsIndex = 8, d_k: typing.SupportsInt | typing.SupportsIndex = 64, d_v: typing.SupportsInt | typing.SupportsIndex = 64, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.1, n_position: typing.SupportsInt | typing.SupportsIndex = 200, trg_emb_prj_weight_sharing: bool = True, emb_src_trg_weight_sharing: bool = True, scale_emb_or_prj: str = 'prj', *, encoder_n_layers: typing.SupportsInt | typing.SupportsIndex | None = None, encoder_n_head: typing.SupportsInt | typing.SupportsIndex | None = None, encoder_d_k: typing.SupportsInt | typing.SupportsIndex | None = None, encoder_d_v: typing.SupportsInt | typing.SupportsIndex | None = None, encoder_d_inner: typing.SupportsInt | typing.SupportsIndex | None = None, decoder_n_layers: typing.SupportsInt | typing.SupportsIndex | None = None, decoder_n_head: typing.SupportsInt | typing.SupportsIndex | None = None, decoder_d_k: typing.SupportsInt | typing.SupportsIndex | None = None, decoder_d_v: typing.SupportsInt | typing.SupportsIndex | None = None, decoder_d_inner: typing.SupportsInt | typing.SupportsIndex | None = None) -> None:
         ...
     @typing.overload
     def __init__(self, config: TransformerConfig) -> None:
