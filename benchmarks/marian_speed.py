@@ -1,10 +1,12 @@
-"""Decoding speed of a base-sized Marian model (opus-mt's architecture): ctransformer against CTranslate2.
+"""Decoding speed of a Marian model (opus-mt's architecture): ctransformer against CTranslate2.
 
-    python benchmarks/marian_speed.py [--vocab 58101] [--steps 50] [--rounds 5] [--json OUT]
+    python benchmarks/marian_speed.py [--preset base|tiny] [--vocab 58101] [--steps 50] [--rounds 5] [--json OUT]
 
-The weights are random (no opus-mt model can be downloaded here): a transformers MarianMTModel of opus-mt's
-base size (d_model 512, 6 + 6 layers, 8 heads, feed-forward 2048, swish, one shared vocabulary of --vocab
-ids) saved by transformers. ctransformer loads that directory (``nn.Transformer.from_pretrained``);
+The weights are random (no opus-mt model can be downloaded here): a transformers MarianMTModel of a preset's
+size with one shared vocabulary of --vocab ids, saved by transformers. --preset base (the default) is
+opus-mt's base: d_model 512, 6 + 6 layers, 8 heads, feed-forward 2048, swish. --preset tiny is the distilled
+students a CPU server runs (Helsinki-NLP's opus-mt_tiny_*, made by OpusDistillery): d_model 256, 6 encoder
+layers and 2 decoder ones, 8 heads, feed-forward 1536, relu. ctransformer loads that directory (``nn.Transformer.from_pretrained``);
 CTranslate2 converts it with its own converter (``ct2-transformers-converter``'s TransformersConverter, the
 path an opus-mt user takes), float32 and int8 (quantised at load), in a process of its own at the fastest of
 its documented settings (ct2_process.fastest). Both engines decode the same source ids (Multi30k-long:
@@ -30,16 +32,22 @@ import measure  # noqa: E402
 from ct2_process import Call, fastest  # noqa: E402
 
 
-def random_marian(folder, vocab, seed=0):
+PRESETS = {
+    "base": dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+                 decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048, activation_function="swish"),
+    "tiny": dict(d_model=256, encoder_layers=6, decoder_layers=2, encoder_attention_heads=8,
+                 decoder_attention_heads=8, encoder_ffn_dim=1536, decoder_ffn_dim=1536, activation_function="relu"),
+}
+
+
+def random_marian(folder, vocab, seed=0, preset="base"):
     import torch
     import transformers
 
     torch.manual_seed(seed)
     config = transformers.MarianConfig(
-        vocab_size=vocab, d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
-        decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048, max_position_embeddings=512,
-        pad_token_id=vocab - 1, decoder_start_token_id=vocab - 1, eos_token_id=0, forced_eos_token_id=0,
-        activation_function="swish", scale_embedding=True)
+        vocab_size=vocab, max_position_embeddings=512, pad_token_id=vocab - 1, decoder_start_token_id=vocab - 1,
+        eos_token_id=0, forced_eos_token_id=0, scale_embedding=True, **PRESETS[preset])
     model = transformers.MarianMTModel(config).eval()
     with torch.no_grad():   # never end: the eos logit far down, so every engine decodes all --steps tokens
         model.final_logits_bias[0, 0] = -1e4
@@ -81,6 +89,7 @@ class _VocabTokenizer:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="base", help="the model's shape")
     parser.add_argument("--vocab", type=int, default=58101, help="vocabulary size (opus-mt-de-en's: 58101)")
     parser.add_argument("--steps", type=int, default=50, help="tokens decoded a sentence")
     parser.add_argument("--rounds", type=int, default=5, help="timed calls of each engine a case")
@@ -96,10 +105,10 @@ def main():
     blas = ct.build_info()["blas"]
     results, meta = [], {"date": datetime.date.today().isoformat(), "cpu": _cpu(), "threads": args.threads,
                          "blas": blas, "kernel_level": os.environ.get("CTRANSFORMER_KERNEL_LEVEL", "(best)"),
-                         "vocab": args.vocab, "steps": args.steps}
+                         "vocab": args.vocab, "steps": args.steps, "preset": args.preset}
     with tempfile.TemporaryDirectory() as folder:
         hf_dir, ct2_dir = os.path.join(folder, "hf"), os.path.join(folder, "ct2")
-        tokens = random_marian(hf_dir, args.vocab)
+        tokens = random_marian(hf_dir, args.vocab, preset=args.preset)
         ct2_convert(hf_dir, ct2_dir)
         models = {"float32": ct.nn.Transformer.from_pretrained(hf_dir), "int8": ct.nn.Transformer.from_pretrained(hf_dir)}
         models["int8"].quantize("int8")   # once, as --compute-type int8 does for a whole run
