@@ -36,19 +36,19 @@ def build_model(cfg, vocab_size):
         d_v=d_model // n_head, dropout=cfg["dropout"], n_position=cfg["n_position"], trg_emb_prj_weight_sharing=True,
         emb_src_trg_weight_sharing=True, scale_emb_or_prj=cfg["scale_emb_or_prj"])
     # Each side's own layers, heads and FFN width where the config sets them (0, or absent in an older
-    # checkpoint's config: the shorthand's).
-    for side in ("encoder", "decoder"):
-        if cfg.get(f"{side}_n_layers", 0):
-            setattr(config, f"{side}_n_layers", cfg[f"{side}_n_layers"])
-        if cfg.get(f"{side}_d_inner", 0):
-            setattr(config, f"{side}_d_inner", cfg[f"{side}_d_inner"])
-        heads = cfg.get(f"{side}_n_head", 0)
+    # checkpoint's config: the shorthand's). A side's heads split d_model, as n_head's do.
+    for key in ("encoder_n_layers", "decoder_n_layers", "encoder_d_inner", "decoder_d_inner"):
+        if cfg.get(key, 0):
+            setattr(config, key, cfg[key])
+    for key in ("encoder_n_head", "decoder_n_head"):
+        heads = cfg.get(key, 0)
         if heads:
             if d_model % heads:
-                raise ValueError(f"multi30k: d_model ({d_model}) must be a multiple of {side}_n_head ({heads})")
-            setattr(config, f"{side}_n_head", heads)
-            setattr(config, f"{side}_d_k", d_model // heads)
-            setattr(config, f"{side}_d_v", d_model // heads)
+                raise ValueError(f"multi30k: d_model ({d_model}) must be a multiple of {key} ({heads})")
+            side = key[:-len("n_head")]
+            setattr(config, key, heads)
+            setattr(config, side + "d_k", d_model // heads)
+            setattr(config, side + "d_v", d_model // heads)
     return ct.nn.Transformer(config)
 
 
