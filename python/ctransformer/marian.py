@@ -21,37 +21,20 @@ import warnings
 
 import numpy as np
 
-from . import _arguments
+from . import _arguments, _hf_directory
+from ._hf_directory import CONFIG_NAME, WEIGHTS_NAME, PretrainedError
 from .checkpoint import _check_layout
 
 __all__ = ["load_pretrained", "save_pretrained", "read_config", "transformer_config", "read_weights",
            "complete_state", "hf_config", "PretrainedError"]
 
-CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME = "config.json", "model.safetensors", "model.safetensors.index.json"
-PICKLED_NAMES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
-
-
-class PretrainedError(ValueError):
-    """The directory is not a Marian model this library can load."""
+INDEX_NAME = "model.safetensors.index.json"
 
 
 def read_config(path):
     """config.json as a dict, after checking that it describes a MarianMTModel ctransformer can build."""
+    config = _hf_directory.read_config(path, "from_pretrained", "marian", "MarianMTModel, the opus-mt translators")
     file = os.path.join(path, CONFIG_NAME)
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"from_pretrained: {path} is not a directory (expected a Hugging Face model folder "
-                                f"with {CONFIG_NAME} and {WEIGHTS_NAME})")
-    if not os.path.isfile(file):
-        raise FileNotFoundError(f"from_pretrained: {path} has no {CONFIG_NAME}")
-    with open(file, encoding="utf-8") as f:
-        try:
-            config = json.load(f)
-        except ValueError as error:
-            raise PretrainedError(f"from_pretrained: {file} is not JSON: {error}") from None
-    if not isinstance(config, dict) or config.get("model_type") != "marian":
-        kind = config.get("model_type") if isinstance(config, dict) else None
-        raise PretrainedError(f"from_pretrained: {file} describes model_type {kind!r}; only 'marian' "
-                              "(MarianMTModel, the opus-mt translators) can be loaded")
     d_model = config.get("d_model", 1024)
     for key in ("encoder_attention_heads", "decoder_attention_heads"):
         heads = config.get(key, 16)
@@ -100,13 +83,7 @@ def _weight_files(path):
         with open(index, encoding="utf-8") as f:
             weight_map = json.load(f).get("weight_map", {})
         return [os.path.join(path, name) for name in sorted(set(weight_map.values()))]
-    pickled = [name for name in PICKLED_NAMES if os.path.exists(os.path.join(path, name))]
-    if pickled:
-        raise PretrainedError(
-            f"from_pretrained: {path} holds {pickled[0]}, not {WEIGHTS_NAME}. ctransformer never loads a pickle "
-            "(it can run code). Convert it once where transformers and torch are installed:\n"
-            f"    python -c \"from transformers import MarianMTModel; "
-            f"MarianMTModel.from_pretrained('{path}').save_pretrained('{path}', safe_serialization=True)\"")
+    _hf_directory.refuse_pickles(path, "from_pretrained", "MarianMTModel")
     raise FileNotFoundError(f"from_pretrained: {path} has no {WEIGHTS_NAME}")
 
 
@@ -224,8 +201,6 @@ def hf_config(model, eos_token_id=0, extra=None):
 def save_pretrained(model, path, eos_token_id=0, config_extra=None):
     """Write config.json and model.safetensors (Hugging Face's names; the tied copies and the positional tables
     left out, as transformers saves them) into the directory `path`, created if needed."""
-    from safetensors.numpy import save_file
-
     _arguments.transformer(model, "save_pretrained: model")
     path = _arguments.path(path, "save_pretrained: path")
     _arguments.mapping(config_extra, "save_pretrained: config_extra")
@@ -240,9 +215,4 @@ def save_pretrained(model, path, eos_token_id=0, config_extra=None):
     if c.trg_emb_prj_weight_sharing:
         skip.add("lm_head.weight")
     state = {k: np.ascontiguousarray(v) for k, v in model.state_dict().items() if k not in skip}
-    os.makedirs(path, exist_ok=True)
-    save_file(state, os.path.join(path, WEIGHTS_NAME), metadata={"format": "pt"})
-    with open(os.path.join(path, CONFIG_NAME), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
-    return path
+    return _hf_directory.write(path, state, config)

@@ -46,6 +46,22 @@ def _save_pretrained(self, path, eos_token_id=0):
     return _marian.save_pretrained(self, path, eos_token_id)
 
 
+def _gpt_from_pretrained(path):
+    """A Hugging Face GPT-2 directory (``config.json`` and ``model.safetensors`` of a ``GPT2LMHeadModel`` or
+    ``GPT2Model``) as a GPT in eval mode (ctransformer.gpt2). A pickled ``pytorch_model.bin`` is refused."""
+    from .. import gpt2
+
+    return gpt2.load_pretrained(path)
+
+
+def _gpt_save_pretrained(self, path):
+    """Write the GPT as a Hugging Face GPT-2 directory (``config.json``, ``model.safetensors``) that
+    ``transformers.GPT2LMHeadModel.from_pretrained`` loads."""
+    from .. import gpt2
+
+    return gpt2.save_pretrained(self, path)
+
+
 def Parameter(data, requires_grad=True):
     """A tensor that a Module registers as a parameter when assigned to it (``self.scale = Parameter(...)``),
     as torch.nn.Parameter: a leaf that requires grad. From a Tensor it shares that tensor's data (outside its
@@ -59,6 +75,8 @@ def Parameter(data, requires_grad=True):
 
 Transformer.from_pretrained = staticmethod(_from_pretrained)
 Transformer.save_pretrained = _save_pretrained
+GPT.from_pretrained = staticmethod(_gpt_from_pretrained)
+GPT.save_pretrained = _gpt_save_pretrained
 
 __all__ = [
     "Module", "Parameter", "Linear", "Embedding", "LayerNorm", "Dropout", "IncompatibleKeys",
