@@ -135,25 +135,25 @@ def test_greedy_equals_generate(tmp_path):
     assert compared >= 0.8 * prompt.shape[0] * steps, f"only {compared} tokens were off the knife edge"
 
 
-def test_float16_files_and_old_buffers_load(tmp_path):
-    """A float16 file loads cast to float32 (the logits of transformers' model holding the same rounded weights);
-    an older file's attn.bias and attn.masked_bias buffers are ignored."""
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_half_precision_files_and_old_buffers_load(tmp_path, dtype):
+    """A float16 or bfloat16 file loads cast to float32 (the logits of transformers' model holding the same rounded
+    weights); an older file's attn.bias and attn.masked_bias buffers are ignored."""
+    from safetensors.torch import save_file
+
     hf = gpt2(seed=6)
-    hf.save_pretrained(tmp_path)
-    file = str(tmp_path / "model.safetensors")
-    state = safetensors_numpy.load_file(file)
-    half = {k: v.astype(np.float16) for k, v in state.items()}
-    buffers = {"transformer.h.0.attn.bias": np.tril(np.ones((POSITIONS, POSITIONS), np.float16))[None, None],
-               "transformer.h.0.attn.masked_bias": np.array(-1e4, np.float16)}
-    safetensors_numpy.save_file({**half, **buffers}, file, metadata={"format": "pt"})
+    half = {k: v.to(dtype) for k, v in hf.state_dict().items() if k != "lm_head.weight"}
+    buffers = {"transformer.h.0.attn.bias": torch.ones(POSITIONS, POSITIONS, dtype=dtype).tril()[None, None],
+               "transformer.h.0.attn.masked_bias": torch.tensor(-1e4, dtype=dtype)}
+    hf.config.save_pretrained(tmp_path)
+    save_file({**half, **buffers}, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
     model = ct.nn.GPT.from_pretrained(str(tmp_path))
     rounded = transformers.GPT2LMHeadModel(hf.config).eval()
-    missing, unexpected = rounded.load_state_dict({k: torch.tensor(v.astype(np.float32)) for k, v in half.items()},
-                                                  strict=False)
+    missing, unexpected = rounded.load_state_dict({k: v.float() for k, v in half.items()}, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}   # the head is the tied wte
     rounded.tie_weights()
     x = ids(seed=7)
-    assert_close(model(x)[0].numpy(), hf_logits(rounded, x), rtol=1e-5, atol=1e-5, what="float16 logits")
+    assert_close(model(x)[0].numpy(), hf_logits(rounded, x), rtol=1e-5, atol=1e-5, what=f"{dtype} logits")
 
 
 def test_bad_directories_raise_clear_errors(tmp_path):
