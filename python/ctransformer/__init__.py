@@ -60,7 +60,7 @@ __version__ = "0.1.0"
 
 # Modules reached as attributes but imported when first used: they bring sentencepiece, sacrebleu or the server's
 # packages, which `import ctransformer` alone does not need. ct.training, the old name of ct.annotated, warns then.
-_LAZY = ("translator", "translate", "serve", "checkpoint", "data", "tasks", "train", "training", "gpt2")
+_LAZY = ("translator", "translate", "serve", "checkpoint", "data", "tasks", "train", "training", "gpt2", "sampling")
 
 
 def __getattr__(name):

@@ -17,7 +17,7 @@ BLOCKS = [(page, i, block) for page in PAGES
 # The modules the API reference covers (docs/api.md), each with every name of its __all__.
 API_MODULES = ["ctransformer", "ctransformer.functional", "ctransformer.nn", "ctransformer.optim", "ctransformer.decode",
                "ctransformer.amp", "ctransformer.quantization", "ctransformer.annotated", "ctransformer.export", "ctransformer.translator", "ctransformer.precision",
-               "ctransformer.marian", "ctransformer.gpt2"]
+               "ctransformer.marian", "ctransformer.gpt2", "ctransformer.sampling"]
 
 
 def test_readme_python_example_runs():
