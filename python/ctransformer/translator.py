@@ -238,6 +238,67 @@ class Translator:
                 result[i] = text
         return result
 
+    def translate_iterable(self, sentences, beam_size=None, length_penalty=None, max_decoding_length=None):
+        """The translations of an iterable of raw sentences, yielded in order as each batch of batch_size sentences
+        is done (CTranslate2's Translator.translate_iterable): a stream of any length is read, translated and written
+        with one batch in memory. Each batch is translate() of its sentences (its length limit follows its own
+        longest source). The options are translate()'s."""
+        if isinstance(sentences, str):
+            raise TypeError("Translator.translate_iterable: expected an iterable of sentences, got one str")
+        batch = []
+        for sentence in sentences:
+            if not isinstance(sentence, str):
+                raise TypeError(f"Translator.translate_iterable: each sentence must be a str, got "
+                                f"{type(sentence).__name__}")
+            batch.append(sentence)
+            if len(batch) == self.batch_size:
+                yield from self.translate(batch, beam_size, length_penalty, max_decoding_length)
+                batch = []
+        if batch:
+            yield from self.translate(batch, beam_size, length_penalty, max_decoding_length)
+
+    def generate_tokens(self, sentence, max_decoding_length=None):
+        """Greedy translation of one raw sentence, a token at a time (CTranslate2's Translator.generate_tokens):
+        yields ctransformer.sampling.StepResult(step, batch_id 0, token_id, text, log_prob, is_last) as each token is
+        decoded (the decoder's step runs in C++ without the GIL). text is what the token completes: whole words,
+        '' while a word grows, and the rest with the last token, so the pieces join to translate([sentence],
+        beam_size=1); log_prob is the token's log-probability (banned ids excluded). The end token comes last, with
+        its piece. Closing the iterator stops the decoding."""
+        from .sampling import StepResult, _stable_text
+
+        if not isinstance(sentence, str):
+            raise TypeError(f"Translator.generate_tokens: sentence must be a str, got {type(sentence).__name__}")
+        _check_max_decoding_length(max_decoding_length)
+        if not sentence.strip():
+            return
+        src, _ = make_arrays(self.encode([sentence]), None, pad=self.pad_id, eos=self.end_id)
+        limit = self.max_len(src.shape[1], max_decoding_length) - 1   # tokens after the start symbol
+        tokens, sent = [], ""
+        with ct.no_grad():
+            decoder = ct.decode.StepDecoder(self.model, src, ct.nn.get_pad_mask(src, self.pad_id))
+            current = np.array([self.start_id])
+            for step in range(limit):
+                logits = decoder.step(current).numpy()[0].astype(np.float64)
+                logits[self.banned] = -np.inf
+                last_position = step == limit - 1
+                token = self.end_id if self.force_end and last_position else int(np.argmax(logits))
+                log_prob = float(logits[token] - logits.max() - np.log(np.exp(logits - logits.max()).sum()))
+                ended = token in (self.end_id, self.pad_id)
+                is_last = ended or last_position
+                if not ended:
+                    tokens.append(token)
+                full = self._decode_one(tokens)
+                stable = full if is_last else _stable_text(full)
+                text = stable[len(sent):] if stable.startswith(sent) else ""
+                sent = stable if stable.startswith(sent) else sent
+                yield StepResult(step, 0, token, text, log_prob, is_last)
+                if is_last:
+                    return
+                current = np.array([token])
+
+    def _decode_one(self, ids):
+        return self.vocab.decode([ids])[0] if self.marian else self.vocab.decode(ids)
+
 
 def corpus_bleu(hypotheses, references):
     """(sacrebleu BLEU result, its signature) for detokenised hypotheses against one reference each."""
