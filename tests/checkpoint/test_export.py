@@ -40,11 +40,11 @@ def _vocab(n):
     return ["<pad>", "<s>", "</s>", "<unk>"] + [f"w{i}" for i in range(4, n)]
 
 
-def _random_model(vocab_size=40, scale_emb_or_prj="prj", sharing=True, seed=0):
+def _random_model(vocab_size=40, scale_emb_or_prj="prj", sharing=True, seed=0, **sides):
     ct.manual_seed(seed)
     model = ct.nn.Transformer(vocab_size, vocab_size, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=2,
                               n_head=4, d_k=8, d_v=8, n_position=64, scale_emb_or_prj=scale_emb_or_prj,
-                              trg_emb_prj_weight_sharing=sharing, emb_src_trg_weight_sharing=sharing)
+                              trg_emb_prj_weight_sharing=sharing, emb_src_trg_weight_sharing=sharing, **sides)
     # Xavier-initialised weights give logits so close together that every step picks the same token;
     # a unit-normal embedding table and doubled projections make the choice depend on the source.
     rng = np.random.default_rng(seed)
@@ -139,10 +139,18 @@ def _assert_same_log_probs(model, translator, src, targets, vocab, bos, pad=0):
         np.testing.assert_allclose(result.log_probs[:len(mine)], mine, atol=LOGPROB_TOL, rtol=0)
 
 
-@pytest.mark.parametrize("scale_emb_or_prj,sharing", [("prj", True), ("emb", True), ("none", False)])
-def test_random_weights_decode_the_same_tokens(tmp_path, scale_emb_or_prj, sharing):
+# Each side its own sizes: 3 encoder layers of 4 heads of 8, 1 decoder layer of 2 heads of 16 and FFN 48 (the
+# export writes each side's layers, heads and head size).
+ASYMMETRIC = dict(encoder_n_layers=3, decoder_n_layers=1, decoder_n_head=2, decoder_d_k=16, decoder_d_v=16,
+                  decoder_d_inner=48)
+
+
+@pytest.mark.parametrize("scale_emb_or_prj,sharing,sides", [("prj", True, {}), ("emb", True, {}), ("none", False, {}),
+                                                             ("emb", True, ASYMMETRIC)],
+                         ids=["prj", "emb", "none", "asymmetric"])
+def test_random_weights_decode_the_same_tokens(tmp_path, scale_emb_or_prj, sharing, sides):
     vocab = _vocab(40)
-    model = _random_model(scale_emb_or_prj=scale_emb_or_prj, sharing=sharing)
+    model = _random_model(scale_emb_or_prj=scale_emb_or_prj, sharing=sharing, **sides)
     translator = _translator(model, tmp_path, vocab)
     rng = np.random.default_rng(1)
     src = rng.integers(4, len(vocab), size=(6, 9))
