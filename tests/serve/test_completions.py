@@ -111,3 +111,33 @@ def test_refusals_name_the_field(served, body, status, field):
     (answer,) = post(app, body)
     assert answer.status_code == status, answer.text
     assert field in answer.json()["error"]
+
+
+def test_a_gpt2_directory_is_served(tmp_path):
+    """ctransformer-serve's loader takes a Hugging Face GPT-2 directory: the GPT, its byte-level BPE and
+    <|endoftext|> as the end; greedy completions (temperature 0) of the int8 model equal its arg-max continuation
+    alone, cut at the end, bit for bit (test_engine_gpt.py)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from ctransformer.serve.cli import load_model
+
+    bpe = tokenizers.ByteLevelBPETokenizer()
+    bpe.train_from_iterator(["Now is the winter of our discontent."] * 40, vocab_size=280,
+                            special_tokens=["<|endoftext|>"], show_progress=False)
+    bpe.save_model(str(tmp_path))
+    ct.manual_seed(2)
+    ct.nn.GPT(vocab_size=280, max_seq_len=48, n_layers=2, d_model=32, n_head=4, d_inner=64).save_pretrained(
+        str(tmp_path))
+    kind, (model, tokenizer, end), languages = load_model(str(tmp_path))
+    assert kind == "generator" and languages is None and end == 0 and tokenizer.encode("Now is")
+    engine = AsyncEngine(max_queue=8, max_rows=4)
+    engine.add_generator("gpt2", model, tokenizer, "int8", end_id=end)
+    try:
+        (answer,) = post(create_app(engine, max_new_tokens=32), {"prompt": "Now is the", "max_tokens": 20,
+                                                                  "temperature": 0})
+    finally:
+        engine.close()
+    assert answer.status_code == 200, answer.text
+    prompt = tokenizer.encode("Now is the")
+    ids = list(ct.decode.generate(ct.quantize_dynamic(model), np.array([prompt]), 20, top_k=1)[0, len(prompt):])
+    ids = ids[:ids.index(end)] if end in ids else ids
+    assert answer.json()["choices"][0]["text"] == tokenizer.decode(ids)

@@ -4,8 +4,8 @@
   ctransformer-serve --model de-en=runs/multi30k.ckpt --precision int8 --port 8080
 
 --model [NAME=]PATH, as often as wanted: PATH is a Hugging Face Marian directory (an opus-mt model), a
-checkpoint of `ctransformer-train multi30k` (a translator), or one of `ctransformer-train shakespeare` (a GPT,
-answering /v1/completions); NAME (what requests ask for) defaults to the folder's or the
+checkpoint of `ctransformer-train multi30k` (a translator), a Hugging Face GPT-2 directory or a checkpoint of
+`ctransformer-train shakespeare` (a GPT, answering /v1/completions); NAME (what requests ask for) defaults to the folder's or the
 file's name. --precision (repeatable, or comma-separated) serves each model in each precision listed; a
 quantised checkpoint is served in int8 when --precision is not given.
 
@@ -56,7 +56,14 @@ def load_translator(path):
 
 def load_model(path):
     """("translator", Translator, languages) for a Marian directory or a multi30k checkpoint, or ("generator",
-    (GPT, tokenizer), None) for a checkpoint of the shakespeare task (a GPT)."""
+    (GPT, tokenizer, end id or None), None) for a Hugging Face GPT-2 directory (its byte-level BPE; a continuation
+    ends at <|endoftext|>) or a checkpoint of the shakespeare task (a GPT)."""
+    if os.path.isdir(path) and _model_type(path) == "gpt2":
+        import ctransformer as ct
+        from ctransformer.gpt2 import GPT2Tokenizer
+
+        tokenizer = GPT2Tokenizer(path)
+        return "generator", (ct.nn.GPT.from_pretrained(path), tokenizer, tokenizer.eos_token_id), None
     if os.path.isfile(path):
         from ctransformer.checkpoint import read_checkpoint_contents
 
@@ -64,9 +71,20 @@ def load_model(path):
         if extra.get("task") == "shakespeare" or (extra.get("task") is None and "sentencepiece" not in extra):
             from ctransformer.tasks.shakespeare import load_gpt_checkpoint
 
-            return "generator", load_gpt_checkpoint(path), None
+            return "generator", (*load_gpt_checkpoint(path), None), None
     translator, pair = load_translator(path)
     return "translator", translator, pair
+
+
+def _model_type(folder):
+    """config.json's model_type in a Hugging Face directory (None when it has none or it is not JSON)."""
+    import json
+
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            return json.load(f).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def build_parser():
@@ -153,7 +171,7 @@ def main(argv=None):
                 if kind == "translator":
                     engine.add_translator(name, loaded, chosen, source_language=source, target_language=target)
                 else:
-                    engine.add_generator(name, loaded[0], loaded[1], chosen)
+                    engine.add_generator(name, loaded[0], loaded[1], chosen, end_id=loaded[2])
 
     app = create_app(engine, api_key=api_key, max_texts=args.max_texts, max_text_chars=args.max_text_chars,
                      max_body_bytes=args.max_body_bytes, shutdown_timeout=args.shutdown_timeout,

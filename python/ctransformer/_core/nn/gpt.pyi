@@ -107,6 +107,12 @@ class GPT(ctransformer._core.nn.Module):
     ~ N(0, 0.02 / sqrt(2 n_layers)), drawn from the generator seeded by ``ctransformer.manual_seed``.
     """
     ignore_index: typing.ClassVar[int] = 0
+    @staticmethod
+    def from_pretrained(path):
+        """
+        A Hugging Face GPT-2 directory (``config.json`` and ``model.safetensors`` of a ``GPT2LMHeadModel`` or
+            ``GPT2Model``) as a GPT in eval mode (ctransformer.gpt2). A pickled ``pytorch_model.bin`` is refused.
+        """
     def __init__(self, vocab_size: typing.SupportsInt | typing.SupportsIndex, max_seq_len: typing.SupportsInt | typing.SupportsIndex, n_layers: typing.Any = None, d_model: typing.Any = None, n_head: typing.Any = None, d_inner: typing.Any = None, dropout: typing.Any = None, no_res: bool = False, no_pos: bool = False, *, num_layer: typing.Any = None, embed_dim: typing.Any = None, num_head: typing.Any = None, feedforward_dim: typing.Any = None) -> None:
         ...
     def configure_optimizers(self, weight_decay: typing.SupportsFloat | typing.SupportsIndex) -> list:
@@ -137,6 +143,11 @@ class GPT(ctransformer._core.nn.Module):
     def init_weights(self) -> None:
         """
         Redraw every weight as the constructor does.
+        """
+    def save_pretrained(self, path):
+        """
+        Write the GPT as a Hugging Face GPT-2 directory (``config.json``, ``model.safetensors``) that
+            ``transformers.GPT2LMHeadModel.from_pretrained`` loads.
         """
     @property
     def d_inner(self) -> int:
