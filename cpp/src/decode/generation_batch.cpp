@@ -106,12 +106,7 @@ void GenerationBatch::admit(const std::vector<std::uint64_t>& ids, const std::ve
     for (auto& seq : admitted) sequences_.push_back(std::move(seq));
 }
 
-bool GenerationBatch::retire(std::uint64_t id) {
-    const auto it = std::find_if(sequences_.begin(), sequences_.end(), [id](const auto& s) { return s->id == id; });
-    if (it == sequences_.end()) return false;
-    sequences_.erase(it);
-    return true;
-}
+bool GenerationBatch::retire(std::uint64_t id) { return erase_sequence(sequences_, id); }
 
 ContinuousBatch::StepResult GenerationBatch::step() {
     StepResult result;

@@ -125,12 +125,7 @@ void TranslationBatch::admit(const std::vector<std::uint64_t>& ids, const std::v
     for (auto& seq : admitted) sequences_.push_back(std::move(seq));
 }
 
-bool TranslationBatch::retire(std::uint64_t id) {
-    const auto it = std::find_if(sequences_.begin(), sequences_.end(), [id](const auto& s) { return s->id == id; });
-    if (it == sequences_.end()) return false;
-    sequences_.erase(it);
-    return true;
-}
+bool TranslationBatch::retire(std::uint64_t id) { return erase_sequence(sequences_, id); }
 
 TranslationBatch::StepResult TranslationBatch::step() {
     StepResult result;
@@ -183,14 +178,12 @@ TranslationBatch::StepResult TranslationBatch::step() {
                 result.finished.push_back(output(s->id, s->finished.front()));
                 continue;
             }
-            std::vector<std::size_t> same(parents.size());
-            for (std::size_t i = 0; i < same.size(); ++i) same[i] = i;
-            if (parents != same || parents.size() != offsets[si + 1] - offsets[si])
-                for (auto& layer : s->cache.layers) {
-                    select_rows_in_place(layer.self, parents);
-                    // The source's keys/values: every hypothesis reads its one row.
+            for (auto& layer : s->cache.layers) {
+                select_rows_in_place(layer.self, parents);   // nothing to do when every hypothesis kept its row
+                // The source's keys/values: every hypothesis reads its one row, so only their count can change.
+                if (layer.cross.rows() != parents.size())
                     layer.cross = share_rows(layer.cross, std::vector<std::size_t>(parents.size(), 0));
-                }
+            }
         }
         still.push_back(std::move(s));
     }

@@ -64,6 +64,18 @@ public:
     bool empty() const { return size() == 0; }
     // Rows a sequence with these options takes at most, for admission.
     static std::size_t rows_needed(const SequenceOptions& options) { return options.beam_size; }
+
+protected:
+    // retire()'s body for a batch kind that keeps its sequences (each with an `id`) in one vector of pointers.
+    template <class Sequences>
+    static bool erase_sequence(Sequences& sequences, std::uint64_t id) {
+        for (auto it = sequences.begin(); it != sequences.end(); ++it)
+            if ((*it)->id == id) {
+                sequences.erase(it);
+                return true;
+            }
+        return false;
+    }
 };
 
 }  // namespace ct::decode
