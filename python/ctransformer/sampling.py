@@ -112,6 +112,11 @@ class GenerationOptions:
                 or self.no_repeat_ngram_size < 0:
             raise ValueError(f"generate: no_repeat_ngram_size must be an int >= 0, got {self.no_repeat_ngram_size!r}")
 
+    def pad_id(self):
+        """What a finished row takes: pad_token_id, else its first eos_token_id (as transformers pads), else 0."""
+        ends = self.end_ids()
+        return self.pad_token_id if self.pad_token_id is not None else (ends[0] if ends else 0)
+
     def end_ids(self):
         ids = self.eos_token_id
         if ids is None:
@@ -224,8 +229,7 @@ def generate_tokens(model, input_ids, max_new_tokens=None, *, tokenizer=None, se
     from ._core.decode import GPTCache
     from .grad_mode import no_grad
 
-    opts = GenerationOptions.from_pretrained(generation_config, **options) if generation_config is not None \
-        else GenerationOptions(**options)
+    opts = GenerationOptions.from_pretrained(generation_config, **options)
     ids = np.asarray(input_ids)
     length = ids.shape[-1] if ids.ndim else 0
     n = max_new_tokens if max_new_tokens is not None else (opts.max_new_tokens or max(1, opts.max_length - length))
@@ -235,7 +239,7 @@ def generate_tokens(model, input_ids, max_new_tokens=None, *, tokenizer=None, se
     b = ids.shape[0]
     cache = GPTCache(model)
     alive = np.ones(b, dtype=bool)
-    pad = opts.pad_token_id if opts.pad_token_id is not None else (ends[0] if ends else 0)
+    pad = opts.pad_id()
     new = [[] for _ in range(b)]
     sent = [""] * b
     with no_grad():
@@ -278,13 +282,10 @@ def generate(model, input_ids, max_new_tokens=None, *, seed=None, generation_con
     ids = np.asarray(input_ids)
     ids = ids[None] if ids.ndim == 1 else ids
     rows = [[] for _ in range(ids.shape[0])]
-    opts = GenerationOptions.from_pretrained(generation_config, **options) if generation_config is not None \
-        else GenerationOptions(**options)
+    pad = GenerationOptions.from_pretrained(generation_config, **options).pad_id()
     for result in generate_tokens(model, ids, max_new_tokens, seed=seed, generation_config=generation_config,
                                   **options):
         rows[result.batch_id].append(result.token_id)
-    ends = opts.end_ids()
-    pad = opts.pad_token_id if opts.pad_token_id is not None else (ends[0] if ends else 0)
     width = max(len(r) for r in rows)
     out = np.full((ids.shape[0], ids.shape[1] + width), pad, dtype=np.int64)
     out[:, :ids.shape[1]] = ids
