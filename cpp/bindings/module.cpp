@@ -100,7 +100,8 @@ PYBIND11_MODULE(_core, m) {
         const std::pair<const char*, bool> flags[] = {
             {"avx2", cpu.avx2}, {"fma", cpu.fma}, {"avx512f", cpu.avx512f}, {"avx512_vnni", cpu.avx512_vnni},
             {"avx_vnni", cpu.avx_vnni}, {"avx512_bf16", cpu.avx512_bf16}, {"avx512_fp16", cpu.avx512_fp16},
-            {"amx_tile", cpu.amx_tile}, {"amx_bf16", cpu.amx_bf16}, {"amx_int8", cpu.amx_int8}};
+            {"amx_tile", cpu.amx_tile}, {"amx_bf16", cpu.amx_bf16}, {"amx_int8", cpu.amx_int8},
+            {"dotprod", cpu.dotprod}, {"i8mm", cpu.i8mm}, {"bf16", cpu.bf16}, {"sve", cpu.sve}};
         for (const auto& [name, on] : flags) cd[name] = on;
         cd["level_cap"] = cpu.level_cap;
         d["cpu"] = cd;
@@ -115,13 +116,13 @@ PYBIND11_MODULE(_core, m) {
     }, "What the core was compiled for (-march, the kernels' instruction set and vector width, whether "
        "multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: "
        "name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what "
-       "this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time, and level_cap: the "
+       "this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX; on aarch64 dotprod, i8mm, bf16, sve), read at run time, and level_cap: the "
        "environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that level); and loops: what "
        "the SIMD loops of the kernel level in force were compiled for (their instruction set, vector width and "
        "fused multiply-add; simd, float_lanes and fused_multiply_add above are the rest of the build's).");
     m.def("kernel_level", [] { return ct::kernels::level_name(ct::kernels::kernel_level()); },
           "The kernel level in force: 'portable', 'avx2', 'avx2_vnni', 'avx512', 'avx512_vnni' or 'avx512_bf16' "
-          "(the CPU's best unless set_kernel_level or CTRANSFORMER_KERNEL_LEVEL chose less).");
+          "on x86-64, 'portable', 'dotprod' or 'i8mm_bf16' on aarch64 (the CPU's best unless set_kernel_level or CTRANSFORMER_KERNEL_LEVEL chose less).");
     m.def("kernel_levels", &ct::kernels::kernel_levels, "Every kernel level this CPU runs, best first.");
     m.def("set_kernel_level", &ct::kernels::set_kernel_level, py::arg("level"),
           "Run the kernels of `level` from the next product on, in the whole process: one of kernel_levels(), an "

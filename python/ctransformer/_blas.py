@@ -42,7 +42,7 @@ def show_config(core, mode="stdout"):
     info = core.build_info()
     blas, cpu, loops = info["blas"], info["cpu"], info["loops"]
     features = [name for name in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
-                                  "amx_tile", "amx_bf16", "amx_int8") if cpu[name]]
+                                  "amx_tile", "amx_bf16", "amx_int8", "dotprod", "i8mm", "bf16", "sve") if cpu[name]]
     config = {
         # the -march of everything but the kernels (which choose their level at run time: "Kernels" below)
         "Build": {"march": info["march"] or "(compiler default)", "rest of the core": f"{info['simd']}, "
@@ -53,9 +53,11 @@ def show_config(core, mode="stdout"):
                  "threads": blas["threads"]},
         "CPU": {"vendor": cpu["vendor"], "best SIMD level": cpu["simd_level"],
                 "features": " ".join(features) or "(none of note)",
-                "bf16 units": "AMX-BF16" if cpu["amx_bf16"] else "AVX512_BF16" if cpu["avx512_bf16"] else "no",
+                "bf16 units": "AMX-BF16" if cpu["amx_bf16"] else "AVX512_BF16" if cpu["avx512_bf16"]
+                else "BF16 (BFDOT, BFMMLA)" if cpu["bf16"] else "no",
                 "int8 units": "AMX-INT8" if cpu["amx_int8"] else "AVX512_VNNI" if cpu["avx512_vnni"]
-                else "AVX_VNNI" if cpu["avx_vnni"] else "no"},
+                else "AVX_VNNI" if cpu["avx_vnni"] else "I8MM (SMMLA)" if cpu["i8mm"]
+                else "DotProd (SDOT)" if cpu["dotprod"] else "no"},
         # the kernels ctransformer runs on them (ct.set_kernel_level; ct.amp.bf16_kernel, ct.quantization.int8_kernel)
         "Kernels": {"level": f"{core.kernel_level()} (this CPU runs {', '.join(core.kernel_levels())})",
                     "SIMD loops": f"{loops['simd']}, {loops['float_lanes']} floats a vector"

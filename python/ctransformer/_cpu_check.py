@@ -26,15 +26,37 @@ def cpu_flags(cpuinfo="/proc/cpuinfo"):
     return None
 
 
+# aarch64's /proc/cpuinfo names no model, only the implementer and part numbers (MIDR_EL1): the cores people rent
+# and own, by (implementer, part), from ARM's and Apple's published part numbers.
+ARM_PARTS = {(0x41, 0xd0c): "ARM Neoverse-N1", (0x41, 0xd40): "ARM Neoverse-V1", (0x41, 0xd49): "ARM Neoverse-N2",
+             (0x41, 0xd4f): "ARM Neoverse-V2", (0x41, 0xd8e): "ARM Neoverse-N3", (0x41, 0xd84): "ARM Neoverse-V3",
+             (0x41, 0xd08): "ARM Cortex-A72", (0x41, 0xd0b): "ARM Cortex-A76", (0x41, 0xd41): "ARM Cortex-A78",
+             (0xc0, 0xac3): "Ampere-1", (0xc0, 0xac4): "Ampere-1a", (0x61, 0x022): "Apple M1 (Icestorm)",
+             (0x61, 0x023): "Apple M1 (Firestorm)", (0x61, 0x032): "Apple M2 (Blizzard)",
+             (0x61, 0x033): "Apple M2 (Avalanche)"}
+
+
 def cpu_model(cpuinfo="/proc/cpuinfo"):
-    """The CPU's model name (Linux), for messages and figures that depend on it; None where it cannot be read."""
+    """The CPU's model name (Linux), for messages and figures that depend on it; None where it cannot be read.
+    On aarch64, the core's name from its implementer and part (or those numbers, for a part not listed)."""
+    fields = {}
     try:
         with open(cpuinfo, encoding="ascii", errors="replace") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name":
+                    return value.strip()
+                if key in ("CPU implementer", "CPU part") and key not in fields:
+                    fields[key] = value.strip()
     except OSError:
         return None
+    if len(fields) == 2:
+        try:
+            ids = (int(fields["CPU implementer"], 16), int(fields["CPU part"], 16))
+        except ValueError:
+            return None
+        return ARM_PARTS.get(ids, f"aarch64 implementer {ids[0]:#x} part {ids[1]:#x}")
     return None
 
 

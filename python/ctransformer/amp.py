@@ -58,7 +58,9 @@ def _warn_if_emulated():
     if cpu["avx512_bf16"]:
         return                            # a kernel forced by set_bf16_kernel on a bf16 CPU: the caller chose it
     _warned_emulation = True
-    why = f"capped by CTRANSFORMER_KERNEL_LEVEL={cpu['level_cap']}" if cpu["level_cap"] else "no AVX512_BF16"
+    why = (f"capped by CTRANSFORMER_KERNEL_LEVEL={cpu['level_cap']}" if cpu["level_cap"]
+           else "no bf16 kernel for ARM's BF16 yet" if cpu["bf16"] else "no BF16 instructions" if cpu["simd_level"] == "neon"
+           else "no AVX512_BF16")
     warnings.warn(f"autocast: bf16 is emulated on this CPU ({_cpu_name()}, {why}): the 'emulated' kernel rounds "
                   "the operands to bf16 and multiplies them with float32 sgemm, so it is slower than float32 "
                   "here (the numbers are the same up to summation order). Train in float32 on this CPU for speed.",

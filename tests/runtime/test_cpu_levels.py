@@ -178,3 +178,22 @@ except ImportError as e:
     assert "ImportError: this build of ctransformer was compiled for another CPU (-march=native)" in run.stdout, run.stdout
     assert "avx2, fma, avx512f" in run.stdout and "without CTRANSFORMER_NATIVE=ON" in run.stdout
     assert "core loaded: False" in run.stdout
+
+
+@pytest.mark.parametrize("text,name", [
+    ("processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t: fpu\n", "AMD EPYC 7B13"),
+    # a Graviton2's /proc/cpuinfo (per core; no model name on aarch64)
+    ("processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd asimddp\nCPU implementer\t: 0x41\n"
+     "CPU architecture: 8\nCPU variant\t: 0x3\nCPU part\t: 0xd0c\nCPU revision\t: 1\n\n"
+     "processor\t: 1\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n", "ARM Neoverse-N1"),
+    ("processor\t: 0\nCPU implementer\t: 0x51\nCPU part\t: 0x801\n", "aarch64 implementer 0x51 part 0x801"),
+    ("processor\t: 0\nCPU implementer\t: 0x41\n", None),
+])
+def test_cpu_model_names_x86_and_arm_cores(tmp_path, text, name):
+    """The model name messages and figures give: x86's `model name`; on aarch64 the core its implementer and
+    part numbers name (a Graviton2 is a Neoverse-N1), or the numbers themselves."""
+    from ctransformer import _cpu_check
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(text)
+    assert _cpu_check.cpu_model(str(cpuinfo)) == name

@@ -132,7 +132,55 @@ def test_an_unknown_level_is_refused_at_import_naming_the_variable():
     run = subprocess.run([sys.executable, "-c", "import ctransformer"], env=env, capture_output=True, text=True)
     assert run.returncode != 0
     assert ("CTRANSFORMER_KERNEL_LEVEL must be portable, avx2, avx2_vnni, avx512, avx512_vnni, avx512_bf16, "
-            "x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got 'avx3'") in run.stderr
+            "dotprod, i8mm_bf16, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got 'avx3'") in run.stderr
+
+
+MACHINE = os.uname().machine
+# Two levels of the other architecture, for each architecture we build on.
+FOREIGN = {"x86_64": ["dotprod", "i8mm_bf16"], "aarch64": ["avx2", "x86-64-v3"]}
+FEATURES = ["avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+            "amx_int8", "dotprod", "i8mm", "bf16", "sve"]
+
+
+@pytest.mark.skipif(MACHINE not in FOREIGN, reason=f"no levels of another architecture listed for {MACHINE}")
+@pytest.mark.parametrize("index", [0, 1])
+def test_a_level_of_the_other_architecture_caps_at_the_baseline(index):
+    """An ARM level on an x86 CPU (or an x86 one on ARM) leaves the CPU its architecture's baseline: no
+    extension of either, the portable kernels only. One environment variable then means the same everywhere: at
+    most that level's instructions."""
+    level = FOREIGN[MACHINE][index]
+    got = probe(level)
+    assert got["level"] == "portable" and got["levels"] == ["portable"]
+    assert got["int8"] == ["portable"] and got["bf16"] == "emulated"
+    assert [name for name in FEATURES if got["cpu"][name]] == []
+    assert got["cpu"]["simd_level"] == ("neon" if MACHINE == "aarch64" else "sse2")
+
+
+@pytest.mark.skipif(MACHINE not in FOREIGN, reason=f"no levels of another architecture listed for {MACHINE}")
+def test_a_level_of_the_other_architecture_cannot_be_set():
+    level = FOREIGN[MACHINE][0]
+    with pytest.raises(ValueError, match=f"this CPU cannot run level '{level}'; it runs .*portable"):
+        ct.set_kernel_level(level)
+    assert level not in ct.kernel_levels()
+
+
+ARM_RANK = {"portable": 0, "dotprod": 1, "i8mm_bf16": 2}
+
+
+@pytest.mark.skipif(MACHINE != "aarch64", reason="the aarch64 levels")
+@pytest.mark.parametrize("level", list(ARM_RANK))
+def test_an_arm_level_caps_as_its_cpus_are(level):
+    """On aarch64 (make test-aarch64: qemu's neoverse-n1 has dotprod, its max,sve256 also i8mm and bf16): a
+    level keeps the extensions it names that the CPU has, and every run-time choice follows."""
+    got, real = probe(level), probe(None)
+    cpu, have = got["cpu"], real["cpu"]
+    rank = ARM_RANK[level]
+    assert cpu["dotprod"] == (rank >= 1 and have["dotprod"])
+    assert cpu["i8mm"] == (rank >= 2 and have["i8mm"]) and cpu["bf16"] == (rank >= 2 and have["bf16"])
+    assert cpu["sve"] is False and cpu["simd_level"] == "neon"
+    assert got["level"] == (level if level in real["levels"] else got["levels"][0])
+    assert got["int8_now"] == {"portable": "portable", "dotprod": "dotprod", "i8mm_bf16": "dotprod"}[got["level"]]
+    assert got["bf16"] == "emulated"
 
 
 # What each level's SIMD loops are compiled for (kernels/simd/, once per level in the one binary): xsimd's

@@ -17,8 +17,9 @@ namespace ct::kernels {
 
 namespace {
 
-constexpr Level kLevels[] = {Level::Portable, Level::Avx2, Level::Avx2Vnni, Level::Avx512, Level::Avx512Vnni,
-                             Level::Avx512Bf16};
+// Each architecture's levels in rising order (a CPU runs one architecture's: best_level takes the last it runs).
+constexpr Level kLevels[] = {Level::Portable, Level::Avx2,       Level::Avx2Vnni, Level::Avx512,
+                             Level::Avx512Vnni, Level::Avx512Bf16, Level::Dotprod,  Level::I8mmBf16};
 
 std::atomic<int>& current() {
     static std::atomic<int> level{int(best_level())};
@@ -39,6 +40,8 @@ std::string level_name(Level level) {
         case Level::Avx512: return "avx512";
         case Level::Avx512Vnni: return "avx512_vnni";
         case Level::Avx512Bf16: return "avx512_bf16";
+        case Level::Dotprod: return "dotprod";
+        case Level::I8mmBf16: return "i8mm_bf16";
     }
     return "?";
 }
@@ -65,6 +68,8 @@ bool cpu_runs(Level level) {
         case Level::Avx512: return avx512;
         case Level::Avx512Vnni: return avx512 && f.avx512_vnni;
         case Level::Avx512Bf16: return avx512 && f.avx512_vnni && f.avx512_bf16;
+        case Level::Dotprod: return f.dotprod;
+        case Level::I8mmBf16: return f.dotprod && f.i8mm && f.bf16;
     }
     return false;
 }
@@ -106,9 +111,14 @@ void set_kernel_level(const std::string& name) {
 // --- what each product runs -------------------------------------------------------------------------------
 
 FloatKernel float_kernel_at(Level level) {
-    if (level >= Level::Avx512) return FloatKernel::Avx512;
-    if (level >= Level::Avx2) return FloatKernel::Avx2;
-    return FloatKernel::Blas;
+    switch (level) {
+        case Level::Avx2:
+        case Level::Avx2Vnni: return FloatKernel::Avx2;
+        case Level::Avx512:
+        case Level::Avx512Vnni:
+        case Level::Avx512Bf16: return FloatKernel::Avx512;
+        default: return FloatKernel::Blas;  // portable, and aarch64's levels: OpenBLAS's own NEON kernels
+    }
 }
 
 Int8Kernel int8_kernel_at(Level level) {
@@ -119,6 +129,8 @@ Int8Kernel int8_kernel_at(Level level) {
         case Level::Avx512: return Int8Kernel::Avx2;  // AVX-512 without VNNI (Skylake-X): no 512-bit int8 kernel
         case Level::Avx512Vnni:
         case Level::Avx512Bf16: return Int8Kernel::Avx512Vnni;
+        case Level::Dotprod:
+        case Level::I8mmBf16: return Int8Kernel::Dotprod;
     }
     return Int8Kernel::Portable;
 }
@@ -168,6 +180,7 @@ std::string kernel_name(Int8Kernel k) {
         case Int8Kernel::Avx2: return "avx2";
         case Int8Kernel::AvxVnni: return "avx_vnni";
         case Int8Kernel::Avx512Vnni: return "avx512_vnni";
+        case Int8Kernel::Dotprod: return "dotprod";
     }
     return "?";
 }

@@ -9,6 +9,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
 #endif
 
 namespace ct {
@@ -65,6 +67,22 @@ CpuFeatures detect() {
                    : bit(l1.c, 20) ? "sse4.2" : bit(l1.d, 26) ? "sse2" : "none";
     return f;
 }
+#elif defined(__aarch64__) && defined(__linux__)
+// The bits of AT_HWCAP and AT_HWCAP2 (the kernel's arch/arm64/include/uapi/asm/hwcap.h), spelt out so an older
+// C library's headers still build.
+constexpr unsigned long kHwcapAsimdDotprod = 1ul << 20, kHwcapSve = 1ul << 22;
+constexpr unsigned long kHwcap2I8mm = 1ul << 13, kHwcap2Bf16 = 1ul << 14;
+
+CpuFeatures detect() {
+    CpuFeatures f;
+    f.simd_level = "neon";  // part of every aarch64 CPU
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    f.dotprod = hw & kHwcapAsimdDotprod;
+    f.sve = hw & kHwcapSve;
+    f.i8mm = hw2 & kHwcap2I8mm;
+    f.bf16 = hw2 & kHwcap2Bf16;
+    return f;
+}
 #else
 CpuFeatures detect() {
     CpuFeatures f;
@@ -79,19 +97,23 @@ CpuFeatures detect() {
 
 // The features as a CPU of `level` would have them, at most (CTRANSFORMER_KERNEL_LEVEL; header).
 CpuFeatures capped(CpuFeatures f, const std::string& level) {
-    // The x86-64 levels, and the kernel levels (kernels/level.hpp) with the extensions each keeps.
-    struct Cap { const char* name; int rank; bool avx_vnni, avx512_vnni, avx512_bf16; };
-    static const Cap caps[] = {{"x86-64", 0, false, false, false},    {"x86-64-v2", 1, false, false, false},
-                               {"x86-64-v3", 2, false, false, false}, {"x86-64-v4", 3, false, false, false},
-                               {"portable", 0, false, false, false},  {"avx2", 2, false, false, false},
-                               {"avx2_vnni", 2, true, false, false},  {"avx512", 3, false, false, false},
-                               {"avx512_vnni", 3, false, true, false}, {"avx512_bf16", 3, false, true, true}};
+    // The x86-64 levels, and the kernel levels (kernels/level.hpp) with the extensions each keeps. rank: the
+    // x86-64 level; arm: 0 NEON, 1 dot product, 2 i8mm and bf16. A level of one architecture is the other's
+    // baseline.
+    struct Cap { const char* name; int rank; bool avx_vnni, avx512_vnni, avx512_bf16; int arm; };
+    static const Cap caps[] = {{"x86-64", 0, false, false, false, 0},    {"x86-64-v2", 1, false, false, false, 0},
+                               {"x86-64-v3", 2, false, false, false, 0}, {"x86-64-v4", 3, false, false, false, 0},
+                               {"portable", 0, false, false, false, 0},  {"avx2", 2, false, false, false, 0},
+                               {"avx2_vnni", 2, true, false, false, 0},  {"avx512", 3, false, false, false, 0},
+                               {"avx512_vnni", 3, false, true, false, 0}, {"avx512_bf16", 3, false, true, true, 0},
+                               {"dotprod", 0, false, false, false, 1},   {"i8mm_bf16", 0, false, false, false, 2}};
     const Cap* cap = nullptr;
     for (const Cap& c : caps)
         if (level == c.name) cap = &c;
     if (!cap)
         throw ValueError("CTRANSFORMER_KERNEL_LEVEL must be portable, avx2, avx2_vnni, avx512, avx512_vnni, "
-                         "avx512_bf16, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" + level + "'");
+                         "avx512_bf16, dotprod, i8mm_bf16, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" +
+                         level + "'");
     const int rank = cap->rank;
     // No x86-64 level includes these extensions: an AVX-512 CPU of level v4 may lack every one.
     f.avx_vnni = f.avx_vnni && cap->avx_vnni;
@@ -99,6 +121,10 @@ CpuFeatures capped(CpuFeatures f, const std::string& level) {
     f.avx512_bf16 = f.avx512_bf16 && cap->avx512_bf16;
     f.avx512_fp16 = false;
     f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
+    f.dotprod = f.dotprod && cap->arm >= 1;
+    f.i8mm = f.i8mm && cap->arm >= 2;
+    f.bf16 = f.bf16 && cap->arm >= 2;
+    f.sve = false;
     if (rank < 3) f.avx512f = false;
     if (rank < 2) f.avx2 = f.fma = false;
     // The SIMD level of each x86-64 level, in the same order; "avx" (no AVX2) ranks with SSE4.2.

@@ -131,7 +131,7 @@ def _kernel_table(level: str | None = None) -> list:
     """
 def build_info() -> dict:
     """
-    What the core was compiled for (-march, the kernels' instruction set and vector width, whether multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX), read at run time, and level_cap: the environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that level); and loops: what the SIMD loops of the kernel level in force were compiled for (their instruction set, vector width and fused multiply-add; simd, float_lanes and fused_multiply_add above are the rest of the build's).
+    What the core was compiled for (-march, the kernels' instruction set and vector width, whether multiply-adds are fused and vector tails masked, whether MPI is built in); the BLAS it runs on (blas: name, version, source, library path, the kernel core OpenBLAS picked at run time, threads); and what this CPU offers (cpu: its best SIMD level, VNNI, BF16, AMX; on aarch64 dotprod, i8mm, bf16, sve), read at run time, and level_cap: the environment's CTRANSFORMER_KERNEL_LEVEL, which caps all of it as on a CPU of that level); and loops: what the SIMD loops of the kernel level in force were compiled for (their instruction set, vector width and fused multiply-add; simd, float_lanes and fused_multiply_add above are the rest of the build's).
     """
 def empty_cache() -> None:
     """
@@ -147,7 +147,7 @@ def is_grad_enabled() -> bool:
     ...
 def kernel_level() -> str:
     """
-    The kernel level in force: 'portable', 'avx2', 'avx2_vnni', 'avx512', 'avx512_vnni' or 'avx512_bf16' (the CPU's best unless set_kernel_level or CTRANSFORMER_KERNEL_LEVEL chose less).
+    The kernel level in force: 'portable', 'avx2', 'avx2_vnni', 'avx512', 'avx512_vnni' or 'avx512_bf16' on x86-64, 'portable', 'dotprod' or 'i8mm_bf16' on aarch64 (the CPU's best unless set_kernel_level or CTRANSFORMER_KERNEL_LEVEL chose less).
     """
 def kernel_levels() -> list[str]:
     """

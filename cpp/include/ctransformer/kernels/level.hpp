@@ -6,18 +6,20 @@
 // every one of its features. Each product then takes the best kernel the level allows (kernel_table()):
 //
 //   level          float products      int8 Linear     bf16 products   CPUs
-//   portable       OpenBLAS            portable        emulated        any x86-64, aarch64 (NEON: room for it)
+//   portable       OpenBLAS            portable        emulated        any x86-64 (SSE2), any aarch64 (NEON)
 //   avx2           AVX2+FMA            avx2            emulated        Haswell, Zen 1-3
 //   avx2_vnni      AVX2+FMA            avx_vnni        emulated        Alder Lake, Arrow Lake
 //   avx512         AVX-512             avx2            emulated        Skylake-X
 //   avx512_vnni    AVX-512             avx512_vnni     emulated        Cascade Lake, Ice Lake
 //   avx512_bf16    AVX-512             avx512_vnni     avx512_bf16     Cooper Lake, Sapphire Rapids, Zen 4-5
+//   dotprod        OpenBLAS            dotprod         emulated        Graviton2, Ampere Altra, Apple M1 (aarch64)
+//   i8mm_bf16      OpenBLAS            dotprod         emulated        Graviton3-4, Neoverse N2/V1/V2, Apple M2+
 //
 // The SIMD loops (softmax, layer_norm, GELU, ReLU, dropout, Adam, cross-entropy, attention's rows, decoding's
-// searches, the small products) are compiled once per level too (portable = SSE2 on x86-64, avx2, avx512) and
-// follow it; the element-wise arithmetic (add, sub, mul, div) and the rest of the core are the build's -march.
-// Every level gives the same numbers within float32's summation-order bound, and the int8 kernels the same
-// bits (int8.hpp).
+// searches, the small products) are compiled once per level too (portable = SSE2 on x86-64 and NEON on aarch64,
+// avx2, avx512) and follow it; the element-wise arithmetic (add, sub, mul, div) and the rest of the core are the
+// build's -march. Every level gives the same numbers within float32's summation-order bound, and the int8
+// kernels the same bits (int8.hpp). A CPU runs only its own architecture's levels.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -25,7 +27,7 @@
 
 namespace ct::kernels {
 
-enum class Level { Portable, Avx2, Avx2Vnni, Avx512, Avx512Vnni, Avx512Bf16 };
+enum class Level { Portable, Avx2, Avx2Vnni, Avx512, Avx512Vnni, Avx512Bf16, Dotprod, I8mmBf16 };
 
 std::string level_name(Level level);
 // "portable", "avx2", ...; also the x86-64 levels ("x86-64" and "x86-64-v2" = portable, "x86-64-v3" = avx2,

@@ -42,6 +42,9 @@ void quantize_row_avx2(const float* x, std::size_t cols, std::int8_t* q, float* 
 void avx512_vnni(const Problem& p, std::size_t n0, std::size_t n1);
 void quantize_row_avx512(const float* x, std::size_t cols, std::int8_t* q, float* scale);
 #endif
+#if defined(__aarch64__)
+void dotprod(const Problem& p, std::size_t n0, std::size_t n1);
+#endif
 
 // max |x[i]| as float bits compared as integers, so a NaN (whose bits exceed inf's) is never lost the way
 // a float max can lose it; then the scale and the multiplier of the rule in int8.hpp. nonzero_finite is false

@@ -30,6 +30,9 @@ Entry current() {
         case Int8Kernel::AvxVnni: return {k8::avx_vnni, k8::quantize_row_avx2};
         case Int8Kernel::Avx2: return {k8::avx2, k8::quantize_row_avx2, true};
 #endif
+#if defined(__aarch64__)
+        case Int8Kernel::Dotprod: return {k8::dotprod, k8::quantize_row_portable};
+#endif
         default: return {k8::portable, k8::quantize_row_portable};
     }
 }
@@ -159,13 +162,17 @@ std::vector<std::int32_t> matmul_int8_s32(std::size_t m, const std::int8_t* qx, 
 
 std::string int8_kernel() { return kernels::kernel_name(kernels::int8_kernel()); }
 
+// Every int8 kernel, best first.
+constexpr Int8Kernel kInt8Kernels[] = {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2,
+                                       Int8Kernel::Dotprod, Int8Kernel::Portable};
+
 // The kernels of the levels this CPU runs, best first.
 std::vector<std::string> int8_kernels_available() {
     std::vector<Int8Kernel> have;
     for (const std::string& level : kernels::kernel_levels())
         have.push_back(kernels::int8_kernel_at(kernels::parse_level(level)));
     std::vector<std::string> names;
-    for (Int8Kernel k : {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2, Int8Kernel::Portable})
+    for (Int8Kernel k : kInt8Kernels)
         if (std::find(have.begin(), have.end(), k) != have.end()) names.push_back(kernels::kernel_name(k));
     return names;
 }
@@ -174,7 +181,7 @@ std::vector<std::string> int8_kernels_available() {
 void set_int8_kernel(const std::string& name) {
     if (name == "auto") return kernels::follow_level_for_int8();
     const std::vector<std::string> have = int8_kernels_available();
-    for (Int8Kernel k : {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2, Int8Kernel::Portable})
+    for (Int8Kernel k : kInt8Kernels)
         if (name == kernels::kernel_name(k) && std::find(have.begin(), have.end(), name) != have.end())
             return kernels::choose_int8_kernel(k);
     std::string names;
