@@ -11,7 +11,8 @@ Parameters are rounded to bf16 once and reused by every product until the outerm
 cached copy is stale until the region ends (as in torch).
 
 On a CPU with AVX512_BF16 (Intel Cooper Lake, Sapphire/Emerald Rapids; AMD Zen 4 and 5) the products
-run on ``vdpbf16ps``; elsewhere the same rounded operands go through the BLAS's float32 product
+run on ``vdpbf16ps``; on an aarch64 CPU with ARM's BF16 (Graviton3 and 4, Neoverse N2/V1/V2, Apple M2 on) on
+``bfdot`` (whose additions round to odd: each within one unit in the last place); elsewhere the same rounded operands go through the BLAS's float32 product
 (``bf16_kernel()`` says which): the same numbers up to summation order, and no faster than float32
 (measured on an AMD Zen 1: a small model's training step 893 ms in bf16 against 788 ms in float32). The
 first region entered with that kernel warns once (``BF16EmulationWarning``), naming the CPU.
@@ -55,11 +56,11 @@ def _warn_if_emulated():
         return
     from ._core import build_info
     cpu = build_info()["cpu"]
-    if cpu["avx512_bf16"]:
+    if cpu["avx512_bf16"] or cpu["bf16"]:
         return                            # a kernel forced by set_bf16_kernel on a bf16 CPU: the caller chose it
     _warned_emulation = True
     why = (f"capped by CTRANSFORMER_KERNEL_LEVEL={cpu['level_cap']}" if cpu["level_cap"]
-           else "no bf16 kernel for ARM's BF16 yet" if cpu["bf16"] else "no BF16 instructions" if cpu["simd_level"] == "neon"
+           else "no BF16 instructions" if cpu["simd_level"] == "neon"
            else "no AVX512_BF16")
     warnings.warn(f"autocast: bf16 is emulated on this CPU ({_cpu_name()}, {why}): the 'emulated' kernel rounds "
                   "the operands to bf16 and multiplies them with float32 sgemm, so it is slower than float32 "
@@ -112,13 +113,13 @@ def is_autocast_enabled():
 
 
 def bf16_kernel():
-    """The kernel bf16 products use here: 'avx512_bf16' (vdpbf16ps) or 'emulated' (bf16-rounded operands
-    through float32 sgemm, on CPUs without AVX512_BF16)."""
+    """The kernel bf16 products use here: 'avx512_bf16' (vdpbf16ps), 'neon_bf16' (aarch64's bfdot) or
+    'emulated' (bf16-rounded operands through float32 sgemm, on CPUs without either)."""
     return _amp.bf16_kernel()
 
 
 def set_bf16_kernel(name):
-    """'auto' (the CPU's best), 'avx512_bf16' (ValueError where the CPU lacks it) or 'emulated'."""
+    """'auto' (the CPU's best), 'avx512_bf16' or 'neon_bf16' (ValueError where the CPU lacks it) or 'emulated'."""
     _amp.set_bf16_kernel(name)
 
 

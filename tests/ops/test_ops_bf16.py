@@ -9,6 +9,9 @@
   fused multiply-add the instruction does. Awkward shapes: 1, 7, 17, 193 and 4097 rows, k odd and not a
   multiple of the vector width, k across the kernel's 256-value blocks, every transpose, fp32 and bf16
   operands, beta 1 and alpha != 1, 1 and 2 threads. Skipped on a CPU without AVX512_BF16 (it cannot run).
+- The aarch64 kernel (bfdot) adds rounding to odd, not to nearest (ARM's BF16 arithmetic with FPCR.EBF clear),
+  so it is held to twice the float32 bound below: each of its k additions is within one unit in the last
+  place, 2**-23 relative. fp32, bf16 and mixed operands give the same bits, and so does any number of threads.
 - The emulation (any CPU) is held to the float32 summation bound against float64 on the same rounded
   operands: |c - c64| <= k * 2**-24 * sum_p |a_p b_p| (a bound any summation order meets; the bf16 rounding
   of the inputs, which a kernel that forgot to round would show, is ~2**-9 relative, far outside it).
@@ -23,6 +26,7 @@ import ctransformer as ct
 from ctransformer import amp
 
 HAS_BF16 = ct.build_info()["cpu"]["avx512_bf16"] and ct.build_info()["cpu"]["simd_level"] == "avx512"
+HAS_ARM_BF16 = ct.build_info()["cpu"]["bf16"]  # aarch64's BF16 extension (make test-aarch64: qemu's max,sve256)
 SHAPES = [(1, 1, 1), (1, 40, 33), (2, 300, 70), (4, 1000, 257), (5, 64, 96), (7, 33, 17), (17, 31, 258),
           (13, 64, 513), (193, 65, 300), (4097, 40, 33), (30, 600, 520), (12, 32, 256), (25, 70, 1001)]
 
@@ -186,13 +190,63 @@ def test_emulation_meets_the_float32_bound(m, n, k, kernel):
             assert not (np.abs(A32 @ B32 - exact) <= k * 2.0**-24 * size).all()
 
 
+ARM_SKIP = "this CPU has no ARM BF16: the aarch64 kernel cannot run here (make test-aarch64 runs it under qemu)"
+
+
+@pytest.mark.skipif(not HAS_ARM_BF16, reason=ARM_SKIP)
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_arm_kernel_meets_the_round_to_odd_bound(m, n, k, kernel):
+    kernel("neon_bf16")
+    assert amp.bf16_kernel() == "neon_bf16"
+    for ta, tb in itertools.product([False, True], repeat=2):
+        a, b = operands(m, n, k, ta, tb, seed=m * 5 + n + k)
+        A = (rounded(a).T if ta else rounded(a)).astype(np.float64)
+        B = (rounded(b).T if tb else rounded(b)).astype(np.float64)
+        exact, size = A @ B, np.abs(A) @ np.abs(B)
+        got = amp.gemm_bf16(a, b, ta, tb)
+        assert (np.abs(got - exact) <= k * 2.0**-23 * size + 1e-30).all(), (ta, tb)
+        if k >= 16:  # unrounded inputs would miss by the inputs' rounding, far outside the bound
+            A32, B32 = (a.T if ta else a).astype(np.float64), (b.T if tb else b).astype(np.float64)
+            assert not (np.abs(A32 @ B32 - exact) <= k * 2.0**-23 * size).all()
+        ab, bb = amp.round_to_bf16(a), amp.round_to_bf16(b)
+        np.testing.assert_array_equal(amp.gemm_bf16(ab, bb, ta, tb), got, err_msg=f"bf16 operands {ta=} {tb=}")
+        np.testing.assert_array_equal(amp.gemm_bf16(a, bb, ta, tb), got, err_msg=f"mixed operands {ta=} {tb=}")
+        # beta 1: the chain starts from C, one more addition
+        c = np.random.default_rng(1).standard_normal(got.shape).astype(np.float32)
+        with_c = amp.gemm_bf16(a, b, ta, tb, c=c)
+        assert (np.abs(with_c - (c + exact)) <= (k + 1) * 2.0**-23 * (size + np.abs(c)) + 1e-30).all(), (ta, tb)
+        # alpha scales the finished chain (a power of two exactly); with beta 1 the scaled product is added to C
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.125), got * np.float32(0.125))
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.3, c=c), c + got * np.float32(0.3))
+
+
+@pytest.mark.skipif(not HAS_ARM_BF16, reason=ARM_SKIP)
+def test_arm_kernel_is_the_same_on_any_number_of_threads(kernel):
+    """Each C element is one chain, whichever thread's columns it falls in (sizes above the split's threshold,
+    small enough for an emulated CPU)."""
+    kernel("neon_bf16")
+    previous = ct.get_num_threads()
+    try:
+        for m, n, k in [(64, 512, 130), (2, 3000, 256), (300, 70, 64)]:
+            a, b = operands(m, n, k, False, True, seed=5)
+            ct.set_num_threads(1)
+            one = amp.gemm_bf16(a, b, trans_b=True)
+            ct.set_num_threads(2)
+            np.testing.assert_array_equal(amp.gemm_bf16(a, b, trans_b=True), one)
+    finally:
+        ct.set_num_threads(previous)
+
+
 def test_kernel_names_and_refusals(kernel):
-    assert amp.bf16_kernel() == ("avx512_bf16" if HAS_BF16 else "emulated")
-    with pytest.raises(ValueError, match="'auto', 'avx512_bf16' or 'emulated'"):
+    assert amp.bf16_kernel() == ("avx512_bf16" if HAS_BF16 else "neon_bf16" if HAS_ARM_BF16 else "emulated")
+    with pytest.raises(ValueError, match="'auto', 'avx512_bf16', 'neon_bf16' or 'emulated'"):
         kernel("amx")
     if not HAS_BF16:
         with pytest.raises(ValueError, match="no AVX512_BF16"):
             kernel("avx512_bf16")
+    if not HAS_ARM_BF16:
+        with pytest.raises(ValueError, match="no ARM BF16"):
+            kernel("neon_bf16")
 
 
 def test_bad_operands_are_refused():

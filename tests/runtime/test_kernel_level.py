@@ -179,8 +179,8 @@ def test_an_arm_level_caps_as_its_cpus_are(level):
     assert cpu["i8mm"] == (rank >= 2 and have["i8mm"]) and cpu["bf16"] == (rank >= 2 and have["bf16"])
     assert cpu["sve"] is False and cpu["simd_level"] == "neon"
     assert got["level"] == (level if level in real["levels"] else got["levels"][0])
-    assert got["int8_now"] == {"portable": "portable", "dotprod": "dotprod", "i8mm_bf16": "dotprod"}[got["level"]]
-    assert got["bf16"] == "emulated"
+    assert got["int8_now"] == {"portable": "portable", "dotprod": "dotprod", "i8mm_bf16": "i8mm"}[got["level"]]
+    assert got["bf16"] == ("neon_bf16" if got["level"] == "i8mm_bf16" else "emulated")
 
 
 # What each level's SIMD loops are compiled for (kernels/simd/, once per level in the one binary): xsimd's

@@ -14,7 +14,11 @@
 //     sum in another order: lane j of a 16-lane accumulator chains over the k pairs p = j mod 16 in
 //     order (the same two additions per pair), then the lanes are added by halves (lane i + lane i+8,
 //     then + i+4, + i+2, + i+1); the sum is scaled by alpha, then added to C when beta is 1.
-//   - "emulated", on a CPU without AVX512_BF16: the rounded operands widened to fp32 and multiplied by
+//   - "neon_bf16", on aarch64 CPUs with ARM's BF16: bfdot, two bf16 multiply-adds per fp32 lane. Each C element
+//     is one chain over k in pairs from 0 or from C; each pair's two exact products are added, then added to
+//     the chain, each addition rounding to odd (FPCR.EBF clear: ARM's BF16 arithmetic, not IEEE's), subnormal
+//     inputs and results flushed to zero. So each addition is within one unit in the last place.
+//   - "emulated", on a CPU without either: the rounded operands widened to fp32 and multiplied by
 //     the BLAS's sgemm: the same rounded inputs and fp32 accumulation, in sgemm's order, at sgemm's speed
 //     plus the rounding pass.
 // Chosen at run time from the CPU's features; set_bf16_kernel("emulated") forces the second (tests).
@@ -68,9 +72,9 @@ void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, con
 void gemm_bf16_serial(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                       const float* b, int ldb, float beta, float* c, int ldc);
 
-// "avx512_bf16" or "emulated": the kernel gemm_bf16 uses now.
+// "avx512_bf16", "neon_bf16" or "emulated": the kernel gemm_bf16 uses now.
 std::string bf16_kernel();
-// "auto" (the CPU's best), "avx512_bf16" (ValueError on a CPU without it) or "emulated".
+// "auto" (the CPU's best), "avx512_bf16" or "neon_bf16" (ValueError on a CPU without it) or "emulated".
 void set_bf16_kernel(const std::string& name);
 
 }  // namespace ct

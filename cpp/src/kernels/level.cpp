@@ -129,14 +129,18 @@ Int8Kernel int8_kernel_at(Level level) {
         case Level::Avx512: return Int8Kernel::Avx2;  // AVX-512 without VNNI (Skylake-X): no 512-bit int8 kernel
         case Level::Avx512Vnni:
         case Level::Avx512Bf16: return Int8Kernel::Avx512Vnni;
-        case Level::Dotprod:
-        case Level::I8mmBf16: return Int8Kernel::Dotprod;
+        case Level::Dotprod: return Int8Kernel::Dotprod;
+        case Level::I8mmBf16: return Int8Kernel::I8mm;
     }
     return Int8Kernel::Portable;
 }
 
 Bf16Kernel bf16_kernel_at(Level level) {
-    return level == Level::Avx512Bf16 ? Bf16Kernel::Avx512Bf16 : Bf16Kernel::Emulated;
+    switch (level) {
+        case Level::Avx512Bf16: return Bf16Kernel::Avx512Bf16;
+        case Level::I8mmBf16: return Bf16Kernel::NeonBf16;
+        default: return Bf16Kernel::Emulated;
+    }
 }
 
 FloatKernel float_kernel() { return float_kernel_at(kernel_level()); }
@@ -181,11 +185,19 @@ std::string kernel_name(Int8Kernel k) {
         case Int8Kernel::AvxVnni: return "avx_vnni";
         case Int8Kernel::Avx512Vnni: return "avx512_vnni";
         case Int8Kernel::Dotprod: return "dotprod";
+        case Int8Kernel::I8mm: return "i8mm";
     }
     return "?";
 }
 
-std::string kernel_name(Bf16Kernel k) { return k == Bf16Kernel::Avx512Bf16 ? "avx512_bf16" : "emulated"; }
+std::string kernel_name(Bf16Kernel k) {
+    switch (k) {
+        case Bf16Kernel::Avx512Bf16: return "avx512_bf16";
+        case Bf16Kernel::NeonBf16: return "neon_bf16";
+        case Bf16Kernel::Emulated: break;
+    }
+    return "emulated";
+}
 
 // --- the table --------------------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@
 //   avx512_vnni    AVX-512             avx512_vnni     emulated        Cascade Lake, Ice Lake
 //   avx512_bf16    AVX-512             avx512_vnni     avx512_bf16     Cooper Lake, Sapphire Rapids, Zen 4-5
 //   dotprod        OpenBLAS            dotprod         emulated        Graviton2, Ampere Altra, Apple M1 (aarch64)
-//   i8mm_bf16      OpenBLAS            dotprod         emulated        Graviton3-4, Neoverse N2/V1/V2, Apple M2+
+//   i8mm_bf16      OpenBLAS            i8mm            neon_bf16        Graviton3-4, Neoverse N2/V1/V2, Apple M2+
 //
 // The SIMD loops (softmax, layer_norm, GELU, ReLU, dropout, Adam, cross-entropy, attention's rows, decoding's
 // searches, the small products) are compiled once per level too (portable = SSE2 on x86-64 and NEON on aarch64,

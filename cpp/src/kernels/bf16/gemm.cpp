@@ -9,6 +9,7 @@
 #include "../../runtime/parallel.hpp"
 #include "ctransformer/bf16.hpp"
 #include "ctransformer/error.hpp"
+#include "ctransformer/runtime/cpu_features.hpp"
 #include "gemm_kernels.hpp"
 
 namespace ct {
@@ -129,13 +130,35 @@ void native(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Op
     });
 }
 
+#if defined(__aarch64__)
+// ARM's BF16: the columns split over threads in panels, each thread packing its own (kernels/bf16/gemm_neon_bf16.cpp).
+void neon(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta, float* c, int ldc,
+          bool serial) {
+    if (beta != 0.0f && alpha != 1.0f)
+        return scaled_accumulate(m, n, c, ldc, [&](float* p, int ldp) { neon(m, n, k, alpha, a, b, 0.0f, p, ldp, serial); });
+    const bf16_kernels::Block g = make_block(m, n, k, alpha, a, b, beta, c, ldc);
+    const int threads = serial ? 1 : parallel::threads();
+    const int col_panels = (n + kPanel - 1) / kPanel;
+    if (threads <= 1 || 2.0 * m * n * k < kSplitFlops || col_panels < 2) return bf16_kernels::neon_bf16_block(g);
+    parallel::parallel_chunks(std::size_t(col_panels), std::size_t(threads), [&](std::size_t, std::size_t p0, std::size_t p1) {
+        bf16_kernels::Block piece = g;
+        piece.n0 = int(p0) * kPanel;
+        piece.n1 = std::min(n, int(p1) * kPanel);
+        bf16_kernels::neon_bf16_block(piece);
+    });
+}
+#endif
+
 void run(int m, int n, int k, float alpha, Bf16Operand a, Bf16Operand b, float beta, float* c, int ldc, bool serial) {
     check(m, n, k, beta, a, b);
     if (m == 0 || n == 0) return;
-    if (kernels::bf16_kernel() == Bf16Kernel::Avx512Bf16)
-        native(m, n, k, alpha, a, b, beta, c, ldc, serial);
-    else
-        emulated(m, n, k, alpha, a, b, beta, c, ldc, serial);
+    switch (kernels::bf16_kernel()) {
+        case Bf16Kernel::Avx512Bf16: return native(m, n, k, alpha, a, b, beta, c, ldc, serial);
+#if defined(__aarch64__)
+        case Bf16Kernel::NeonBf16: return neon(m, n, k, alpha, a, b, beta, c, ldc, serial);
+#endif
+        default: return emulated(m, n, k, alpha, a, b, beta, c, ldc, serial);
+    }
 }
 
 }  // namespace
@@ -181,8 +204,14 @@ void set_bf16_kernel(const std::string& name) {
             throw ValueError("set_bf16_kernel: this CPU has no AVX512_BF16 (cpu_features()['avx512_bf16'] is False); "
                              "use 'auto' or 'emulated'");
         kernels::choose_bf16_kernel(Bf16Kernel::Avx512Bf16);
+    } else if (name == "neon_bf16") {
+        if (!cpu_features().bf16)
+            throw ValueError("set_bf16_kernel: this CPU has no ARM BF16 (cpu_features()['bf16'] is False); "
+                             "use 'auto' or 'emulated'");
+        kernels::choose_bf16_kernel(Bf16Kernel::NeonBf16);
     } else {
-        throw ValueError("set_bf16_kernel: kernel must be 'auto', 'avx512_bf16' or 'emulated', got '" + name + "'");
+        throw ValueError("set_bf16_kernel: kernel must be 'auto', 'avx512_bf16', 'neon_bf16' or 'emulated', got '" +
+                         name + "'");
     }
 }
 

@@ -4,8 +4,8 @@
 // 16-byte vectors of 4 outputs x 4 values. `sdot acc.4s, w.16b, a.4b[lane]` adds to each output's int32 the dot
 // product of its 4 weights with one row's 4 activations, a lane of a 16-byte vector holding 4 groups of k. SDOT
 // multiplies signed by signed bytes, so unlike vpdpbusd no offset and no row sum: the sums are the exact int32
-// sums of every other kernel, and the float32 epilogue is the portable kernel's, operation by operation (this
-// file is compiled with -ffp-contract=off, like every int8 source): the same bits on every CPU.
+// sums of every other kernel, and the float32 epilogue is the portable kernel's, operation by operation
+// (neon_store.hpp): the same bits on every CPU.
 //
 // A tile is up to 4 rows x 16 columns: 16 accumulators, 4 weight vectors and 4 activation vectors of the 32
 // NEON registers. 16 multiply-adds a SDOT, one 16-byte load of weight per 4 SDOTs.
@@ -16,6 +16,8 @@
 #include <arm_neon.h>
 
 #include <algorithm>
+
+#include "neon_store.hpp"
 
 #define CT_INT8_TARGET __attribute__((target("arch=armv8.2-a+dotprod")))
 
@@ -82,30 +84,9 @@ CT_INT8_TARGET void tile(const Problem& p, std::size_t row, std::size_t n, std::
             dot_group<0>(acc[r], wv, vreinterpretq_s8_s32(vdupq_n_s32(four)));
         }
     }
-    // The epilogue, as the portable kernel's: s = row_scale * scale[n], y = float(acc) * s (+ bias[n]).
-    alignas(16) float ws[16] = {}, bias[16] = {};
-    std::copy_n(w.scale.data() + n, cnt, ws);
-    if (p.bias) std::copy_n(p.bias + n, cnt, bias);
+    const TileScales<4> scales(p, n, cnt);
 #pragma GCC unroll 4
-    for (int r = 0; r < MR; ++r) {
-        alignas(16) std::int32_t s32[16];
-        alignas(16) float y[16];
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; ++v) {
-            if (p.acc_out) {
-                vst1q_s32(s32 + 4 * v, acc[r][v]);
-                continue;
-            }
-            const float32x4_t s = vmulq_f32(vdupq_n_f32(p.row_scale[row + r]), vld1q_f32(ws + 4 * v));
-            float32x4_t out = vmulq_f32(vcvtq_f32_s32(acc[r][v]), s);
-            if (p.bias) out = vaddq_f32(out, vld1q_f32(bias + 4 * v));
-            vst1q_f32(y + 4 * v, out);
-        }
-        if (p.acc_out)
-            std::copy_n(s32, cnt, p.acc_out + (row + r) * w.out_features + n);
-        else
-            std::copy_n(y, cnt, p.y + (row + r) * p.ldy + n);
-    }
+    for (int r = 0; r < MR; ++r) store_row(p, row + r, n, cnt, acc[r], scales.ws, scales.bias);
 }
 
 template <int MR>

@@ -31,6 +31,7 @@ Entry current() {
         case Int8Kernel::Avx2: return {k8::avx2, k8::quantize_row_avx2, true};
 #endif
 #if defined(__aarch64__)
+        case Int8Kernel::I8mm: return {k8::i8mm, k8::quantize_row_portable};
         case Int8Kernel::Dotprod: return {k8::dotprod, k8::quantize_row_portable};
 #endif
         default: return {k8::portable, k8::quantize_row_portable};
@@ -164,7 +165,7 @@ std::string int8_kernel() { return kernels::kernel_name(kernels::int8_kernel());
 
 // Every int8 kernel, best first.
 constexpr Int8Kernel kInt8Kernels[] = {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2,
-                                       Int8Kernel::Dotprod, Int8Kernel::Portable};
+                                       Int8Kernel::I8mm,       Int8Kernel::Dotprod, Int8Kernel::Portable};
 
 // The kernels of the levels this CPU runs, best first.
 std::vector<std::string> int8_kernels_available() {
