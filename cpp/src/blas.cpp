@@ -153,8 +153,16 @@ namespace ct {
 namespace {
 
 // OpenBLAS's x86-64 cores (kernel/x86_64 and driver/others/dynamic.c) by the widest instructions their
-// sgemm kernels use. A name not listed is judged by nobody: no warning rather than a wrong one.
+// sgemm kernels use, and its aarch64 cores (driver/others/dynamic_arm64.c): "sve" for those with SVE
+// kernels, "neon" for the rest (informational: no advice is given on aarch64). A name not listed is judged by
+// nobody: no warning rather than a wrong one.
 std::string core_level(const std::string& core) {
+    static const char* const sve[] = {"neoversev1", "neoversen2", "neoversev2", "a64fx", "armv8sve"};
+    static const char* const neon[] = {"armv8", "cortexa53", "cortexa55", "cortexa57", "cortexa72", "cortexa73",
+                                       "cortexa76", "neoversen1", "thunderx", "thunderx2t99", "thunderx3t110",
+                                       "tsv110", "emag8180", "falkor", "vortex", "ampereone"};
+    for (const char* c : sve) if (core == c) return "sve";
+    for (const char* c : neon) if (core == c) return "neon";
     static const char* const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
     static const char* const avx2[] = {"Haswell", "Zen"};
     static const char* const avx[] = {"Sandybridge", "Bulldozer", "Piledriver", "Steamroller", "Excavator"};
@@ -169,6 +177,7 @@ std::string core_level(const std::string& core) {
 }
 
 int level_rank(const std::string& level) {
+    if (level == "neon" || level == "sve") return -1;  // aarch64's: never compared with x86's
     if (level == "avx512") return 3;
     if (level == "avx2") return 2;
     if (level == "avx") return 1;
