@@ -13,8 +13,13 @@ extras="${1:-}"
 packages=(g++ libxtensor-dev openmpi-bin libopenmpi-dev)
 # The tests also compile the SIMD kernels for aarch64, so an x86-only intrinsic cannot slip in; and run the
 # baseline build on an emulated CPU without AVX (qemu-user: make test-levels); and open the built guide in a
-# headless browser (chromium: tests/docs/test_guide.py).
-[[ ",$extras," == *",test,"* ]] && packages+=(g++-aarch64-linux-gnu qemu-user chromium)
+# headless browser (chromium: tests/docs/test_guide.py). make test-aarch64 also cross-builds the package and
+# runs it under qemu-aarch64 in an arm64 Debian tree that mmdebstrap extracts (scripts/test_aarch64.sh).
+# (On an ARM machine the tests run natively: no cross compiler, no emulator.)
+if [[ ",$extras," == *",test,"* ]]; then
+  packages+=(chromium)
+  [ "$(uname -m)" = x86_64 ] && packages+=(g++-aarch64-linux-gnu qemu-user mmdebstrap)
+fi
 need=()
 for pkg in "${packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")

@@ -4,10 +4,12 @@ Tolerances: softmax / log_softmax rtol 1e-5, atol 1e-6 (exp and log of float32, 
 summed in a different order). layer_norm rtol 1e-5, atol 1e-6: the output is (x - mean) * rstd,
 so outputs near 0 carry the rounding of mean and rstd, of order eps32 * |x| / std, and the input
 gradient is a difference of row means (dxhat - mean(dxhat) - xhat * mean(dxhat xhat)).
-One exception, D = 1: the exact xhat and input gradient are 0 (we give 0), torch returns up to
-1.6e-5 (measured: 1.53e-5 with the weight of this test) because its backward formula
-(a dy + b x + c, with b ~ rstd^3 = 3e7) does not cancel exactly; atol 2e-5 there for the input
-and weight gradients.
+One exception, D = 1: the exact xhat and input gradient are 0 (we give 0), torch returns rounding
+noise instead, because its backward formula (a dy + b x + c, with b ~ rstd^3 = 3e7) does not cancel
+exactly: measured 1.53e-5 with the weight of this test on x86-64 (torch 2.13), 3.05e-5 on aarch64
+(torch 2.10 under qemu, make test-aarch64). So for D = 1 the input gradient is checked against the
+exact answer, 0, and not against torch's noise; the weight gradient (exactly 0 too, xhat being 0) keeps
+torch as the reference with atol 2e-5.
 """
 import numpy as np
 import pytest
@@ -84,7 +86,9 @@ def test_layer_norm(shape, affine):
     assert_close(out, tout, rtol=1e-5, atol=1e-6, what="layer_norm forward")
     backward_both(out, tout, seed=10)
     atol_d1 = 2e-5 if D == 1 else 1e-6  # see the module docstring
-    assert_close(x.grad, tx.grad, rtol=1e-5, atol=atol_d1, what="layer_norm grad input")
+    # D = 1: the exact input gradient is 0 (module docstring); torch's is rounding noise of up to 3e-5.
+    expected_grad = np.zeros(shape, np.float32) if D == 1 else tx.grad
+    assert_close(x.grad, expected_grad, rtol=1e-5, atol=1e-6, what="layer_norm grad input")
     if w is not None:
         assert_close(w.grad, tw.grad, rtol=1e-5, atol=atol_d1, what="layer_norm grad weight")
     if b is not None:

@@ -189,6 +189,20 @@ LOOPS = {"portable": ("sse2", 4, False), "avx2": ("fma3+avx2", 8, True), "avx2_v
          "avx512": ("avx512bw", 16, True), "avx512_vnni": ("avx512bw", 16, True), "avx512_bf16": ("avx512bw", 16, True)}
 
 
+@pytest.mark.skipif(MACHINE != "aarch64", reason="the aarch64 levels")
+def test_every_arm_level_runs_the_neon_loops():
+    """aarch64 has one copy of the SIMD loops, NEON (every aarch64 CPU has it), with fused multiply-adds: the ARM
+    levels differ in their int8 and bf16 kernels only."""
+    try:
+        for level in ct.kernel_levels():
+            ct.set_kernel_level(level)
+            loops = ct.build_info()["loops"]
+            assert (loops["level"], loops["simd"], loops["float_lanes"], loops["fused_multiply_add"]) == \
+                (level, "arm64+neon", 4, True)
+    finally:
+        ct.set_kernel_level("auto")
+
+
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the x86-64 levels")
 def test_each_level_runs_its_own_loops_in_one_binary():
     """Setting a level switches the SIMD loops to that level's copy at once: AVX-512 loops never run at

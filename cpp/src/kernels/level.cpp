@@ -231,7 +231,9 @@ std::vector<KernelRow> table(FloatKernel fk, Int8Kernel ik, Bf16Kernel bk) {
          "decoding (PackedWeights), from " + std::to_string(kPackedMinRows) + " rows, the weight's 2nd product on; " +
              "threads claim panels of 64 outputs, up to " + std::to_string(kPackedPiecesPerThread) + " pieces a thread"},
         {"bf16", "bf16 product", kernel_name(bk),
-         split + "; x W^T up to " + std::to_string(kFewRows) + " rows unpacked, " + weight_split},
+         bk == Bf16Kernel::NeonBf16
+             ? split + ", by panels of 32 columns; every product packed"
+             : split + "; x W^T up to " + std::to_string(kFewRows) + " rows unpacked, " + weight_split},
         {"int8", "int8 Linear", kernel_name(ik),
          "split over threads from " + std::to_string(kSplitInt8Macs >> 20) + "M multiply-adds, in panels of " +
              std::to_string(kInt8Panel) + " columns"},
