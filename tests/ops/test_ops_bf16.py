@@ -157,19 +157,24 @@ def test_native_kernel_rounds_fp32_operands_as_round_to_bf16(m, n, k, kernel):
         np.testing.assert_array_equal(amp.gemm_bf16(a, amp.round_to_bf16(b), ta, tb), want, err_msg=f"{ta=} {tb=}")
 
 
-@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512_BF16: the native kernel cannot run here")
-def test_native_kernel_is_the_same_on_any_number_of_threads(kernel):
-    kernel("avx512_bf16")
+def assert_the_same_on_one_and_two_threads(shapes, seed):
+    """The kernel in force gives the same bits on 1 and 2 threads, for x W^T of each (m, n, k)."""
     previous = ct.get_num_threads()
     try:
-        for m, n, k in [(512, 2048, 512), (2048, 96, 300), (40, 10000, 64), (2, 8000, 256)]:
-            a, b = operands(m, n, k, False, True, seed=3)
+        for m, n, k in shapes:
+            a, b = operands(m, n, k, False, True, seed=seed)
             ct.set_num_threads(1)
             one = amp.gemm_bf16(a, b, trans_b=True)
             ct.set_num_threads(2)
-            np.testing.assert_array_equal(amp.gemm_bf16(a, b, trans_b=True), one)
+            np.testing.assert_array_equal(amp.gemm_bf16(a, b, trans_b=True), one, err_msg=f"{m=} {n=} {k=}")
     finally:
         ct.set_num_threads(previous)
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512_BF16: the native kernel cannot run here")
+def test_native_kernel_is_the_same_on_any_number_of_threads(kernel):
+    kernel("avx512_bf16")
+    assert_the_same_on_one_and_two_threads([(512, 2048, 512), (2048, 96, 300), (40, 10000, 64), (2, 8000, 256)], 3)
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
@@ -225,16 +230,7 @@ def test_arm_kernel_is_the_same_on_any_number_of_threads(kernel):
     """Each C element is one chain, whichever thread's columns it falls in (sizes above the split's threshold,
     small enough for an emulated CPU)."""
     kernel("neon_bf16")
-    previous = ct.get_num_threads()
-    try:
-        for m, n, k in [(64, 512, 130), (2, 3000, 256), (300, 70, 64)]:
-            a, b = operands(m, n, k, False, True, seed=5)
-            ct.set_num_threads(1)
-            one = amp.gemm_bf16(a, b, trans_b=True)
-            ct.set_num_threads(2)
-            np.testing.assert_array_equal(amp.gemm_bf16(a, b, trans_b=True), one)
-    finally:
-        ct.set_num_threads(previous)
+    assert_the_same_on_one_and_two_threads([(64, 512, 130), (2, 3000, 256), (300, 70, 64)], 5)
 
 
 def test_kernel_names_and_refusals(kernel):
