@@ -10,6 +10,10 @@ train:
 	./scripts/setup.sh
 	.venv/bin/python -m ctransformer.train $(TASK) $(ARGS)
 
+# The test targets compile through scripts/compiler_launcher.sh: ccache (~/.cache/ctransformer/ccache) when
+# installed (setup.sh test installs it), so a fresh clone recompiles only what changed.
+test test-levels test-aarch64 sanitize: export CMAKE_CXX_COMPILER_LAUNCHER = $(CURDIR)/scripts/compiler_launcher.sh
+
 # The whole test suite, against PyTorch 2.13.
 test:
 	./scripts/setup.sh test

@@ -17,7 +17,8 @@ packages=(g++ libxtensor-dev openmpi-bin libopenmpi-dev)
 # runs it under qemu-aarch64 in an arm64 Debian tree that mmdebstrap extracts (scripts/test_aarch64.sh).
 # (On an ARM machine the tests run natively: no cross compiler, no emulator.)
 if [[ ",$extras," == *",test,"* ]]; then
-  packages+=(chromium)
+  # ccache: the test targets' builds go through it (scripts/compiler_launcher.sh).
+  packages+=(chromium ccache)
   [ "$(uname -m)" = x86_64 ] && packages+=(g++-aarch64-linux-gnu qemu-user mmdebstrap)
 fi
 need=()
