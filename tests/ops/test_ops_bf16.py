@@ -80,6 +80,16 @@ def reference(a, b, ta, tb, start=None, alpha=1.0):
     return product
 
 
+def float64_reference(a, b, ta, tb):
+    """The exact product of the bf16-rounded operands (float64 holds each product of two bf16 exactly, and its
+    sums far below float32's error), the sum of absolute products a summation bound scales, and the exact
+    product of the UNROUNDED operands (what a kernel that forgot to round would approach)."""
+    A = (rounded(a).T if ta else rounded(a)).astype(np.float64)
+    B = (rounded(b).T if tb else rounded(b)).astype(np.float64)
+    unrounded = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+    return A @ B, np.abs(A) @ np.abs(B), unrounded
+
+
 def operands(m, n, k, ta, tb, seed):
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
@@ -183,16 +193,12 @@ def test_emulation_meets_the_float32_bound(m, n, k, kernel):
     assert amp.bf16_kernel() == "emulated"
     for ta, tb in itertools.product([False, True], repeat=2):
         a, b = operands(m, n, k, ta, tb, seed=m + n * 3 + k)
-        A = (rounded(a).T if ta else rounded(a)).astype(np.float64)
-        B = (rounded(b).T if tb else rounded(b)).astype(np.float64)
-        exact, size = A @ B, np.abs(A) @ np.abs(B)
+        exact, size, unrounded = float64_reference(a, b, ta, tb)
         got = amp.gemm_bf16(a, b, ta, tb)
         assert (np.abs(got - exact) <= k * 2.0**-24 * size + 1e-30).all(), (ta, tb)
         # unrounded inputs would miss by the inputs' rounding, far outside the bound
         if k >= 16:
-            A32 = (a.T if ta else a).astype(np.float64)
-            B32 = (b.T if tb else b).astype(np.float64)
-            assert not (np.abs(A32 @ B32 - exact) <= k * 2.0**-24 * size).all()
+            assert not (np.abs(unrounded - exact) <= k * 2.0**-24 * size).all()
 
 
 ARM_SKIP = "this CPU has no ARM BF16: the aarch64 kernel cannot run here (make test-aarch64 runs it under qemu)"
@@ -205,14 +211,11 @@ def test_arm_kernel_meets_the_round_to_odd_bound(m, n, k, kernel):
     assert amp.bf16_kernel() == "neon_bf16"
     for ta, tb in itertools.product([False, True], repeat=2):
         a, b = operands(m, n, k, ta, tb, seed=m * 5 + n + k)
-        A = (rounded(a).T if ta else rounded(a)).astype(np.float64)
-        B = (rounded(b).T if tb else rounded(b)).astype(np.float64)
-        exact, size = A @ B, np.abs(A) @ np.abs(B)
+        exact, size, unrounded = float64_reference(a, b, ta, tb)
         got = amp.gemm_bf16(a, b, ta, tb)
         assert (np.abs(got - exact) <= k * 2.0**-23 * size + 1e-30).all(), (ta, tb)
         if k >= 16:  # unrounded inputs would miss by the inputs' rounding, far outside the bound
-            A32, B32 = (a.T if ta else a).astype(np.float64), (b.T if tb else b).astype(np.float64)
-            assert not (np.abs(A32 @ B32 - exact) <= k * 2.0**-23 * size).all()
+            assert not (np.abs(unrounded - exact) <= k * 2.0**-23 * size).all()
         ab, bb = amp.round_to_bf16(a), amp.round_to_bf16(b)
         np.testing.assert_array_equal(amp.gemm_bf16(ab, bb, ta, tb), got, err_msg=f"bf16 operands {ta=} {tb=}")
         np.testing.assert_array_equal(amp.gemm_bf16(a, bb, ta, tb), got, err_msg=f"mixed operands {ta=} {tb=}")
