@@ -107,6 +107,17 @@ def test_vocab_round_trips_the_german_test_set():
     assert UNK_ID not in {i for s in test for i in vocab.encode(s)}  # every test character was seen in training
 
 
+def test_vocab_encodes_a_list_as_each_sentence_alone(small_corpus, small_vocab):
+    """A short list is encoded sentence by sentence (sentencepiece's list call starts threads each time), a long one
+    by sentencepiece's list call: ids and pieces are each sentence's own either way, lists and tuples alike."""
+    src, _ = small_corpus
+    assert len(src) > SubwordVocab._THREADED_FROM
+    for texts in (src[:3], tuple(src[:3]), src[:SubwordVocab._THREADED_FROM + 5], []):
+        assert small_vocab.encode(texts) == [small_vocab.encode(t) for t in texts]
+        assert small_vocab.pieces(texts) == [small_vocab.pieces(t) for t in texts]
+    assert small_vocab.encode(src[0]) == small_vocab.processor.encode(src[0], out_type=int)
+
+
 def test_vocab_names_what_it_cannot_round_trip(small_vocab):
     # A character absent from the training text becomes <unk>: the loss is visible, not silent.
     ids = small_vocab.encode("Ein Hund ☃.")
