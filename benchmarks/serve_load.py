@@ -674,21 +674,29 @@ def build_checkpoint(size, folder, vocab):
     return path, cfg
 
 
-def offline_ours(checkpoint, precision, sentences, calls, batch1_sentences):
-    """ctransformer's Translator on the sentences, greedy, batch 32 (median of `calls` after a warm-up) and batch 1
-    (a few sentences): the figures and the batch-32 translations."""
-    import ctransformer as ct
-    import measure
+def our_translator(checkpoint, precision, batch_size):
+    """ctransformer's greedy Translator on the checkpoint at the precision (int8 quantised after loading) and batch
+    size, as the offline figures and the paired passes use it; returns (translator, model)."""
     from ctransformer.translator import Translator, load_translation_checkpoint
 
     model, vocab, cfg = load_translation_checkpoint(checkpoint)
     if precision == "int8":
         model.quantize("int8")
+    translator = Translator(model, vocab, beam_size=1, max_len_ratio=cfg["max_len_ratio"], batch_size=batch_size,
+                            warn=lambda message: None)
+    return translator, model
+
+
+def offline_ours(checkpoint, precision, sentences, calls, batch1_sentences):
+    """ctransformer's Translator on the sentences, greedy, batch 32 (median of `calls` after a warm-up) and batch 1
+    (a few sentences): the figures and the batch-32 translations."""
+    import ctransformer as ct
+    import measure
+
     ct.set_num_threads(THREADS)
     out = {}
     for batch, chosen in ((MAX_BATCH, sentences), (1, sentences[:batch1_sentences])):
-        translator = Translator(model, vocab, beam_size=1, max_len_ratio=cfg["max_len_ratio"], batch_size=batch,
-                                warn=lambda message: None)
+        translator, model = our_translator(checkpoint, precision, batch)
         texts = []
         translator.translate(chosen[:batch], max_decoding_length=MAX_DECODING_LENGTH)   # warm-up
         def call():
@@ -697,7 +705,7 @@ def offline_ours(checkpoint, precision, sentences, calls, batch1_sentences):
         times = [measure.timed(call, measure.GAP_S) for _ in range(calls)]
         out[batch] = {"seconds": sorted(times)[len(times) // 2], "times": times, "sentences": len(chosen),
                       "texts": texts[0], "others_cpu_pct": watch.stop()["others_cpu_pct"]}
-    del model
+        del translator, model
     return out
 
 
@@ -707,15 +715,9 @@ def paired_one_client(port, checkpoint, precision, sentences, n, timeout):
     level's p50 against offline batch-1 figures taken minutes apart, on other sentences, moved by tens of ms from
     run to run on this shared machine (one level's figure was +45 ms, the same request paired -16 ms); the paired
     difference takes the drift out. Returns (server - offline) seconds per sentence, and the records."""
-    import ctransformer as ct
     import measure
-    from ctransformer.translator import Translator, load_translation_checkpoint
 
-    model, vocab, cfg = load_translation_checkpoint(checkpoint)
-    if precision == "int8":
-        model.quantize("int8")
-    translator = Translator(model, vocab, beam_size=1, max_len_ratio=cfg["max_len_ratio"], batch_size=1,
-                            warn=lambda message: None)
+    translator, model = our_translator(checkpoint, precision, 1)
     translator.translate(sentences[:1], max_decoding_length=MAX_DECODING_LENGTH)   # warm-up
 
     async def run():
@@ -748,14 +750,7 @@ def paired_batch(port, checkpoint, precision, sentences, n, rounds, timeout, cou
     same drift that moved the one-client figures moved the separate offline batch-32 figure by 15% from one run to
     the next; in turn, each round's ratio compares like with like. Returns each round's (offline tokens/s, server
     tokens/s)."""
-    import ctransformer as ct
-    from ctransformer.translator import Translator, load_translation_checkpoint
-
-    model, vocab, cfg = load_translation_checkpoint(checkpoint)
-    if precision == "int8":
-        model.quantize("int8")
-    translator = Translator(model, vocab, beam_size=1, max_len_ratio=cfg["max_len_ratio"], batch_size=MAX_BATCH,
-                            warn=lambda message: None)
+    translator, model = our_translator(checkpoint, precision, MAX_BATCH)
     translator.translate(sentences[:MAX_BATCH], max_decoding_length=MAX_DECODING_LENGTH)   # warm-up
     out = []
     try:
