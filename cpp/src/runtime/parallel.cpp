@@ -15,6 +15,9 @@
 #include "ctransformer/error.hpp"
 #include "ctransformer/runtime/threads.hpp"
 
+#if defined(__linux__) || defined(__APPLE__)
+#include <pthread.h>
+#endif
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define CT_PAUSE() _mm_pause()
@@ -23,6 +26,16 @@
 #endif
 
 namespace ct::parallel {
+
+void name_this_thread(const char* name) {
+#if defined(__linux__)
+    pthread_setname_np(pthread_self(), name);   // fails (ERANGE) past 15 characters: the name is only a label
+#elif defined(__APPLE__)
+    pthread_setname_np(name);
+#else
+    (void)name;
+#endif
+}
 
 namespace {
 
@@ -72,7 +85,10 @@ std::uint32_t ticket_piece(std::uint64_t t) { return std::uint32_t(t & kPieceMas
 class Pool {
 public:
     explicit Pool(int workers) {
-        for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(); });
+        for (int i = 0; i < workers; ++i) threads_.emplace_back([this] {
+            name_this_thread("ct-worker");
+            loop();
+        });
     }
     ~Pool() {
         {

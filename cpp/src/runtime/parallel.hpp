@@ -27,6 +27,10 @@ void run(std::size_t n, std::size_t chunks, ChunkFn fn, void* ctx);
 
 constexpr std::size_t kPiecesPerThread = 4;
 
+// Names the calling thread for the system (top -H, ps -L, /proc/PID/task/TID/comm, a debugger, py-spy):
+// at most 15 characters; nothing where the system has no names.
+void name_this_thread(const char* name);
+
 // While one lives, an idle worker spins up to 1 ms before it sleeps, instead of 30 us. A decoding call
 // (greedy_decode, beam_search) runs its products tens of microseconds apart, with serial work between them.
 // Waking a sleeping worker for each product cost greedy decoding at batch 32 3-5% of its time (AVX2

@@ -38,7 +38,10 @@ struct Engine::Model {
 Engine::Engine(EngineOptions options) : options_(options) {
     if (options_.max_rows < 1 || options_.max_batch_tokens < 1)
         throw ValueError("Engine: max_rows and max_batch_tokens must be at least 1");
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] {
+        parallel::name_this_thread("ct-engine");
+        loop();
+    });
 }
 
 Engine::~Engine() { stop(); }
