@@ -21,7 +21,8 @@ between them; never two loaded at once:
   ctranslate2.Translator.translate_batch once per request, on a one-thread executor;
 - `ct2-batching`: the same app collecting sentences for up to 10 ms (from the first one's arrival) or 32
   sentences, then one translate_batch: CTranslate2's recommended pattern for independent requests.
-Each is served by uvicorn in one process (its defaults: asyncio loop, h11), and each refuses with 429 when more
+Each is served by uvicorn in one process with its defaults (uvloop and httptools when installed, as the serve extra
+installs them; the tables name the stack), and each refuses with 429 when more
 than --max-queue sentences wait. CTranslate2 runs as ct2_process.py runs it at its documented best: inter_threads=1,
 intra_threads=2, loaded on a short-lived thread, and in the fastest of its documented backend/ISA settings
 (ct2_process.fastest), chosen by timing batch-32 calls for the batching server and batch-1 calls for the
@@ -1062,7 +1063,8 @@ def main(argv=None):
     meta = {"date": date.strftime("%Y-%m-%d %H:%M"), "cpu": cpu, "threads": THREADS, "plan": plan,
             "servers": servers, "sizes": sizes, "precisions": precisions, "sentences": len(test),
             "max_decoding_length": MAX_DECODING_LENGTH, "argv": sys.argv, "stand_in": stand_in or None,
-            "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE"), "loadavg_start": os.getloadavg()}
+            "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE"), "loadavg_start": os.getloadavg(),
+            "http": http_stack()}
     try:
         for size in sizes:
             vocab = train_subword_vocab(train.src + train.tgt, vocab_size=POST_NORM[size]["vocab"])
@@ -1195,12 +1197,23 @@ def measure_config(config):
     return "CTranslate2 " + describe(config)
 
 
+def http_stack():
+    """uvicorn's version and what its defaults (loop="auto", http="auto") pick here: uvloop and httptools when they
+    are importable, else asyncio and h11."""
+    import importlib.util
+    import uvicorn
+
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    return f"uvicorn {uvicorn.__version__} ({loop}, {http})"
+
+
 def print_tables(meta, offline_rows, results, ratio_rows):
     cpu = meta["cpu"]
     print(f"\nServing under load: Multi30k test2016 sources ({meta['sentences']} sentences, mixed lengths), one text a "
           f"request, greedy, max_decoding_length {meta['max_decoding_length']}, random-weight post-norm models; "
           f"{meta['threads']} threads each; {cpu['model']} ({', '.join(cpu['simd_flags'])}), OpenBLAS core "
-          f"{cpu['blas_core']}; CTranslate2 {meta.get('ctranslate2') or '-'}; load "
+          f"{cpu['blas_core']}; CTranslate2 {meta.get('ctranslate2') or '-'}; {meta.get('http') or 'uvicorn'}; load "
           f"{meta['loadavg_start'][0]:.1f} -> {meta['loadavg_end'][0]:.1f}\n")
     if meta["stand_in"]:
         print("A stand-in for a smaller CPU (level_cap.py): "
