@@ -399,6 +399,44 @@ def test_a_full_queue_answers_429_and_the_rest_are_answered(translators, sentenc
         engine.close()
 
 
+def test_a_full_queue_refuses_before_reading_the_body(translators, sentences, offline):
+    """With the queue full, a translation or completion is refused (429, Retry-After, counted) before its body is
+    read: a body that is not even JSON gets the 429, not a 400. The queue is shown full by the C++ engine's stats
+    reporting max_queue requests waiting (a real queue empties at the engine's pace, too fast to hold for a test)."""
+    engine = AsyncEngine(max_queue=4)
+    real = engine._engine
+
+    class Full:   # the C++ engine as it looks with max_queue requests waiting
+        def stats(self):
+            return {**real.stats(), "queue_depth": engine.max_queue}
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    try:
+        engine.add_translator(MARIAN, translators[MARIAN])
+        app = create_app(engine)
+        engine._engine = Full()
+        bad = {"content": b"{not json", "headers": {"content-type": "application/json"}}
+        answers = call(app, *[("POST", path, bad) for path in ("/v1/translate", "/translate", "/v1/completions")],
+                       ("GET", "/health", {}))
+        for answer in answers[:3]:
+            assert answer.status_code == 429, answer.text
+            assert int(answer.headers["retry-after"]) >= 1 and answer.json()["error"].startswith("queue: ")
+        assert answers[3].status_code == 200
+        assert engine.stats()["rejected_total"] == 3
+        assert 'ctransformer_http_responses_total{endpoint="/translate",status="429"} 1.0' in \
+            one(app, "GET", "/metrics").text
+        engine._engine = real   # room again: the same body is read, and refused for what it is
+        assert one(app, "POST", "/v1/translate", **bad).status_code == 400
+        text = sentences[MARIAN][0]
+        assert one(app, "POST", "/v1/translate", json={"texts": [text], **GREEDY}).json() == {
+            "translations": [offline(MARIAN, text, beam_size=1)]}
+    finally:
+        engine._engine = real
+        engine.close()
+
+
 def test_ready_is_503_until_the_models_are_loaded(translators):
     """The command line loads its models in the app's startup: until it returns, /ready and the translation
     endpoints answer 503 while /health answers; a startup that fails leaves /ready at 503 naming the error."""

@@ -45,6 +45,8 @@ V1_FIELDS = ("texts", "model", "precision", "beam_size", "max_decoding_length", 
              "timeout_ms", "api_key")
 # Paths that keep answering while the server loads or drains: a balancer and a scraper must see it go.
 ALWAYS_OPEN = ("/health", "/ready", "/metrics")
+# Paths whose requests wait in the engine's queue: refused with 429 before their body is read when it is full.
+QUEUED = ("/translate", "/v1/translate", "/v1/completions")
 # The metrics' endpoint label takes these values only (any other path is "other"), so a scan of random
 # paths cannot grow the label set without bound.
 ENDPOINTS = ("/", "/translate", "/languages", "/v1/translate", "/v1/models", "/v1/completions", "/health", "/ready",
@@ -618,15 +620,16 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         HTTPError: refused, HTTPException: http_exception, ClientDisconnect: client_gone, _Disconnected: client_gone,
         Exception: internal})
     app.state.engine, app.state.serving, app.state.registry, app.state.drain = engine, serving, registry, drain
-    return _Gate(app, serving, responses)
+    return _Gate(app, serving, responses, refusal)
 
 
 class _Gate:
-    """The outermost layer: refuses requests while loading or draining, counts the requests inside (the drain
-    waits for them) and every response by endpoint and status."""
+    """The outermost layer: refuses requests while loading or draining, and a translation or completion with 429
+    before its body is read when the queue is full; counts the requests inside (the drain waits for them) and every
+    response by endpoint and status."""
 
-    def __init__(self, app, serving, responses):
-        self.app, self.serving, self.responses = app, serving, responses
+    def __init__(self, app, serving, responses, refusal):
+        self.app, self.serving, self.responses, self.refusal = app, serving, responses, refusal
         self.state = app.state   # the Starlette app's: engine, drain, registry
 
     async def __call__(self, scope, receive, send):
@@ -646,6 +649,9 @@ class _Gate:
             response = JSONResponse({"error": f"server: {why}; try again (another replica)"}, status_code=503,
                                     headers={"Retry-After": "1", "Connection": "close"})
             await response(scope, receive, counted_send)
+        elif path in QUEUED and scope["method"] == "POST" and (full := self.queue_full()) is not None:
+            response = JSONResponse({"error": full.message}, status_code=full.status, headers=full.headers)
+            await response(scope, receive, counted_send)
         else:
             self.serving.in_flight += 1
             try:
@@ -653,6 +659,14 @@ class _Gate:
             finally:
                 self.serving.in_flight -= 1
         self.responses.labels(endpoint, str(status[0] or 500)).inc()
+
+    def queue_full(self):
+        """The 429 for a request that the full queue could not take, or None when there is room."""
+        try:
+            self.state.engine.check_room()
+        except QueueFull as error:
+            return self.refusal(error)
+        return None
 
 
 class _EventStream:

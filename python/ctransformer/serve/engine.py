@@ -212,6 +212,14 @@ class AsyncEngine:
         self._counts["requests_total"] += 1
         return rid, request
 
+    def check_room(self):
+        """QueueFull (counted as a refusal) when ``max_queue`` requests wait already, so that none can be accepted now.
+        The server asks before it reads a request's body: past saturation half the requests are refused, and each
+        refusal then costs the two cores the engine needs little more than its HTTP exchange."""
+        if self._engine.stats()["queue_depth"] >= self.max_queue:
+            self._counts["rejected_total"] += 1
+            raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)", retry_after=self._retry_after())
+
     def _retry_after(self):
         """Seconds until a place is likely free: the queue's depth at the engine's recent pace, at least 1."""
         stats = self._engine.stats()
