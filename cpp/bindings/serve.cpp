@@ -34,14 +34,20 @@ void bind_serve(py::module_& m) {
                        "Continuous batching of translation requests on a thread of its own: submit() sources, poll() "
                        "events (tokens as greedy requests make them, finished translations). ctransformer.serve."
                        "AsyncEngine is the Python face of it.")
-        .def(py::init([](Int max_queue, Int max_rows, Int max_batch_tokens) {
+        .def(py::init([](Int max_queue, Int max_rows, Int max_batch_tokens, Int nice) {
                  ct::serve::EngineOptions o;
                  o.max_queue = to_size(max_queue, "Engine: max_queue");
                  o.max_rows = std::size_t(to_int_at_least(max_rows, "Engine: max_rows", 1));
                  o.max_batch_tokens = std::size_t(to_int_at_least(max_batch_tokens, "Engine: max_batch_tokens", 1));
+                 const std::int64_t n = to_int(nice, "Engine: nice");
+                 if (n < 0 || n > 19) throw ct::ValueError("Engine: nice must be from 0 to 19, got " + std::to_string(n));
+                 o.nice = int(n);
                  return std::make_unique<Engine>(o);
              }),
-             py::arg("max_queue") = 256, py::arg("max_rows") = 64, py::arg("max_batch_tokens") = 4096)
+             py::arg("max_queue") = 256, py::arg("max_rows") = 64, py::arg("max_batch_tokens") = 4096,
+             py::arg("nice") = 0,
+             "nice: Linux only; the engine's thread and the thread pool's workers run this many nice levels (0-19) "
+             "above the calling thread, so that the process's other threads (an event loop) get the cores first.")
         .def("add_model",
              [](Engine& e, const std::string& name, py::object model, py::object start_symbol, py::object end_symbol,
                 std::vector<Int> banned, bool force_end, bool bf16) {

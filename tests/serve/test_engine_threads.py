@@ -86,3 +86,68 @@ def test_stop_while_another_thread_polls():
     for t in stoppers + [thread]:
         t.join()
     assert len(seen) == len(submitted) and set(seen) <= {"finished", "cancelled"}
+
+
+NICE_SCRIPT = r"""
+import os
+os.nice(2)   # first, so every thread inherits it; the engine's threads go `nice` levels above the thread making it
+import numpy as np
+import ctransformer as ct
+
+def nices():   # {thread name: [nice values]} of this process's threads; stat's 19th field is the nice value
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            name = f.read().strip()
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            nice = int(f.read().rsplit(")", 1)[1].split()[16])
+        out.setdefault(name, []).append(nice)
+    return out
+
+def step(engine):   # one request through the engine, so that the pool's workers run
+    request = engine.submit("t", [5, 6, 7, 2], max_len=6)
+    while not any(r == request and kind == "finished" for r, kind, *_ in engine.poll(1.0)):
+        pass
+
+ct.manual_seed(0)
+model = ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=1, n_head=4, d_k=8, d_v=8,
+                          dropout=0.0).eval()
+ct.set_num_threads(2)
+x = ct.tensor(np.ones((512, 512), dtype=np.float32))
+x @ x   # a product split over the pool: it exists before the engine, and its workers are reniced
+engine = ct._core.serve.Engine(nice=5)
+engine.add_model("t", model, 1, 2)
+step(engine)
+before = nices()
+ct.set_num_threads(3)
+x @ x   # a new pool, made from this thread: its workers start at the engine's level all the same
+step(engine)
+after = nices()
+engine.stop()
+print(repr((before, after)))
+"""
+
+
+def test_nice_lowers_the_engine_and_the_pool_workers_only():
+    """Engine(nice=5): the engine's thread and the pool's workers, those running and those started later, run 5
+    nice levels above the thread that made the engine (here at 2, so 7); the other threads keep their nice (2). In a
+    subprocess: a thread's nice cannot be lowered again without a privilege."""
+    import ast
+    import subprocess
+    import sys
+
+    import pytest
+    if not sys.platform.startswith("linux"):
+        with pytest.raises(ValueError, match="Linux only"):
+            ct._core.serve.Engine(nice=5)
+        return
+    run = subprocess.run([sys.executable, "-c", NICE_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    before, after = ast.literal_eval(run.stdout.strip().splitlines()[-1])
+    assert before["ct-engine"] == [7] and before["ct-worker"] == [7]
+    assert after["ct-engine"] == [7] and after["ct-worker"] == [7, 7]
+    others = [nice for name, values in after.items() if not name.startswith("ct-") for nice in values]
+    assert others and set(others) == {2}
+    for bad in (-1, 20):
+        with pytest.raises(ValueError, match="nice must be from 0 to 19"):
+            ct._core.serve.Engine(nice=bad)

@@ -860,13 +860,16 @@ def test_the_command_line_refuses_bad_arguments(tmp_path, capsys):
     for argv, message in ((["--model", str(tmp_path / "nope")], "no such file"),
                           (["--model", str(tmp_path), "--precision", "float16"], "--precision"),
                           (["--model", f"a={tmp_path}", "--model", f"a={tmp_path}"], "two models are named 'a'"),
-                          (["--model", str(tmp_path), "--max-queue", "0"], "--max-queue")):
+                          (["--model", str(tmp_path), "--max-queue", "0"], "--max-queue"),
+                          (["--model", str(tmp_path), "--nice", "20"], "--nice must be from 0 to 19"),
+                          (["--model", str(tmp_path), "--nice", "-1"], "--nice must be from 0 to 19")):
         with pytest.raises(SystemExit) as stop:
             main(argv)
         assert stop.value.code == 2 and message in capsys.readouterr().err, argv
     junk = tmp_path / "notes.txt"
     junk.write_text("not a model")
-    assert main(["--model", str(junk), "--port", "0"]) == 1   # it listened, could not load, and said why
+    # it listened, could not load, and said why (--nice 0: the pool's workers of this process keep their priority)
+    assert main(["--model", str(junk), "--port", "0", "--nice", "0"]) == 1
     assert "could not load the models" in capsys.readouterr().err
     assert parse_model(f"de-en={tmp_path}") == ("de-en", str(tmp_path))
     assert parse_model(str(tmp_path / "run.ckpt")) == ("run", str(tmp_path / "run.ckpt"))

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -17,6 +18,11 @@
 
 #if defined(__linux__) || defined(__APPLE__)
 #include <pthread.h>
+#endif
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -37,7 +43,25 @@ void name_this_thread(const char* name) {
 #endif
 }
 
+#if defined(__linux__)
+// Linux's setpriority(PRIO_PROCESS, tid) sets one thread's nice (POSIX would have it the whole process's).
+int thread_nice() {
+    errno = 0;
+    const int nice = getpriority(PRIO_PROCESS, 0);   // 0: the calling thread
+    return errno ? 0 : nice;
+}
+static bool renice_thread(long tid, int nice) {
+    return setpriority(PRIO_PROCESS, id_t(tid), std::min(nice, 19)) == 0;
+}
+bool renice_this_thread(int nice) { return renice_thread(syscall(SYS_gettid), nice); }
+#else
+int thread_nice() { return 0; }
+bool renice_this_thread(int) { return false; }
+#endif
+
 namespace {
+
+std::atomic<int> g_worker_nice{0};   // 0: workers keep the nice they were started with
 
 // CTRANSFORMER_SPIN_US in nanoseconds, or -1 when it is not set.
 long spin_ns_from_env() {
@@ -87,6 +111,13 @@ public:
     explicit Pool(int workers) {
         for (int i = 0; i < workers; ++i) threads_.emplace_back([this] {
             name_this_thread("ct-worker");
+#if defined(__linux__)
+            {   // registered first, read after: set_worker_nice() reaches this worker one way or the other
+                std::lock_guard<std::mutex> lock(tids_mu_);
+                tids_.push_back(syscall(SYS_gettid));
+            }
+            if (const int nice = g_worker_nice.load(); nice > thread_nice()) renice_this_thread(nice);
+#endif
             loop();
         });
     }
@@ -100,6 +131,19 @@ public:
         for (auto& t : threads_) t.join();
     }
     std::size_t workers() const { return threads_.size(); }
+
+    void renice_workers(int nice) {
+#if defined(__linux__)
+        std::lock_guard<std::mutex> lock(tids_mu_);
+        for (const long tid : tids_) {
+            errno = 0;
+            const int now = getpriority(PRIO_PROCESS, id_t(tid));
+            if (errno == 0 && nice > now) renice_thread(tid, nice);
+        }
+#else
+        (void)nice;
+#endif
+    }
 
     void run(std::size_t n, std::size_t pieces, ChunkFn fn, void* ctx) {
         if (pieces > kPieceMask) throw std::logic_error("parallel::run: too many pieces");
@@ -188,6 +232,8 @@ private:
     }
 
     std::vector<std::thread> threads_;
+    std::mutex tids_mu_;
+    std::vector<long> tids_;   // the workers' thread ids (Linux), for renice_workers
     std::mutex mu_, run_mu_, done_mu_;
     std::condition_variable cv_, done_cv_;
     std::atomic<bool> caller_waiting_{false};
@@ -234,6 +280,16 @@ void set_default_threads_source(int (*source)()) { g_default_source.store(source
 
 KeepAwake::KeepAwake() { g_keep_awake.fetch_add(1, std::memory_order_relaxed); }
 KeepAwake::~KeepAwake() { g_keep_awake.fetch_sub(1, std::memory_order_relaxed); }
+
+void set_worker_nice(int nice) {
+    g_worker_nice.store(nice);   // before the pool is read: a worker starting meanwhile reads it (Pool's constructor)
+    std::shared_ptr<Pool> pool;
+    {
+        std::lock_guard<std::mutex> lock(g_config_mu);
+        pool = g_pool;
+    }
+    if (pool) pool->renice_workers(nice);
+}
 
 void run(std::size_t n, std::size_t pieces, ChunkFn fn, void* ctx) {
     const int t = threads();

@@ -31,6 +31,15 @@ constexpr std::size_t kPiecesPerThread = 4;
 // at most 15 characters; nothing where the system has no names.
 void name_this_thread(const char* name);
 
+// Linux: the nice value of the calling thread, and nice + increment clamped to 19 for it alone (other threads keep
+// theirs). Raising a thread's nice needs no privilege. Elsewhere: false, nothing changed.
+int thread_nice();
+bool renice_this_thread(int nice);
+// Linux: runs the pool's workers, those running now and those started later, at this nice value (threads whose
+// nice is higher already keep theirs: lowering it needs a privilege). The serving engine sets it, so that its
+// compute threads yield the cores to the event loop that answers HTTP.
+void set_worker_nice(int nice);
+
 // While one lives, an idle worker spins up to 1 ms before it sleeps, instead of 30 us. A decoding call
 // (greedy_decode, beam_search) runs its products tens of microseconds apart, with serial work between them.
 // Waking a sleeping worker for each product cost greedy decoding at batch 32 3-5% of its time (AVX2

@@ -38,8 +38,20 @@ struct Engine::Model {
 Engine::Engine(EngineOptions options) : options_(options) {
     if (options_.max_rows < 1 || options_.max_batch_tokens < 1)
         throw ValueError("Engine: max_rows and max_batch_tokens must be at least 1");
-    thread_ = std::thread([this] {
+    if (options_.nice < 0 || options_.nice > 19)
+        throw ValueError("Engine: nice must be from 0 to 19, got " + std::to_string(options_.nice));
+    int nice = 0;   // the compute threads' nice value; 0: left as they are
+    if (options_.nice > 0) {
+#if defined(__linux__)
+        nice = std::min(parallel::thread_nice() + options_.nice, 19);
+        parallel::set_worker_nice(nice);
+#else
+        throw ValueError("Engine: nice is supported on Linux only (got " + std::to_string(options_.nice) + ")");
+#endif
+    }
+    thread_ = std::thread([this, nice] {
         parallel::name_this_thread("ct-engine");
+        if (nice > parallel::thread_nice()) parallel::renice_this_thread(nice);
         loop();
     });
 }

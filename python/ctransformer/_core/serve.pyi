@@ -12,8 +12,10 @@ class Engine:
     """
     Continuous batching of translation requests on a thread of its own: submit() sources, poll() events (tokens as greedy requests make them, finished translations). ctransformer.serve.AsyncEngine is the Python face of it.
     """
-    def __init__(self, max_queue: typing.SupportsInt | typing.SupportsIndex = 256, max_rows: typing.SupportsInt | typing.SupportsIndex = 64, max_batch_tokens: typing.SupportsInt | typing.SupportsIndex = 4096) -> None:
-        ...
+    def __init__(self, max_queue: typing.SupportsInt | typing.SupportsIndex = 256, max_rows: typing.SupportsInt | typing.SupportsIndex = 64, max_batch_tokens: typing.SupportsInt | typing.SupportsIndex = 4096, nice: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        """
+        nice: Linux only; the engine's thread and the thread pool's workers run this many nice levels (0-19) above the calling thread, so that the process's other threads (an event loop) get the cores first.
+        """
     def add_model(self, name: str, model: typing.Any, start_symbol: typing.Any = None, end_symbol: typing.Any = None, banned: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], force_end: bool = False, bf16: bool = False) -> None:
         """
         Serve `model` (eval mode; it must not change while served) under `name`: a Transformer (translations from start_symbol to end_symbol, with the banned ids and force_end of greedy_decode), or a GPT (continuations of prompts, ended by end_symbol when given).

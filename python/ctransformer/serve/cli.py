@@ -24,6 +24,9 @@ import sys
 from ctransformer import precision as _precision
 
 PRECISIONS = ("float32", "bfloat16", "int8")
+# The maths' threads run this much nicer than the event loop (Linux): on 2 cores under load, a 429's p99 fell from
+# 8.5-12.7 to 3.2-6.3 ms and the throughput at 32 clients did not fall (small int8, five alternating rounds).
+DEFAULT_NICE = 10 if sys.platform.startswith("linux") else 0
 
 
 def parse_model(spec):
@@ -116,6 +119,10 @@ def build_parser():
                         help="bytes in one request body (default 1 MiB)")
     parser.add_argument("--threads", metavar="N", type=int, default=None,
                         help="threads for the maths (default: all cores)")
+    parser.add_argument("--nice", metavar="N", type=int, default=DEFAULT_NICE,
+                        help="Linux: run the maths' threads N nice levels (0-19) below the HTTP event loop, so that "
+                             f"answers and refusals do not wait for a decoding step (default {DEFAULT_NICE}; 0 "
+                             "elsewhere, where only 0 is accepted)")
     parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                         help="uvicorn's log level (default warning)")
     parser.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
@@ -148,6 +155,10 @@ def main(argv=None):
             parser.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be from 0 to 65535, got {args.port}")
+    if not 0 <= args.nice <= 19:
+        parser.error(f"--nice must be from 0 to 19, got {args.nice}")
+    if args.nice and not sys.platform.startswith("linux"):
+        parser.error(f"--nice: thread priorities are set on Linux only; give --nice 0 (got {args.nice})")
     api_key = args.api_key or os.environ.get("CTRANSFORMER_API_KEY") or None
 
     import ctransformer as ct
@@ -156,7 +167,8 @@ def main(argv=None):
 
     if args.threads:
         ct.set_num_threads(args.threads)
-    engine = AsyncEngine(max_queue=args.max_queue, max_rows=args.max_rows, max_batch_tokens=args.max_batch_tokens)
+    engine = AsyncEngine(max_queue=args.max_queue, max_rows=args.max_rows, max_batch_tokens=args.max_batch_tokens,
+                         nice=args.nice)
 
     async def load_models():
         # The files are read in a thread, so /health and /ready answer meanwhile; each model is handed to the

@@ -100,10 +100,15 @@ class AsyncEngine:
     ``max_queue`` requests (sentences, prompts) may wait for a place in a batch; ``max_rows`` decoder rows (a beam of
     k takes k) and ``max_batch_tokens`` input tokens make one model's batch. ``add_translator`` serves a Translator
     under a name in a precision (``float32``, ``bfloat16`` or ``int8``), ``translate`` and ``stream`` send it
-    requests; ``add_generator`` serves a GPT, ``complete`` and ``stream_completion`` continue prompts."""
+    requests; ``add_generator`` serves a GPT, ``complete`` and ``stream_completion`` continue prompts.
 
-    def __init__(self, max_queue=256, max_rows=64, max_batch_tokens=4096):
-        self._engine = _core.serve.Engine(max_queue=max_queue, max_rows=max_rows, max_batch_tokens=max_batch_tokens)
+    ``nice`` (Linux only): the engine's thread and the thread pool's workers run that many nice levels (0-19) above
+    the calling thread, for the rest of the process, so that the event loop gets a core as soon as it has work
+    (``ctransformer-serve`` passes 10)."""
+
+    def __init__(self, max_queue=256, max_rows=64, max_batch_tokens=4096, nice=0):
+        self._engine = _core.serve.Engine(max_queue=max_queue, max_rows=max_rows, max_batch_tokens=max_batch_tokens,
+                                          nice=nice)
         self.max_queue = max_queue
         self._models = {}
         self._waiting = {}            # request id -> _Request

@@ -40,6 +40,10 @@ struct EngineOptions {
     std::size_t max_queue = 256;           // requests waiting (not yet admitted), all models together
     std::size_t max_rows = 64;             // decoder rows of one model's batch
     std::size_t max_batch_tokens = 4096;   // source tokens of the requests in one model's batch
+    // Linux: the engine's thread and the thread pool's workers run this many nice levels above the thread that
+    // makes the engine (clamped to 19), so that an event loop answering HTTP in the same process gets a core at
+    // once instead of after a decoding step. 0 leaves them; elsewhere only 0 is accepted.
+    int nice = 0;
 };
 
 // How a model decodes: its symbols and rules (decode::TranslationBatch; a GPT reads end_symbol only, < 0 for
