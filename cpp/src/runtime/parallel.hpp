@@ -31,8 +31,9 @@ constexpr std::size_t kPiecesPerThread = 4;
 // at most 15 characters; nothing where the system has no names.
 void name_this_thread(const char* name);
 
-// Linux: the nice value of the calling thread, and nice + increment clamped to 19 for it alone (other threads keep
-// theirs). Raising a thread's nice needs no privilege. Elsewhere: false, nothing changed.
+// Linux: the calling thread's nice value (0 elsewhere), and setting it, for that thread alone, to `nice` clamped to
+// 19 (other threads keep theirs; true when it was set). Raising a thread's nice needs no privilege, lowering it
+// does. Elsewhere renice_this_thread changes nothing and returns false.
 int thread_nice();
 bool renice_this_thread(int nice);
 // Linux: runs the pool's workers, those running now and those started later, at this nice value (threads whose
