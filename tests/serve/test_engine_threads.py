@@ -89,7 +89,7 @@ def test_stop_while_another_thread_polls():
 
 
 NICE_SCRIPT = r"""
-import os
+import os, time
 os.nice(2)   # first, so every thread inherits it; the engine's threads go `nice` levels above the thread making it
 import numpy as np
 import ctransformer as ct
@@ -103,6 +103,17 @@ def nices():   # {thread name: [nice values]} of this process's threads; stat's 
             nice = int(f.read().rsplit(")", 1)[1].split()[16])
         out.setdefault(name, []).append(nice)
     return out
+
+def settled(workers):
+    # nices() once `workers` pool workers have started and set their nice (a new thread takes its name and nice
+    # when the machine first runs it, which on a loaded one can be later than the product that made it), or after
+    # 30 s, as they are then.
+    deadline = time.monotonic() + 30
+    while True:
+        state = nices()
+        if sorted(state.get("ct-worker", [])) == [7] * workers or time.monotonic() > deadline:
+            return state
+        time.sleep(0.01)
 
 def step(engine):   # one request through the engine, so that the pool's workers run
     request = engine.submit("t", [5, 6, 7, 2], max_len=6)
@@ -118,11 +129,11 @@ x @ x   # a product split over the pool: it exists before the engine, and its wo
 engine = ct._core.serve.Engine(nice=5)
 engine.add_model("t", model, 1, 2)
 step(engine)
-before = nices()
+before = settled(1)
 ct.set_num_threads(3)
 x @ x   # a new pool, made from this thread: its workers start at the engine's level all the same
 step(engine)
-after = nices()
+after = settled(2)
 engine.stop()
 print(repr((before, after)))
 """
