@@ -25,7 +25,7 @@ Tensor Tensor::full(const Shape& shape, float value, bool requires_grad) {
     return Tensor(std::move(a), requires_grad);
 }
 
-std::size_t Tensor::size(std::int64_t d) const { return shape()[wrap_dim(d, dim(), "dim")]; }
+std::size_t Tensor::size(std::int64_t d) const { return array().shape()[wrap_dim(d, dim(), "dim")]; }
 
 float Tensor::item() const {
     if (numel() != 1)

@@ -42,7 +42,9 @@ public:
     static Tensor from_impl(std::shared_ptr<TensorImpl> impl) { Tensor t; t.impl_ = std::move(impl); return t; }
 
     Shape shape() const { return Shape(array().shape().begin(), array().shape().end()); }
-    std::size_t dim() const { return shape().size(); }
+    // dim() and size() read the array's shape in place: shape() copies it to a vector (an allocation), and
+    // a decoding step asks for sizes thousands of times.
+    std::size_t dim() const { return array().shape().size(); }
     std::size_t size(std::int64_t d) const;       // d may be negative, as in torch
     std::size_t numel() const { return impl_->storage->size(); }
     float* data() const { return impl_->storage->data(); }
