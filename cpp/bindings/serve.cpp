@@ -39,9 +39,7 @@ void bind_serve(py::module_& m) {
                  o.max_queue = to_size(max_queue, "Engine: max_queue");
                  o.max_rows = std::size_t(to_int_at_least(max_rows, "Engine: max_rows", 1));
                  o.max_batch_tokens = std::size_t(to_int_at_least(max_batch_tokens, "Engine: max_batch_tokens", 1));
-                 const std::int64_t n = to_int(nice, "Engine: nice");
-                 if (n < 0 || n > 19) throw ct::ValueError("Engine: nice must be from 0 to 19, got " + std::to_string(n));
-                 o.nice = int(n);
+                 o.nice = to_int(nice, "Engine: nice");   // its range: Engine's constructor
                  return std::make_unique<Engine>(o);
              }),
              py::arg("max_queue") = 256, py::arg("max_rows") = 64, py::arg("max_batch_tokens") = 4096,

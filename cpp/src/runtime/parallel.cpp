@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -45,23 +46,25 @@ void name_this_thread(const char* name) {
 
 #if defined(__linux__)
 // Linux's setpriority(PRIO_PROCESS, tid) sets one thread's nice (POSIX would have it the whole process's).
-int thread_nice() {
+static int nice_of(long tid) {   // 0: the calling thread; 0 too when it cannot be read
     errno = 0;
-    const int nice = getpriority(PRIO_PROCESS, 0);   // 0: the calling thread
+    const int nice = getpriority(PRIO_PROCESS, id_t(tid));
     return errno ? 0 : nice;
 }
-static bool renice_thread(long tid, int nice) {
-    return setpriority(PRIO_PROCESS, id_t(tid), std::min(nice, 19)) == 0;
+// Only ever up: lowering a nice needs a privilege, and a thread already nicer keeps its own.
+static bool raise_nice(long tid, int nice) {
+    return nice > nice_of(tid) && setpriority(PRIO_PROCESS, id_t(tid), std::min(nice, 19)) == 0;
 }
-bool renice_this_thread(int nice) { return renice_thread(syscall(SYS_gettid), nice); }
+int thread_nice() { return nice_of(0); }
+bool raise_this_thread_nice(int nice) { return raise_nice(syscall(SYS_gettid), nice); }
 #else
 int thread_nice() { return 0; }
-bool renice_this_thread(int) { return false; }
+bool raise_this_thread_nice(int) { return false; }
 #endif
 
 namespace {
 
-std::atomic<int> g_worker_nice{0};   // 0: workers keep the nice they were started with
+std::atomic<int> g_worker_nice{INT_MIN};   // INT_MIN: workers keep the nice they were started with
 
 // CTRANSFORMER_SPIN_US in nanoseconds, or -1 when it is not set.
 long spin_ns_from_env() {
@@ -116,7 +119,7 @@ public:
                 std::lock_guard<std::mutex> lock(tids_mu_);
                 tids_.push_back(syscall(SYS_gettid));
             }
-            if (const int nice = g_worker_nice.load(); nice > thread_nice()) renice_this_thread(nice);
+            raise_this_thread_nice(g_worker_nice.load());
 #endif
             loop();
         });
@@ -135,11 +138,7 @@ public:
     void renice_workers(int nice) {
 #if defined(__linux__)
         std::lock_guard<std::mutex> lock(tids_mu_);
-        for (const long tid : tids_) {
-            errno = 0;
-            const int now = getpriority(PRIO_PROCESS, id_t(tid));
-            if (errno == 0 && nice > now) renice_thread(tid, nice);
-        }
+        for (const long tid : tids_) raise_nice(tid, nice);
 #else
         (void)nice;
 #endif

@@ -31,11 +31,12 @@ constexpr std::size_t kPiecesPerThread = 4;
 // at most 15 characters; nothing where the system has no names.
 void name_this_thread(const char* name);
 
-// Linux: the calling thread's nice value (0 elsewhere), and setting it, for that thread alone, to `nice` clamped to
-// 19 (other threads keep theirs; true when it was set). Raising a thread's nice needs no privilege, lowering it
-// does. Elsewhere renice_this_thread changes nothing and returns false.
+// Linux: the calling thread's nice value (0 elsewhere), and raising it, for that thread alone, to `nice` clamped to
+// 19 when that is above its own (other threads keep theirs; true when it was set). Raising a thread's nice needs no
+// privilege, lowering it does, so it is never lowered. Elsewhere raise_this_thread_nice changes nothing and returns
+// false.
 int thread_nice();
-bool renice_this_thread(int nice);
+bool raise_this_thread_nice(int nice);
 // Linux: runs the pool's workers, those running now and those started later, at this nice value (threads whose
 // nice is higher already keep theirs: lowering it needs a privilege). The serving engine sets it, so that its
 // compute threads yield the cores to the event loop that answers HTTP.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <functional>
 
 #include "ctransformer/autocast.hpp"
@@ -40,10 +41,10 @@ Engine::Engine(EngineOptions options) : options_(options) {
         throw ValueError("Engine: max_rows and max_batch_tokens must be at least 1");
     if (options_.nice < 0 || options_.nice > 19)
         throw ValueError("Engine: nice must be from 0 to 19, got " + std::to_string(options_.nice));
-    int nice = 0;   // the compute threads' nice value; 0: left as they are
+    int nice = INT_MIN;   // the compute threads' nice value; INT_MIN: left as they are (raise_this_thread_nice)
     if (options_.nice > 0) {
 #if defined(__linux__)
-        nice = std::min(parallel::thread_nice() + options_.nice, 19);
+        nice = std::min(parallel::thread_nice() + int(options_.nice), 19);
         parallel::set_worker_nice(nice);
 #else
         throw ValueError("Engine: nice is supported on Linux only (got " + std::to_string(options_.nice) + ")");
@@ -51,7 +52,7 @@ Engine::Engine(EngineOptions options) : options_(options) {
     }
     thread_ = std::thread([this, nice] {
         parallel::name_this_thread("ct-engine");
-        if (nice > parallel::thread_nice()) parallel::renice_this_thread(nice);
+        parallel::raise_this_thread_nice(nice);
         loop();
     });
 }

@@ -43,7 +43,7 @@ struct EngineOptions {
     // Linux: the engine's thread and the thread pool's workers run this many nice levels above the thread that
     // makes the engine (clamped to 19), so that an event loop answering HTTP in the same process gets a core at
     // once instead of after a decoding step. 0 leaves them; elsewhere only 0 is accepted.
-    int nice = 0;
+    std::int64_t nice = 0;   // 0-19 (checked by the constructor, the one place that does)
 };
 
 // How a model decodes: its symbols and rules (decode::TranslationBatch; a GPT reads end_symbol only, < 0 for
