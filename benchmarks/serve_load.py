@@ -53,11 +53,12 @@ Offline anchors in the same run, on the same sentences, with no server running: 
 (beam_size=1, batch_size=32; and batch_size=1 on a few sentences) and CTranslate2's translate_batch
 (max_batch_size=32; and 1). And, while ours is running and idle, two paired passes that take the machine's drift
 out of the comparisons with offline: each sentence through the Translator at batch 1 in this process, then through
-the server by one client, in turn (paired_one_client); and rounds of 96 sentences through the Translator at batch 32,
-then the same ones through the server by 32 clients (paired_batch). Then the issue's ratios: ours at 32 clients
-against our offline batch-32 (the paired rounds' median), against the per-request and the 10 ms batching CTranslate2
-servers at 32 clients (with the p99s beside), p99 / p50 on the mixed lengths, the paired pass's p50 difference
-from offline batch-1, and at 2x saturation the 429s' latency and the throughput against saturation.
+the server by one client, in turn (paired_one_client); and rounds of a few seconds of the Translator at batch 32,
+then as long of the same sentences through the server by 32 clients, counted in steady state, after a warm-up
+(paired_batch). Then the issue's ratios: ours at 32 clients against our offline batch-32 (the paired rounds'
+median), against the per-request and the 10 ms batching CTranslate2 servers at 32 clients (with the p99s beside),
+p99 / p50 on the mixed lengths, the paired pass's p50 difference from offline batch-1, and at 2x saturation the
+429s' latency and the throughput against saturation.
 
 Output: a Markdown table, a JSON file (--out, default benchmarks/results/serve_load_<date>.json) with the CPU, its
 SIMD flags and OpenBLAS's core, and a plot of throughput against p99 latency, one line per server (--plot, default
@@ -96,11 +97,11 @@ OPEN_FRACTIONS = (0.5, 1.0, 1.5, 2.0)
 OPEN_MAX_REQUESTS = 20000    # an open level's bound in requests (it also stops after --seconds-per-level)
 QUICK = dict(concurrency=(1, 4, 16), stream_concurrency=(1, 4), open_fractions=(1.0, 2.0), requests_per_level=24,
              seconds_per_level=5.0, sentences=64, max_queue=64, offline_calls=1, batch1_sentences=4, warmup=4,
-             paired_sentences=4, paired_rounds=1, paired_batch_sentences=32,
+             paired_sentences=4, paired_rounds=1, paired_batch_seconds=1.0,
              pause=1.0, request_timeout=30.0)
 FULL = dict(concurrency=CONCURRENCY, stream_concurrency=STREAM_CONCURRENCY, open_fractions=OPEN_FRACTIONS,
             requests_per_level=300, seconds_per_level=30.0, sentences=1000, max_queue=256, offline_calls=3,
-            paired_sentences=24, paired_rounds=3, paired_batch_sentences=96,
+            paired_sentences=24, paired_rounds=3, paired_batch_seconds=4.0,
             batch1_sentences=16, warmup=16, pause=3.0, request_timeout=60.0)
 SERVERS = ("ours", "ct2-per-request", "ct2-batching")
 LABELS = {"ours": "ctransformer-serve", "ct2-per-request": "CTranslate2 per request",
@@ -175,11 +176,11 @@ class Connection:
 class Record:
     """One request's outcome. latency: seconds from its send to its last byte; ttft and gaps: a stream's first
     piece and the seconds between its pieces; lag: an open-loop request's delay past its scheduled arrival."""
-    __slots__ = ("index", "status", "latency", "ttft", "gaps", "text", "error", "lag")
+    __slots__ = ("index", "status", "latency", "ttft", "gaps", "text", "error", "lag", "end")
 
     def __init__(self, index):
         self.index, self.status, self.latency, self.ttft, self.gaps = index, None, None, None, None
-        self.text, self.error, self.lag = None, None, 0.0
+        self.text, self.error, self.lag, self.end = None, None, 0.0, None
 
 
 def _body(sentence, stream):
@@ -199,7 +200,8 @@ async def _exchange(conn, record, body, stream):
                 events.append((t, json.loads(event[len(b"data: "):])))
 
     status, _, data = await conn.post("/v1/translate", body, on_chunk if stream else None)
-    record.latency = time.perf_counter() - start
+    record.end = time.perf_counter()
+    record.latency = record.end - start
     record.status = status
     if status != 200:
         record.error = data[:200].decode("utf-8", "replace")
@@ -745,26 +747,55 @@ def paired_one_client(port, checkpoint, precision, sentences, n, timeout):
         del translator, model
 
 
-def paired_batch(port, checkpoint, precision, sentences, n, rounds, timeout, count_tokens):
-    """32 clients, paired: in each round, ctransformer's Translator at batch 32 on n sentences in this process, then
-    the same n sentences sent by 32 closed-loop clients to the running server (idle during the offline call). The
-    same drift that moved the one-client figures moved the separate offline batch-32 figure by 15% from one run to
-    the next; in turn, each round's ratio compares like with like. Returns each round's (offline tokens/s, server
-    tokens/s)."""
+def tokens_in_window(records, count_tokens, begin, end):
+    """Output tokens of the answered requests decoded in [begin, end), each answer's tokens spread evenly over its
+    request's time (send to answer): a steady rate with no step at each answer, whichever requests straddle the
+    window's edges."""
+    total = 0.0
+    for r in records:
+        if r.status != 200 or r.end is None:
+            continue
+        sent = r.end - r.latency
+        overlap = min(r.end, end) - max(sent, begin)
+        if overlap > 0:
+            total += count_tokens(r.text) * overlap / max(r.latency, 1e-9)
+    return total
+
+
+def paired_batch(port, checkpoint, precision, sentences, seconds, rounds, timeout, count_tokens):
+    """32 clients, paired, in steady state: in each round, ctransformer's Translator at batch 32 on successive
+    sentences for `seconds` in this process, then the same sentences sent by 32 closed-loop clients to the running
+    server (idle during the offline calls) for a warm-up and `seconds` more, counting the tokens decoded after the
+    warm-up (tokens_in_window). The same drift that moved the one-client figures moved the separate offline batch-32
+    figure by 15% from one run to the next; in turn, each round's ratio compares like with like. Steady state,
+    because a round of a few requests a client measures the ramp instead: the 32 first requests arrive at once, the
+    server's Python turns them around one by one (about 30 ms for 32 on two busy cores), so they start over a spread
+    of steps and end over one, and rounds of 96 sentences (three a client) lost 10-20% to that, at the start and the
+    end. The warm-up is two offline batch-32 calls' time (the first wave and the spread it leaves), at least a
+    second; the window at least four calls' time. Returns each round's (offline tokens/s, server tokens/s)."""
     translator, model = our_translator(checkpoint, precision, MAX_BATCH)
     translator.translate(sentences[:MAX_BATCH], max_decoding_length=MAX_DECODING_LENGTH)   # warm-up
     out = []
+    first = 0
     try:
         for k in range(rounds):
-            chosen = [sentences[(k * n + i) % len(sentences)] for i in range(n)]
             time.sleep(LEVEL_GAP_S)
-            start = time.perf_counter()
-            texts = translator.translate(chosen, max_decoding_length=MAX_DECODING_LENGTH)
-            offline = sum(count_tokens(t) for t in texts) / (time.perf_counter() - start)
+            tokens, calls, start = 0, 0, time.perf_counter()
+            while calls < 2 or time.perf_counter() - start < seconds:
+                chosen = [sentences[(first + calls * MAX_BATCH + i) % len(sentences)] for i in range(MAX_BATCH)]
+                texts = translator.translate(chosen, max_decoding_length=MAX_DECODING_LENGTH)
+                tokens += sum(count_tokens(t) for t in texts)
+                calls += 1
+            elapsed = time.perf_counter() - start
+            offline, per_call = tokens / elapsed, elapsed / calls
+            warmup, window = max(1.0, 2.0 * per_call), max(seconds, 4.0 * per_call)
             time.sleep(LEVEL_GAP_S)
-            records, wall, cpu = asyncio.run(closed_loop(port, chosen, MAX_BATCH, n, 600.0, False, timeout))
-            server = summarize(records, wall, cpu, count_tokens)["tokens_per_s"]
+            begin = time.perf_counter() + warmup
+            records, _, _ = asyncio.run(closed_loop(port, sentences, MAX_BATCH, 10 ** 9, warmup + window, False,
+                                                    timeout, first=first))
+            server = tokens_in_window(records, count_tokens, begin, begin + window) / window
             out.append((offline, server))
+            first += calls * MAX_BATCH
     finally:
         del translator, model
     return out
@@ -910,7 +941,8 @@ def ratios(size, precision, results, offline):
                 None if paired32 else value >= 0.85))
     if paired32:
         value = paired32["ratio_median"]
-        out.append((f"ours at {MAX_BATCH} clients / our offline batch-32, paired in {paired32['ok']} rounds (median)",
+        out.append((f"ours at {MAX_BATCH} clients, steady state / our offline batch-32, paired in {paired32['ok']} rounds "
+                    "(median)",
                     f"{value:.2f}", ">= 0.85", value >= 0.85))
     for kind, target in (("ct2-per-request", 3.0), ("ct2-batching", 1.5)):
         other = closed(kind, ours["value"])
@@ -1149,14 +1181,14 @@ def main(argv=None):
                             log(f"  paired 1 client: {row['ok']} sentences, server - offline batch-1: p50 "
                                 f"{row['difference_p50_ms'] or 0:+.1f} ms, mean {row['difference_mean_ms'] or 0:+.1f} ms")
                         if kind == "ours" and plan["paired_rounds"]:
-                            pairs = paired_batch(server.port, checkpoint, precision, test, plan["paired_batch_sentences"],
+                            pairs = paired_batch(server.port, checkpoint, precision, test, plan["paired_batch_seconds"],
                                                  plan["paired_rounds"], plan["request_timeout"], count_tokens)
                             ratios_ = sorted(b / a for a, b in pairs)
                             row = {"load": "paired", "value": MAX_BATCH, "ok": len(pairs),
                                    "rounds": [{"offline_tokens_per_s": a, "server_tokens_per_s": b} for a, b in pairs],
                                    "ratio_median": ratios_[len(ratios_) // 2]}
                             levels.append(row)
-                            log(f"  paired {MAX_BATCH} clients: server / offline batch-{MAX_BATCH} tokens/s by round: "
+                            log(f"  paired {MAX_BATCH} clients, steady state: server / offline batch-{MAX_BATCH} tokens/s by round: "
                                 + ", ".join(f"{b:.0f}/{a:.0f}" for a, b in pairs) + f"; median {row['ratio_median']:.2f}")
                     finally:
                         code = server.stop()
