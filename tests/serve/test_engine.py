@@ -220,6 +220,33 @@ def test_timeouts_and_cancellations_free_their_rows():
     engine.stop()
 
 
+def test_each_request_leaves_by_its_own_deadline():
+    """Deadlines come in any order and the soonest goes first: requests with a 1 ms timeout leave (timed out, or
+    finished had they been that quick), those with a minute's finish, every one with exactly one final event."""
+    model = post_norm_model("prj-tied")
+    engine = ct._core.serve.Engine(max_queue=64, max_rows=2, max_batch_tokens=64)
+    engine.add_model("m", model, START, 3)
+    short, long_ = [], []
+    for i in range(12):   # the short ones last: their deadlines come first all the same
+        timeout = 0.001 if i >= 8 else 60.0
+        # a long one decodes to max_len (this model's ends come late): the short ones wait hundreds of steps
+        request = engine.submit("m", [5 + i % 4, 6, SOURCE_END], max_len=100, timeout=timeout)
+        (short if timeout < 1 else long_).append(request)
+    final = {}
+    deadline = time.monotonic() + 30
+    while len(final) < 12 and time.monotonic() < deadline:
+        for request, kind, *_ in engine.poll(0.05):
+            if kind != "token":
+                assert request not in final, f"a second final event for {request}: {kind}"
+                final[request] = kind
+    assert all(final.get(r) == "finished" for r in long_), final
+    assert all(final.get(r) in ("timed_out", "finished") for r in short), final
+    stats = engine.stats()
+    assert stats["timed_out_total"] == sum(final[r] == "timed_out" for r in short) > 0
+    assert stats["rows_in_use"] == 0 and stats["queue_depth"] == 0
+    engine.stop()
+
+
 def test_poll_releases_the_gil():
     """poll() waits with the GIL released: another Python thread runs meanwhile."""
     import threading
@@ -273,3 +300,4 @@ def test_int8_marian_beams_search_as_transformers_rules_alone(early_stopping):
         assert results[s][1] == score[0]
         ended += len(results[s][0]) < max_len - 2
     assert 0 < ended, "some searches should end before the length limit"
+

@@ -139,8 +139,10 @@ std::uint64_t Engine::submit(const std::string& name, std::vector<std::int64_t> 
     r->source = std::move(source);
     r->options = options;
     r->tokens = tokens;
-    if (timeout_seconds > 0.0)
+    if (timeout_seconds > 0.0) {
         r->deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+        deadlines_.emplace(*r->deadline, r->id);
+    }
     m.waiting.push_back(r);
     requests_.emplace(r->id, r);
     ++waiting_;
@@ -182,6 +184,13 @@ EngineStats Engine::stats() const {
 
 void Engine::push(Event e) { events_.push_back(std::move(e)); }
 
+void Engine::forget(std::uint64_t request) {
+    const auto it = requests_.find(request);
+    if (it == requests_.end()) return;
+    if (it->second->deadline) deadlines_.erase({*it->second->deadline, request});
+    requests_.erase(it);
+}
+
 void Engine::loop() {
     NoGradGuard no_grad;
     decode::PackedWeights packing;   // the served weights never change: each is packed once, for the engine's life
@@ -198,6 +207,7 @@ void Engine::loop() {
     for (auto& [id, r] : requests_) push({id, Event::Kind::Cancelled, 0, {}, 0.0, "the engine stopped"});
     stats_.cancelled_total += requests_.size();
     requests_.clear();
+    deadlines_.clear();
     for (auto& [name, m] : models_) {
         m->waiting.clear();
         m->batch = m->make_batch();
@@ -213,14 +223,8 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
     std::vector<std::pair<std::uint64_t, Event::Kind>> leaving;
     for (std::uint64_t id : cancels_) leaving.emplace_back(id, Event::Kind::Cancelled);
     cancels_.clear();
-    std::optional<Clock::time_point> next_deadline;
-    for (const auto& [id, r] : requests_)
-        if (r->deadline) {
-            if (*r->deadline <= now)
-                leaving.emplace_back(id, Event::Kind::TimedOut);
-            else if (!next_deadline || *r->deadline < *next_deadline)
-                next_deadline = r->deadline;
-        }
+    for (auto d = deadlines_.begin(); d != deadlines_.end() && d->first <= now; ++d)
+        leaving.emplace_back(d->second, Event::Kind::TimedOut);
     for (const auto& [id, kind] : leaving) {
         const auto it = requests_.find(id);
         if (it == requests_.end()) continue;
@@ -236,7 +240,7 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
             m.waiting.erase(std::find(m.waiting.begin(), m.waiting.end(), r));
             --waiting_;
         }
-        requests_.erase(it);
+        forget(id);
         push({id, kind, 0, {}, 0.0, kind == Event::Kind::TimedOut ? "timed out" : "cancelled"});
         ++(kind == Event::Kind::TimedOut ? stats_.timed_out_total : stats_.cancelled_total);
     }
@@ -257,8 +261,8 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
         stats_.rows_in_use = 0;
         stats_.sequences = 0;
         const auto idle = [this] { return stopping_ || !cancels_.empty() || waiting_ > 0; };
-        if (next_deadline)
-            work_cv_.wait_until(lock, *next_deadline, idle);
+        if (!deadlines_.empty())
+            work_cv_.wait_until(lock, deadlines_.begin()->first, idle);
         else
             work_cv_.wait(lock, idle);
         return;
@@ -313,7 +317,7 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
     stats_.last_step_seconds = seconds;
     if (!failure.empty()) {   // every request of this model's batch fails; the engine goes on
         for (const auto& [id, rows] : model->rows_of) {
-            requests_.erase(id);
+            forget(id);
             push({id, Event::Kind::Failed, 0, {}, 0.0, failure});
             ++stats_.failed_total;
         }
@@ -329,7 +333,7 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
     }
     for (auto& f : result.finished) {
         push({f.id, Event::Kind::Finished, 0, std::move(f.ids), f.score, {}});
-        requests_.erase(f.id);
+        forget(f.id);
         model->rows_reserved -= model->rows_of[f.id];
         model->tokens_in_batch -= model->tokens[f.id];
         model->rows_of.erase(f.id);

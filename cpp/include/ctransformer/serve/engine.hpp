@@ -13,11 +13,13 @@
 // Callers submit() from any thread and collect events with poll(). A failure inside a step fails that
 // model's requests (their events say why) and the engine goes on serving.
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -106,6 +108,7 @@ private:
     void loop();
     void turn(std::unique_lock<std::mutex>& lock);
     void push(Event e);   // with mu_ held
+    void forget(std::uint64_t request);   // with mu_ held: out of requests_ and deadlines_
     void add(const std::string& name, std::unique_ptr<Model> model);
 
     const EngineOptions options_;
@@ -113,6 +116,9 @@ private:
     std::condition_variable work_cv_, event_cv_;
     std::map<std::string, std::unique_ptr<Model>> models_;
     std::map<std::uint64_t, std::shared_ptr<Request>> requests_;   // waiting or decoding
+    // The requests with a timeout, soonest first: a turn reads the expired ones from the front instead of walking
+    // every request (a full queue holds hundreds, and int8 steps of the small model take a few milliseconds).
+    std::set<std::pair<std::chrono::steady_clock::time_point, std::uint64_t>> deadlines_;
     std::vector<std::uint64_t> cancels_;
     std::deque<Event> events_;
     std::uint64_t next_id_ = 1;
