@@ -330,8 +330,13 @@ class CPUWatch:
     worker process) and everything else's on the machine (the busy time in /proc/stat, hypervisor steal included,
     less this process's and the server's), each in % of one core, as top shows it. On this shared machine a
     neighbour's compile shows here: OpenMP's barriers (CTranslate2's) and any thread pool stall when a core is
-    taken from under them."""
+    taken from under them.
+
+    Ours' server time is split further: its maths threads' (the engine's, named ct-engine, and the thread pool's,
+    ct-worker) and the rest (the event loop and the poller, Python). On two cores the client, the event loop and the
+    maths share the machine: what the first two take at a level is what the maths lose."""
     TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    MATHS_THREADS = ("ct-engine", "ct-worker")
 
     def __init__(self, server_pid=None):
         self.pids = (os.getpid(), server_pid)
@@ -346,6 +351,26 @@ class CPUWatch:
         except (OSError, IndexError, ValueError, TypeError):
             return 0
 
+    @classmethod
+    def _maths(cls, pid):
+        """utime + stime of the process's threads named in MATHS_THREADS (0 when it has none, as CTranslate2's)."""
+        total = 0
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except (OSError, TypeError):
+            return 0
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    if f.read().strip() not in cls.MATHS_THREADS:
+                        continue
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+            except (OSError, IndexError, ValueError):
+                continue   # a thread that ended meanwhile
+        return total
+
     def read(self):
         try:
             with open("/proc/stat") as f:
@@ -353,15 +378,19 @@ class CPUWatch:
             busy = sum(v[:8]) - v[3] - v[4]   # user nice system irq softirq steal (guest is inside user)
         except (OSError, IndexError, ValueError):
             busy = 0
-        return time.perf_counter(), busy, [self._process(pid) if pid else 0 for pid in self.pids]
+        server = self.pids[1]
+        return (time.perf_counter(), busy, [self._process(pid) if pid else 0 for pid in self.pids],
+                self._maths(server) if server else 0)
 
     def stop(self):
-        """{"server_cpu_pct", "others_cpu_pct"} since the start."""
-        t1, busy1, procs1 = self.read()
-        t0, busy0, procs0 = self.start
+        """{"server_cpu_pct", "others_cpu_pct", "server_maths_cpu_pct" (None for a server without maths threads)}
+        since the start."""
+        t1, busy1, procs1, maths1 = self.read()
+        t0, busy0, procs0, maths0 = self.start
         wall = max(t1 - t0, 1e-9) * self.TICK / 100.0   # ticks in 1% of one core
         mine, server = (b - a for a, b in zip(procs0, procs1))
-        return {"server_cpu_pct": server / wall, "others_cpu_pct": max(0.0, busy1 - busy0 - mine - server) / wall}
+        return {"server_cpu_pct": server / wall, "others_cpu_pct": max(0.0, busy1 - busy0 - mine - server) / wall,
+                "server_maths_cpu_pct": (maths1 - maths0) / wall if maths1 else None}
 
 
 def summarize(records, wall, cpu, count_tokens, offline_texts=None):
@@ -871,7 +900,8 @@ def run_server_levels(kind, server, sentences, plan, count_tokens, offline_texts
             f"p99 {row['p99_ms'] or 0:8.1f} ms"
             + (f"  ttft p50 {row['ttft_p50_ms']:.1f} ms" if row["ttft_p50_ms"] is not None else "")
             + f"  cpu: client {row['client_cpu_pct']:.0f}% server {row['server_cpu_pct']:.0f}% "
-              f"others {row['others_cpu_pct']:.0f}%"
+            + (f"(maths {row['server_maths_cpu_pct']:.0f}%) " if row.get("server_maths_cpu_pct") is not None else "")
+            + f"others {row['others_cpu_pct']:.0f}%"
             + (f"  engine {row['engine_rows_per_step']:.1f} rows/step, {row['engine_step_ms']:.2f} ms/step"
                if "engine_rows_per_step" in row else "")
             + (f"  errors: {row['error_kinds']}" if row["errors"] else ""))
@@ -1258,10 +1288,11 @@ def print_tables(meta, offline_rows, results, ratio_rows):
               + (f"{r['tokens_per_s']:.0f}" if "tokens_per_s" in r else "") + f" | {r['others_cpu_pct']:.0f} | "
               + (measure_config(r["config"]) if "config" in r else "") + " |")
     print("\nUnder load (closed: clients; stream: clients, server-sent events; open: Poisson rate as a multiple of the "
-          "server's saturation; CPU in % of one core: the server's, and every other process's on the machine but this "
-          "client's):\n\n| shape | precision | server | load | ok | req/s | output tok/s | p50 ms | p90 ms | "
+          "server's saturation; CPU in % of one core: the server's (ours: in brackets its maths threads', the engine's "
+          "and the thread pool's; the rest is Python's, the event loop's and the poller's), and every other process's "
+          "on the machine but this client's):\n\n| shape | precision | server | load | ok | req/s | output tok/s | p50 ms | p90 ms | "
           "p99 ms | first piece p50 ms | between pieces p50 ms | 429s (p99 ms) | errors | same as offline | "
-          "client CPU | CPU % server / others |\n|---|---|---|---|" + "---:|" * 13)
+          "client CPU | CPU % server (its maths threads) / others |\n|---|---|---|---|" + "---:|" * 13)
 
     def f(value, fmt=".1f"):
         return "" if value is None else format(value, fmt)
@@ -1277,7 +1308,9 @@ def print_tables(meta, offline_rows, results, ratio_rows):
               f"{f(r['p99_ms'])} | {f(r['ttft_p50_ms'])} | {f(r['inter_piece_p50_ms'])} | {rejected} | {r['errors']} | "
               f"{'' if same is None else format(100 * same, '.0f') + '%'} | "
               f"{r['client_cpu_s']:.2f} s ({r['client_cpu_pct']:.0f}%) | "
-              f"{r['server_cpu_pct']:.0f} / {r['others_cpu_pct']:.0f} |")
+              f"{r['server_cpu_pct']:.0f}"
+              + (f" ({r['server_maths_cpu_pct']:.0f})" if r.get("server_maths_cpu_pct") is not None else "")
+              + f" / {r['others_cpu_pct']:.0f} |")
     if ratio_rows:
         print("\nThe issue's targets:\n\n| shape | precision | measure | value | target | met |\n"
               "|---|---|---|---:|---|---|")
