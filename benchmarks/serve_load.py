@@ -343,11 +343,16 @@ class CPUWatch:
         self.start = self.read()
 
     @staticmethod
-    def _process(pid):
+    def _ticks(stat_path):
+        """utime + stime from a /proc stat file (a process's: all its threads)."""
+        with open(stat_path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    @classmethod
+    def _process(cls, pid):
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return int(fields[11]) + int(fields[12])   # utime + stime, all threads
+            return cls._ticks(f"/proc/{pid}/stat")
         except (OSError, IndexError, ValueError, TypeError):
             return 0
 
@@ -364,9 +369,7 @@ class CPUWatch:
                 with open(f"/proc/{pid}/task/{tid}/comm") as f:
                     if f.read().strip() not in cls.MATHS_THREADS:
                         continue
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])
+                total += cls._ticks(f"/proc/{pid}/task/{tid}/stat")
             except (OSError, IndexError, ValueError):
                 continue   # a thread that ended meanwhile
         return total
