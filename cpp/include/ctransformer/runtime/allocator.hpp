@@ -13,6 +13,7 @@
 // peak footprint at most 1/16 above the peak of live tensors.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <string>
 
 namespace ct {
@@ -30,6 +31,20 @@ std::size_t bytes_of(std::size_t n, std::size_t size);
 void* cached_alloc(std::size_t bytes);
 void cached_free(void* p, std::size_t bytes) noexcept;
 }  // namespace detail
+
+// A buffer of n T's from the cache, uninitialised (a std::vector would zero-fill it, and a fresh buffer from the
+// system page-faults on first use): for working copies that are written in full before they are read.
+template <class T>
+struct CachedDelete {
+    std::size_t count = 0;
+    void operator()(T* p) const noexcept { detail::cached_free(p, count * sizeof(T)); }
+};
+template <class T>
+using CachedArray = std::unique_ptr<T[], CachedDelete<T>>;
+template <class T>
+CachedArray<T> cached_array(std::size_t n) {
+    return CachedArray<T>(static_cast<T*>(detail::cached_alloc(detail::bytes_of(n, sizeof(T)))), CachedDelete<T>{n});
+}
 
 template <class T>
 struct CachingAllocator {

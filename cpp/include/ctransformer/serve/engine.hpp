@@ -19,9 +19,9 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <set>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>

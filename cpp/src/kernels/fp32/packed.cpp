@@ -13,10 +13,6 @@
 #include "../dispatch.hpp"
 #include "../../runtime/parallel.hpp"
 
-namespace ct::blas {
-void CachedFloats::operator()(float* p) const noexcept { detail::cached_free(p, count * sizeof(float)); }
-}  // namespace ct::blas
-
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers start some intrinsics from an "undefined" vector (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -170,8 +166,7 @@ void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out) {
     out.n = n;
     out.k = k;
     const std::size_t blocks = std::size_t(n + 15) / 16, block = std::size_t(k) * 16;
-    out.data = {static_cast<float*>(detail::cached_alloc(detail::bytes_of(blocks * block, sizeof(float)))),
-                CachedFloats{blocks * block}};
+    out.data = cached_array<float>(blocks * block);
     // Blocks split over the threads (pieces of >= 64K floats): packing reads the weight once and writes it
     // once, bound by memory as the products are; on one thread it takes twice as long (8000 x 256: ~630 us
     // against ~280 us split, about 2 products of 5 rows).

@@ -7,8 +7,7 @@
 // BLAS's, within the same float32 bound (tests/runtime/test_blas.py), and the same in both kernels.
 // kernels/weight_cache.hpp holds the copies while a ct::decode::PackedWeights region lasts.
 #pragma once
-#include <memory>
-
+#include "ctransformer/runtime/allocator.hpp"
 #include "few_rows.hpp"
 
 namespace ct::blas {
@@ -18,14 +17,9 @@ using kernels::kPackedMinRows;  // (kernels/split.hpp)
 // The copy's floats come from the tensors' caching allocator (allocator.hpp), not the system: a decoding call
 // packs its weights afresh, and a fresh 8 MB copy from the system costs ~2000 page faults (~3 ms for the 8000 x
 // 256 projection, 15-30 products of a few rows); from the cache, the next call's copy costs its writes alone.
-struct CachedFloats {
-    std::size_t count = 0;
-    void operator()(float* p) const noexcept;
-};
-
 struct PackedWeight {
     int n = 0, k = 0;
-    std::unique_ptr<float[], CachedFloats> data;  // not value-initialised: pack_weight writes every float
+    CachedArray<float> data;  // not value-initialised: pack_weight writes every float
 };
 
 // Whether the kernel level has a kernel (AVX-512F, or AVX2 and FMA; kernels/dispatch.hpp).

@@ -2,7 +2,6 @@
 // product split over threads by columns.
 #include <algorithm>
 #include <cstring>
-#include <optional>
 
 #include "../dispatch.hpp"
 #include "../split.hpp"
@@ -41,24 +40,6 @@ Entry current() {
     }
 }
 
-// A product's working buffers (the quantised rows, their scales, their magnitudes) from the tensor allocator's
-// cache and uninitialised: every byte a kernel reads is written first. A std::vector zero-filled and returned them
-// to malloc on every call; in the serving engine's decoding step (small model, int8, 32 rows) that memset alone was
-// 2.7% of the engine thread's time, with the other thread waiting.
-template <class T>
-class Scratch {
-public:
-    explicit Scratch(std::size_t n) : n_(n), p_(static_cast<T*>(detail::cached_alloc(detail::bytes_of(n, sizeof(T))))) {}
-    ~Scratch() { detail::cached_free(p_, n_ * sizeof(T)); }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
-    T* data() const { return p_; }
-
-private:
-    std::size_t n_;
-    T* p_;
-};
-
 // Threads and panels: kernels/split.hpp.
 constexpr std::size_t kSplitMacs = kernels::kSplitInt8Macs;
 constexpr std::size_t kPanel = kernels::kInt8Panel;
@@ -94,7 +75,7 @@ void run_split(k8::Problem p) {
     const std::size_t macs_per_panel = std::max<std::size_t>(1, p.m * p.w->in_features * kPanel);
     const Entry kernel = current();
     const k8::Kernel run = kernel.run;
-    std::optional<Scratch<std::int8_t>> magnitude;
+    CachedArray<std::int8_t> magnitude;
     if (kernel.reads_abs) {
         // After a ReLU no q is negative (the feed-forward's second product, about a quarter of a
         // Transformer's multiply-adds): q is then its own magnitude and the kernel needs no vpsignb,
@@ -105,8 +86,8 @@ void run_split(k8::Problem p) {
         if (p.nonnegative) {
             p.qx_abs = p.qx;
         } else {  // q lies in [-128, 127]: |q| fits a byte read unsigned (|-128| as 0x80)
-            magnitude.emplace(p.m * p.lda);
-            std::int8_t* abs = magnitude->data();
+            magnitude = cached_array<std::int8_t>(p.m * p.lda);
+            std::int8_t* abs = magnitude.get();
             for (std::size_t i = 0; i < p.m * p.lda; ++i) abs[i] = std::int8_t(p.qx[i] < 0 ? -p.qx[i] : p.qx[i]);
             p.qx_abs = abs;
         }
@@ -169,12 +150,15 @@ void linear_int8(std::size_t m, const float* x, std::size_t ldx, const Int8Weigh
                  float* y, std::size_t ldy) {
     if (m == 0 || w.out_features == 0) return;
     const std::size_t lda = w.k_groups() * 4;
-    const Scratch<std::int8_t> q(m * lda);
-    const Scratch<float> row_scale(m);
-    quantize_activations(m, x, ldx, w.in_features, lda, q.data(), row_scale.data());
+    // The quantised rows and their scales from the tensor allocator's cache, uninitialised (allocator.hpp): zero-filled
+    // std::vectors cost a memset of 2.7% of the serving engine's thread in a small-model int8 step (32 rows), the
+    // other thread waiting.
+    const CachedArray<std::int8_t> q = cached_array<std::int8_t>(m * lda);
+    const CachedArray<float> row_scale = cached_array<float>(m);
+    quantize_activations(m, x, ldx, w.in_features, lda, q.get(), row_scale.get());
     if (alpha != 1.0f)
-        for (std::size_t r = 0; r < m; ++r) row_scale.data()[r] *= alpha;
-    run_split({m, q.data(), lda, row_scale.data(), &w, bias, y, ldy, nullptr});
+        for (std::size_t r = 0; r < m; ++r) row_scale[r] *= alpha;
+    run_split({m, q.get(), lda, row_scale.get(), &w, bias, y, ldy, nullptr});
 }
 
 std::vector<std::int32_t> matmul_int8_s32(std::size_t m, const std::int8_t* qx, const Int8Weight& w) {
