@@ -16,8 +16,8 @@
 //     128 to make them unsigned; the 128 sum_k q_w[n, k] this adds is subtracted afterwards.
 //   - "avx_vnni": the same instruction on 8 lanes (VEX encoding; Intel Alder Lake and later, AMD Zen 5).
 //   - "avx2": vpmaddubsw + vpmaddwd on 8 lanes. vpmaddubsw saturates pairs at int16, which 255 x 127 x 2
-//     would exceed, so it multiplies |q_x| by q_w with q_x's sign moved over (vpsignb): |pair| <= 2 x 127 x 127.
-//     A product whose q_x holds no negative value (after a ReLU) multiplies q_x itself, with no vpsignb.
+//     would exceed, so it multiplies |q_w| by q_x with q_w's sign moved over (vpsignb): |pair| <= 2 x 127 x 127.
+//     A product whose q_x holds no negative value (after a ReLU) multiplies q_x itself by q_w, with no vpsignb.
 //   - "portable": plain C++.
 // The fastest the CPU has is chosen at run time, so one portable build still uses VNNI;
 // set_int8_kernel names one (tests run each the CPU has).

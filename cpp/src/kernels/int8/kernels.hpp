@@ -21,11 +21,8 @@ struct Problem {
     float* y;
     std::size_t ldy;
     std::int32_t* acc_out;
-    // |qx| (same layout), for the kernels whose unsigned operand it is (avx2: vpmaddubsw); made once per product
-    // by linear_int8 instead of once per row and group of 4 values in every tile (18% of the AVX2 kernel's time).
-    const std::int8_t* qx_abs = nullptr;
-    // No q is negative (a ReLU's output): qx is its own magnitude, and the avx2 kernel multiplies it as the
-    // unsigned operand with no sign moved over (kernel_ymm.inc); qx_abs is then qx. Set by linear_int8.
+    // No q is negative (a ReLU's output): the avx2 kernel then multiplies q itself as vpmaddubsw's unsigned
+    // operand, with no sign moved over (kernel_ymm.inc). Set by linear_int8.
     bool nonnegative = false;
 };
 

@@ -21,7 +21,10 @@ using kernels::Int8Kernel;
 struct Entry {
     k8::Kernel run;
     k8::QuantizeRow quantize_row;
-    bool reads_abs = false;   // the kernel reads Problem::qx_abs
+    // The kernel takes the nonnegative shortcut (Problem::nonnegative), and cannot take a q of -128 (avx2:
+    // a weight's sign moved onto -128 does not fit a byte). linear_int8's own rows lie in [-127, 127]; only
+    // matmul_int8_s32's caller can give -128.
+    bool avx2_operands = false;
 };
 
 // The kernel level's choice, or set_int8_kernel's (kernels/dispatch.hpp).
@@ -75,22 +78,13 @@ void run_split(k8::Problem p) {
     const std::size_t macs_per_panel = std::max<std::size_t>(1, p.m * p.w->in_features * kPanel);
     const Entry kernel = current();
     const k8::Kernel run = kernel.run;
-    CachedArray<std::int8_t> magnitude;
-    if (kernel.reads_abs) {
+    if (kernel.avx2_operands) {
         // After a ReLU no q is negative (the feed-forward's second product, about a quarter of a
-        // Transformer's multiply-adds): q is then its own magnitude and the kernel needs no vpsignb,
-        // a Linear 1.2-1.35x faster at 32 rows. A negative byte sets the OR's top bit.
+        // Transformer's multiply-adds): the kernel then needs no vpsignb, a Linear 1.2-1.35x faster at 32
+        // rows. A negative byte sets the OR's top bit.
         std::uint8_t bits = 0;
         for (std::size_t i = 0; i < p.m * p.lda; ++i) bits |= std::uint8_t(p.qx[i]);
         p.nonnegative = (bits & 0x80) == 0;
-        if (p.nonnegative) {
-            p.qx_abs = p.qx;
-        } else {  // q lies in [-128, 127]: |q| fits a byte read unsigned (|-128| as 0x80)
-            magnitude = cached_array<std::int8_t>(p.m * p.lda);
-            std::int8_t* abs = magnitude.get();
-            for (std::size_t i = 0; i < p.m * p.lda; ++i) abs[i] = std::int8_t(p.qx[i] < 0 ? -p.qx[i] : p.qx[i]);
-            p.qx_abs = abs;
-        }
     }
     const std::size_t grain = std::max<std::size_t>(1, (kSplitMacs / 2) / macs_per_panel);
     if (p.m * p.w->in_features * out < kSplitMacs) {
@@ -166,7 +160,20 @@ std::vector<std::int32_t> matmul_int8_s32(std::size_t m, const std::int8_t* qx, 
     std::vector<std::int8_t> q(m * lda, 0);
     for (std::size_t i = 0; i < m; ++i) std::copy_n(qx + i * w.in_features, w.in_features, q.data() + i * lda);
     std::vector<std::int32_t> acc(m * w.out_features);
-    if (m && w.out_features) run_split({m, q.data(), lda, nullptr, &w, nullptr, nullptr, 0, acc.data()});
+    if (!m || !w.out_features) return acc;
+    if (current().avx2_operands && std::find(q.begin(), q.end(), std::int8_t(-128)) != q.end()) {
+        // The avx2 kernel takes q in [-127, 127]: q = max(q, -127) + d with d = -1 where q was -128, and the
+        // product of each through the same kernel, summed.
+        std::vector<std::int8_t> d(m * lda, 0);
+        for (std::size_t i = 0; i < q.size(); ++i)
+            if (q[i] == -128) q[i] = -127, d[i] = -1;
+        run_split({m, q.data(), lda, nullptr, &w, nullptr, nullptr, 0, acc.data()});
+        std::vector<std::int32_t> rest(acc.size());
+        run_split({m, d.data(), lda, nullptr, &w, nullptr, nullptr, 0, rest.data()});
+        for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += rest[i];
+        return acc;
+    }
+    run_split({m, q.data(), lda, nullptr, &w, nullptr, nullptr, 0, acc.data()});
     return acc;
 }
 
