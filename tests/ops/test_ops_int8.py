@@ -89,13 +89,16 @@ def test_row_rule_is_exact():
     assert np.abs(w.dequantize() - x).max() <= np.abs(x).max(axis=1).max() / 127 / 2 * 1.0001
 
 
-@pytest.mark.parametrize("signs", ["mixed", "nonnegative", "one negative"])
+@pytest.mark.parametrize("signs", ["mixed", "mixed above -128", "nonnegative", "one negative"])
 @pytest.mark.parametrize("m,k,n", SHAPES)
 def test_kernels_sum_exactly(kernel, m, k, n, signs):
-    # "nonnegative": a ReLU's output, which the AVX2 kernel multiplies with no sign moved to the weight;
-    # "one negative": the same but for one value, which must send the whole product down the signed path.
+    # "nonnegative": a ReLU's output, which the AVX2 kernel multiplies with no sign moved over;
+    # "one negative": the same but for one value, which must send the whole product down the signed path;
+    # "mixed": with -128, which the AVX2 kernel cannot take and matmul_s32 splits into -127 and -1;
+    # "mixed above -128": what quantisation gives, straight through the signed path.
     rng = np.random.default_rng(m * 1000 + k + n)
-    qx = rng.integers(0 if signs != "mixed" else -128, 128, (m, k)).astype(np.int8)
+    low = {"mixed": -128, "mixed above -128": -127}.get(signs, 0)
+    qx = rng.integers(low, 128, (m, k)).astype(np.int8)
     if signs == "one negative":
         qx[m - 1, k - 1] = -rng.integers(1, 129)
     qw = rng.integers(-127, 128, (n, k)).astype(np.int8)
