@@ -253,8 +253,8 @@ async def request(conn, port, record, sentence, stream, timeout):
 def run_client(coroutine):
     """Run the load client's coroutine on uvloop when it is installed (as the serve extra installs it for the
     servers), else on asyncio's loop. On the 2 shared cores the client's CPU is taken from the server under test:
-    at 2x saturation with small int8 (~470 arrivals/s) the client took 10% of a core on uvloop and 12-14% on
-    asyncio (2026-11-29)."""
+    at 2x saturation with small int8 (~470 arrivals/s) the client took 9-11% of a core on uvloop and 11-14% on
+    asyncio in three alternating rounds (2026-11-29)."""
     try:
         import uvloop
     except ImportError:

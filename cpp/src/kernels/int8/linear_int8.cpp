@@ -161,19 +161,18 @@ std::vector<std::int32_t> matmul_int8_s32(std::size_t m, const std::int8_t* qx, 
     for (std::size_t i = 0; i < m; ++i) std::copy_n(qx + i * w.in_features, w.in_features, q.data() + i * lda);
     std::vector<std::int32_t> acc(m * w.out_features);
     if (!m || !w.out_features) return acc;
+    std::vector<std::int32_t> rest;
     if (current().avx2_operands && std::find(q.begin(), q.end(), std::int8_t(-128)) != q.end()) {
         // The avx2 kernel takes q in [-127, 127]: q = max(q, -127) + d with d = -1 where q was -128, and the
         // product of each through the same kernel, summed.
         std::vector<std::int8_t> d(m * lda, 0);
         for (std::size_t i = 0; i < q.size(); ++i)
             if (q[i] == -128) q[i] = -127, d[i] = -1;
-        run_split({m, q.data(), lda, nullptr, &w, nullptr, nullptr, 0, acc.data()});
-        std::vector<std::int32_t> rest(acc.size());
+        rest.resize(acc.size());
         run_split({m, d.data(), lda, nullptr, &w, nullptr, nullptr, 0, rest.data()});
-        for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += rest[i];
-        return acc;
     }
     run_split({m, q.data(), lda, nullptr, &w, nullptr, nullptr, 0, acc.data()});
+    for (std::size_t i = 0; i < rest.size(); ++i) acc[i] += rest[i];
     return acc;
 }
 
