@@ -52,14 +52,15 @@ whose int8 differs on random weights' near-ties; ours: equal off the knife edge,
 
 Offline anchors in the same run, on the same sentences, with no server running: ctransformer's Translator
 (beam_size=1, batch_size=32; and batch_size=1 on a few sentences) and CTranslate2's translate_batch
-(max_batch_size=32; and 1). And, while ours is running and idle, two paired passes that take the machine's drift
-out of the comparisons with offline: each sentence through the Translator at batch 1 in this process, then through
-the server by one client, in turn (paired_one_client); and rounds of a few seconds of the Translator at batch 32,
-then as long of the same sentences through the server by 32 clients, counted in steady state, after a warm-up
-(paired_batch). Then the issue's ratios: ours at 32 clients against our offline batch-32 (the paired rounds'
-median), against the per-request and the 10 ms batching CTranslate2 servers at 32 clients (with the p99s beside),
-p99 / p50 on the mixed lengths, the paired pass's p50 difference from offline batch-1, and at 2x saturation the
-429s' latency and the throughput against saturation.
+(max_batch_size=32; and 1). And, while ours is running and idle, three paired passes that take the machine's
+drift out of the comparisons: each sentence through the Translator at batch 1 in this process, then through the
+server by one client, in turn (paired_one_client); rounds of a few seconds of the Translator at batch 32, then as
+long of the same sentences through the server by 32 clients, counted in steady state, after a warm-up
+(paired_batch); and 32 clients, then Poisson arrivals at twice the rate they were answered, in turn, both counted
+in steady state (paired_saturation). Then the issue's ratios: ours at 32 clients against our offline batch-32 (the
+paired rounds' median), against the per-request and the 10 ms batching CTranslate2 servers at 32 clients (with
+the p99s beside), p99 / p50 on the mixed lengths, the paired pass's p50 difference from offline batch-1, and at
+2x saturation the 429s' latency and the throughput against 32 clients' (the paired rounds' median).
 
 Output: a Markdown table, a JSON file (--out, default benchmarks/results/serve_load_<date>.json) with the CPU, its
 SIMD flags and OpenBLAS's core, and a plot of throughput against p99 latency, one line per server (--plot, default
