@@ -230,33 +230,24 @@ std::vector<Tensor> TranslationBatch::row_groups(const std::vector<std::int64_t>
         logits[0] = model_.project(model_.decoder->forward_sequences(last, caches, offsets));
         return logits;
     }
-    struct Work {
-        const TranslationBatch* self;
-        const std::vector<std::int64_t>* last;
-        const std::vector<nn::Decoder::Cache*>* caches;
-        const std::vector<std::size_t>* offsets;
-        const std::vector<std::size_t>* bounds;
-        std::vector<Tensor>* logits;
-        std::vector<std::exception_ptr> errors;
-    } work{this, &last, &caches, &offsets, &bounds, &logits, std::vector<std::exception_ptr>(groups)};
+    std::vector<std::exception_ptr> errors(groups);
     // Each group on one thread: the operations inside a piece run inline (parallel.hpp).
-    parallel::run(groups, groups, [](void* ctx, std::size_t g, std::size_t, std::size_t) {
-        Work& w = *static_cast<Work*>(ctx);
+    parallel::parallel_chunks(groups, groups, [&](std::size_t g, std::size_t, std::size_t) {
         try {
             NoGradGuard no_grad;   // thread-local: a worker's own
-            const std::size_t b = (*w.bounds)[g], e = (*w.bounds)[g + 1], first = (*w.offsets)[b];
-            const std::vector<std::int64_t> last(w.last->begin() + std::ptrdiff_t(first),
-                                                 w.last->begin() + std::ptrdiff_t((*w.offsets)[e]));
-            const std::vector<nn::Decoder::Cache*> caches(w.caches->begin() + std::ptrdiff_t(b),
-                                                          w.caches->begin() + std::ptrdiff_t(e));
-            std::vector<std::size_t> offsets;
-            for (std::size_t si = b; si <= e; ++si) offsets.push_back((*w.offsets)[si] - first);
-            (*w.logits)[g] = w.self->model_.project(w.self->model_.decoder->forward_sequences(last, caches, offsets));
+            const std::size_t b = bounds[g], e = bounds[g + 1], first = offsets[b];
+            const std::vector<std::int64_t> group_last(last.begin() + std::ptrdiff_t(first),
+                                                       last.begin() + std::ptrdiff_t(offsets[e]));
+            const std::vector<nn::Decoder::Cache*> group_caches(caches.begin() + std::ptrdiff_t(b),
+                                                                caches.begin() + std::ptrdiff_t(e));
+            std::vector<std::size_t> group_offsets;
+            for (std::size_t si = b; si <= e; ++si) group_offsets.push_back(offsets[si] - first);
+            logits[g] = model_.project(model_.decoder->forward_sequences(group_last, group_caches, group_offsets));
         } catch (...) {
-            w.errors[g] = std::current_exception();   // a worker must not throw (it would end the process)
+            errors[g] = std::current_exception();   // a worker must not throw (it would end the process)
         }
-    }, &work);
-    for (const auto& error : work.errors)
+    });
+    for (const auto& error : errors)
         if (error) std::rethrow_exception(error);
     return logits;
 }
