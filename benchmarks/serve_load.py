@@ -1,6 +1,7 @@
 """Serving under load: ctransformer-serve against CTranslate2 behind the same HTTP stack (issue 49, item 4).
 
-    python benchmarks/serve_load.py [--quick] [--sizes small,base] [--precisions float32,int8]
+    python benchmarks/serve_load.py [--quick] [--sizes small,base] [--trained [NAME=]CHECKPOINT]
+        [--precisions float32,int8]
         [--servers ours,ct2-per-request,ct2-batching] [--out FILE.json] [--plot FILE.png]
 
 The models: random-weight post-norm Transformers of the benchmark shapes (cases.POST_NORM `small`, `base`), built as
@@ -10,7 +11,11 @@ task does), saved as a multi30k checkpoint in a temporary folder, so that `ctran
 loads a trained one, and exported to CTranslate2 (ct.export.to_ctranslate2). The inputs: Multi30k test2016's
 German sources (mixed lengths), in a fixed shuffled order that every server receives alike. The outputs are capped
 at max_decoding_length=50, the README's 50 output tokens (the checkpoint's max_len_ratio is set so high that the
-cap alone decides; random weights seldom choose the end, so most outputs run to it).
+cap alone decides; random weights seldom choose the end, so most outputs run to it). With --trained
+[NAME=]CHECKPOINT, a trained multi30k checkpoint too (``ctransformer-train multi30k --checkpoint PATH``), with its
+own vocabulary, copied with greedy search and the same length rule: its outputs end where the model ends them, so
+they are of mixed lengths as a served translator's are, and a batch of the 10 ms batching server waits for its
+longest sentence. Every server's answers are checked against our offline Translator's (ctransformer-translate's).
 
 The servers, one at a time, each a subprocess on a free 127.0.0.1 port, started and stopped here, with a pause
 between them; never two loaded at once:
@@ -725,6 +730,23 @@ def build_checkpoint(size, folder, vocab):
     return path, cfg
 
 
+def copy_trained_checkpoint(path, folder, name):
+    """A trained multi30k checkpoint (ctransformer-train multi30k --checkpoint PATH) copied into `folder` with
+    greedy search and the same length rule as the random-weight ones (MAX_LEN_RATIO: max_decoding_length alone
+    caps an output, as it caps CTranslate2's): (path, config, vocab). Its outputs end where the model ends them."""
+    from ctransformer.checkpoint import save_checkpoint
+    from ctransformer.translator import TASK, load_translation_checkpoint
+
+    model, vocab, cfg = load_translation_checkpoint(path)
+    if model.quantization is not None:
+        raise SystemExit(f"--trained: {path} holds an {model.quantization} model; give its float32 checkpoint "
+                         "(the benchmark quantises it for --precisions int8)")
+    cfg = dict(cfg, beam_size=1, max_len_ratio=MAX_LEN_RATIO)
+    out = os.path.join(folder, f"{name}.safetensors")
+    save_checkpoint(out, model, config=cfg, extra={"task": TASK, "sentencepiece": vocab.as_array()})
+    return out, cfg, vocab
+
+
 def our_translator(checkpoint, precision, batch_size):
     """ctransformer's greedy Translator on the checkpoint at the precision (int8 quantised after loading) and batch
     size, as the offline figures and the paired passes use it; returns (translator, model)."""
@@ -1131,6 +1153,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a smoke run: 1, 4, 16 clients, a few requests a level")
     p.add_argument("--sizes", default="small,base", help="comma-separated shapes of cases.POST_NORM")
+    p.add_argument("--trained", action="append", default=[], metavar="[NAME=]CHECKPOINT",
+                   help="a trained multi30k checkpoint (ctransformer-train multi30k --checkpoint PATH) served as well, "
+                        "its outputs of mixed lengths (NAME defaults to the file's name); may be repeated")
     p.add_argument("--precisions", default="float32,int8")
     p.add_argument("--servers", default=",".join(SERVERS), help="comma-separated: " + ", ".join(SERVERS))
     p.add_argument("--requests-per-level", type=int, help="requests a level sends at most (full 300, quick 24)")
@@ -1175,6 +1200,17 @@ def main(argv=None):
     for s in sizes:
         if s not in POST_NORM or s in ("tiny", "multi30k"):
             p.error(f"--sizes: {s!r} is not one of small, base")
+    trained = {}   # name -> the trained checkpoint's path
+    for given in a.trained:
+        name, _, path = given.rpartition("=")
+        name = name or os.path.splitext(os.path.basename(path))[0]
+        if not os.path.isfile(path):
+            p.error(f"--trained: {path!r} is not a file")
+        if name in sizes or name in trained:
+            p.error(f"--trained: the name {name!r} is taken; give another as NAME=CHECKPOINT")
+        trained[name] = path
+    if not sizes and not trained:
+        p.error("--sizes is empty and no --trained checkpoint is given: nothing to serve")
     ct.set_num_threads(THREADS)
     cpu = cpu_description(ct)
     date = datetime.datetime.now()
@@ -1197,16 +1233,19 @@ def main(argv=None):
     folder = tempfile.mkdtemp(prefix="serve_load_")
     results, offline_rows, ratio_rows = [], [], []
     meta = {"date": date.strftime("%Y-%m-%d %H:%M"), "cpu": cpu, "threads": THREADS, "plan": plan,
-            "servers": servers, "sizes": sizes, "precisions": precisions, "sentences": len(test),
+            "servers": servers, "sizes": sizes, "trained": trained, "precisions": precisions, "sentences": len(test),
             "max_decoding_length": MAX_DECODING_LENGTH, "argv": sys.argv, "stand_in": stand_in or None,
             "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE"), "loadavg_start": os.getloadavg(),
             "http": http_stack()}
     try:
-        for size in sizes:
-            vocab = train_subword_vocab(train.src + train.tgt, vocab_size=POST_NORM[size]["vocab"])
+        for size in sizes + list(trained):
+            if size in trained:   # its own weights and vocabulary: outputs of the lengths the model gives them
+                checkpoint, cfg, vocab = copy_trained_checkpoint(trained[size], folder, size)
+            else:
+                vocab = train_subword_vocab(train.src + train.tgt, vocab_size=POST_NORM[size]["vocab"])
+                checkpoint, cfg = build_checkpoint(size, folder, vocab)
             spm_path = os.path.join(folder, f"{size}.spm.model")
             vocab.save(spm_path)
-            checkpoint, cfg = build_checkpoint(size, folder, vocab)
             model = load_translation_checkpoint(checkpoint)[0]
             pieces = [vocab.processor.id_to_piece(i) for i in range(len(vocab))]
             ct2_path = ct.export.to_ctranslate2(model, os.path.join(folder, f"{size}-ct2"), pieces,
@@ -1222,7 +1261,8 @@ def main(argv=None):
             def count_tokens(text, vocab=vocab):
                 return min(len(vocab.encode(text)) + 1, MAX_DECODING_LENGTH) if text is not None else 0
 
-            log(f"\n{size}: d_model {cfg['d_model']}, {cfg['n_layers']} layers, {len(vocab)} subwords; "
+            log(f"\n{size}: {'trained (' + trained[size] + ')' if size in trained else 'random weights'}, "
+                f"d_model {cfg['d_model']}, {cfg['n_layers']} layers, {len(vocab)} subwords; "
                 f"{len(test)} test2016 sentences of {min(map(len, sources)) - 1}-{max(map(len, sources)) - 1} subwords")
             for precision in precisions:
                 offline = {}
@@ -1364,7 +1404,8 @@ def http_stack():
 def print_tables(meta, offline_rows, results, ratio_rows):
     cpu = meta["cpu"]
     print(f"\nServing under load: Multi30k test2016 sources ({meta['sentences']} sentences, mixed lengths), one text a "
-          f"request, greedy, max_decoding_length {meta['max_decoding_length']}, random-weight post-norm models; "
+          f"request, greedy, max_decoding_length {meta['max_decoding_length']}, random-weight post-norm models"
+          + "".join(f", {name} trained ({path})" for name, path in (meta.get("trained") or {}).items()) + "; "
           f"{meta['threads']} threads each; {cpu['model']} ({', '.join(cpu['simd_flags'])}), OpenBLAS core "
           f"{cpu['blas_core']}; CTranslate2 {meta.get('ctranslate2') or '-'}; {meta.get('http') or 'uvicorn'}; load "
           f"{meta['loadavg_start'][0]:.1f} -> {meta['loadavg_end'][0]:.1f}\n")
