@@ -76,6 +76,7 @@ import asyncio
 import collections
 import contextlib
 import datetime
+import gc
 import json
 import os
 import random
@@ -262,12 +263,24 @@ def run_client(coroutine):
     """Run the load client's coroutine on uvloop when it is installed (as the serve extra installs it for the
     servers), else on asyncio's loop. On the 2 shared cores the client's CPU is taken from the server under test:
     at 2x saturation with small int8 (~470 arrivals/s) the client took 9-11% of a core on uvloop and 11-14% on
-    asyncio in three alternating rounds (2026-11-29)."""
+    asyncio in three alternating rounds (2026-11-29).
+
+    The garbage collector is off while the client runs (the run is bounded; what it leaves is collected after):
+    its passes over the thousands of records and connections stalled the client's loop for up to 45-75 ms at 2x
+    saturation, and every request in flight then looked that much slower, whichever server answered it."""
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(coroutine)
-    return uvloop.run(coroutine)
+        uvloop = None
+    gc.collect()
+    gc.freeze()   # what earlier runs left (records, sentences) is not scanned again
+    gc.disable()
+    try:
+        return uvloop.run(coroutine) if uvloop is not None else asyncio.run(coroutine)
+    finally:
+        gc.enable()
+        gc.unfreeze()
+        gc.collect()
 
 
 async def closed_loop(port, sentences, clients, n_requests, seconds, stream, timeout, first=0):

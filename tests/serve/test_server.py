@@ -201,8 +201,13 @@ def test_health_ready_models_languages_metrics_page(app):
         assert name in metrics.text, name
     gpt = one(app, "POST", "/v1/completions", json={"prompt": "Hello", "max_tokens": 5})
     assert gpt.status_code == 404 and "a generator is not served" in gpt.json()["error"]
-    assert one(app, "GET", "/nowhere").json()["error"].startswith("/nowhere")
-    assert one(app, "GET", "/v1/translate").status_code == 405
+    nowhere = one(app, "GET", "/nowhere")
+    assert nowhere.status_code == 404 and nowhere.json()["error"].startswith("/nowhere")
+    wrong = one(app, "GET", "/v1/translate")   # the routing is the app's own: the answers Starlette's router gave
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST" and "/v1/translate" in wrong.json()["error"]
+    assert one(app, "DELETE", "/health").headers["allow"] == "GET, HEAD"
+    head = one(app, "HEAD", "/health")
+    assert head.status_code == 200 and head.content == b""
 
 
 def test_v1_translate_equals_offline(app, sentences, offline):

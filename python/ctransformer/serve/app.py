@@ -1,4 +1,5 @@
-"""The HTTP side of ``ctransformer-serve``: a Starlette ASGI application over an ``AsyncEngine``.
+"""The HTTP side of ``ctransformer-serve``: an ASGI application over an ``AsyncEngine`` (Starlette's requests and
+responses, our own routing).
 
 ``create_app(engine)`` answers:
 
@@ -21,17 +22,15 @@ import math
 import pathlib
 import sys
 import time
+import types
 import urllib.parse
 import uuid
 
 import anyio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
 
 from ctransformer import precision as _precision
 from ctransformer.serve.engine import EngineClosed, QueueFull, UnknownModel
@@ -130,8 +129,8 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
                             registry=registry)
     responses = Counter("ctransformer_http_responses", "HTTP responses by endpoint and status",
                         ["endpoint", "status"], registry=registry)
-    for endpoint in ("/translate", "/v1/translate", "/v1/completions"):   # shown from the start, at zero
-        latency.labels(endpoint)
+    # Each endpoint's child made once (shown from the start, at zero): labels() takes a lock and a lookup per call.
+    latency_of = {endpoint: latency.labels(endpoint) for endpoint in ("/translate", "/v1/translate", "/v1/completions")}
     page = (STATIC / "index.html").read_text(encoding="utf-8")
 
     # --- reading and checking a request ---------------------------------------------------------------
@@ -275,34 +274,36 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
 
     async def unless_disconnected(request, awaitable):
         """The awaitable's result, or _Disconnected once the client has gone: the engine's work is then
-        cancelled, which frees the request's rows at the engine's next step."""
+        cancelled, which frees the request's rows at the engine's next step. An engine's refusal becomes its
+        HTTPError."""
         work = asyncio.ensure_future(awaitable)
+        gone = []
 
-        async def gone():
+        async def watch():
             while (await request.receive())["type"] != "http.disconnect":
                 pass
+            gone.append(True)
+            work.cancel()
 
-        watch = asyncio.ensure_future(gone())
-        try:
-            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-        finally:   # also when this handler is cancelled (the server stopping): the engine's work goes too
-            watch.cancel()
-            if not work.done():
-                work.cancel()
-                with contextlib.suppress(BaseException):
-                    await work
-        if not work.done() or work.cancelled():
-            raise _Disconnected()
-        return engine_result(work)
-
-    def engine_result(work):
-        try:
-            return work.result()
+        watching = asyncio.ensure_future(watch())
+        answer = None
+        try:   # cancelling this handler (the server stopping) cancels the awaited work too
+            return await work
+        except asyncio.CancelledError:
+            if gone:
+                raise _Disconnected() from None
+            raise
         except Exception as error:  # noqa: BLE001 - what refusal() does not know is a bug (500)
             answer = refusal(error)
             if answer is None:
                 raise
             raise answer from None
+        finally:
+            watching.cancel()
+            # A refusal's traceback holds this frame, whose locals hold the tasks that hold the exceptions: a
+            # cycle, freed only by the garbage collector. Past saturation a refusal comes every few ms, and the
+            # collector's passes over the server's many live objects then stall the event loop for tens of ms.
+            work = watching = answer = None
 
     def refusal(error):
         """The HTTP answer an engine's refusal deserves, or None for an error that is no refusal."""
@@ -340,7 +341,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         served = served_model(options["model"], options["precision"])
         if not stream:
             translations = await unless_disconnected(request, engine.translate(texts, **options))
-            latency.labels("/v1/translate").observe(time.perf_counter() - start)
+            latency_of["/v1/translate"].observe(time.perf_counter() - start)
             return JSONResponse({"translations": translations})
         # One text per stream: the events of several would interleave or wait on each other; a client
         # streams several texts with one request each, which the engine batches anyway.
@@ -350,7 +351,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         beam_size = options["beam_size"] if options["beam_size"] is not None else served.translator.beam_size
         if beam_size > 1:   # a beam's words are not final until the search ends: one event with the result
             translation = (await unless_disconnected(request, engine.translate(texts, **options)))[0]
-            latency.labels("/v1/translate").observe(time.perf_counter() - start)
+            latency_of["/v1/translate"].observe(time.perf_counter() - start)
             return _EventStream(_events([], None, translation), None)
         try:
             pieces = engine.stream(texts[0], model=options["model"], precision=options["precision"],
@@ -375,7 +376,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         first_token.observe(time.perf_counter() - start)
 
         def done():
-            latency.labels("/v1/translate").observe(time.perf_counter() - start)
+            latency_of["/v1/translate"].observe(time.perf_counter() - start)
 
         return _EventStream(_events([] if piece is None else [piece], pieces, None, done), pieces)
 
@@ -399,7 +400,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         served = pick_model(data.get("source") or "auto", data.get("target"))
         translations = await unless_disconnected(request, engine.translate(texts, model=served.name,
                                                                            precision=served.precision))
-        latency.labels("/translate").observe(time.perf_counter() - start)
+        latency_of["/translate"].observe(time.perf_counter() - start)
         return JSONResponse({"translatedText": translations[0] if isinstance(data["q"], str) else translations})
 
     def pick_model(source, target):
@@ -480,7 +481,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
                     *(engine.complete(p, **call) for p in prompts)))
             except ValueError as error:   # the tokenizer's or an option's refusal, named
                 raise HTTPError(400, f"prompt: {error}") from None
-            latency.labels("/v1/completions").observe(time.perf_counter() - start)
+            latency_of["/v1/completions"].observe(time.perf_counter() - start)
             usage = {"prompt_tokens": sum(d["prompt_tokens"] for d in done),
                      "completion_tokens": sum(d["completion_tokens"] for d in done)}
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -510,7 +511,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
             if reason is None:
                 async for text, reason in pieces:
                     yield chunk(text, 0, reason)
-            latency.labels("/v1/completions").observe(time.perf_counter() - start)
+            latency_of["/v1/completions"].observe(time.perf_counter() - start)
             yield "[DONE]"
 
         return _EventStream(events(), pieces)
@@ -558,40 +559,14 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
     async def index(request):
         return HTMLResponse(page)
 
-    # --- errors ---------------------------------------------------------------------------------------
-
-    async def refused(request, error):
-        return JSONResponse({"error": error.message}, status_code=error.status, headers=error.headers)
-
-    async def http_exception(request, error):   # Starlette's own: no route (404), wrong method (405)
-        return JSONResponse({"error": f"{request.url.path}: {error.detail}"}, status_code=error.status_code,
-                            headers=getattr(error, "headers", None))
-
-    async def client_gone(request, error):   # nobody reads this answer; it only ends the request
-        return Response(status_code=499)
-
-    async def internal(request, error):   # a bug: still JSON, and the server keeps serving
-        print(f"ctransformer-serve: internal error on {request.url.path}: {error!r}", file=sys.stderr)
-        return JSONResponse({"error": "server: internal error (a bug; the server's log has it)"}, status_code=500)
-
     # --- the application --------------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        async def load():
-            try:
-                await startup()
-                serving.ready = True
-            except Exception as error:  # noqa: BLE001 - reported by /ready and the command line
-                serving.load_error = error
-
-        task = asyncio.ensure_future(load()) if startup is not None else None
+    async def load():   # the command line's startup, in the background; /ready says how it went
         try:
-            yield
-        finally:
-            if task is not None:
-                task.cancel()
-            engine.close()
+            await startup()
+            serving.ready = True
+        except Exception as error:  # noqa: BLE001 - reported by /ready and the command line
+            serving.load_error = error
 
     async def drain(timeout=None):
         """Stop taking requests (503, /ready too) and wait up to `timeout` seconds (the app's shutdown_timeout
@@ -605,38 +580,44 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
             await asyncio.sleep(0.01)
         return bool(finished) and not serving.in_flight
 
-    routes = [
-        Route("/", index, methods=["GET"]),
-        Route("/translate", libretranslate, methods=["POST"]),
-        Route("/languages", list_languages, methods=["GET"]),
-        Route("/v1/translate", translate_v1, methods=["POST"]),
-        Route("/v1/models", list_models, methods=["GET"]),
-        Route("/v1/completions", completions, methods=["GET", "POST"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/ready", ready, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-    ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
-        HTTPError: refused, HTTPException: http_exception, ClientDisconnect: client_gone, _Disconnected: client_gone,
-        Exception: internal})
-    app.state.engine, app.state.serving, app.state.registry, app.state.drain = engine, serving, registry, drain
-    return _Gate(app, serving, responses, refusal)
+    routes = {
+        "/": {"GET": index},
+        "/translate": {"POST": libretranslate},
+        "/languages": {"GET": list_languages},
+        "/v1/translate": {"POST": translate_v1},
+        "/v1/models": {"GET": list_models},
+        "/v1/completions": {"GET": completions, "POST": completions},
+        "/health": {"GET": health},
+        "/ready": {"GET": ready},
+        "/metrics": {"GET": metrics},
+    }
+    state = types.SimpleNamespace(engine=engine, serving=serving, registry=registry, drain=drain)
+    return _App(routes, state, responses, refusal, load if startup is not None else None)
 
 
-class _Gate:
-    """The outermost layer: refuses requests while loading or draining, and a translation or completion with 429
-    before its body is read when the queue is full; counts the requests inside (the drain waits for them) and every
-    response by endpoint and status."""
+class _App:
+    """The ASGI application. Each request goes by its exact path and method to its endpoint, whose refusals
+    (HTTPError) become JSON answers. Before that, it refuses requests while loading or draining, and a
+    translation or completion with 429 before its body is read when the queue is full; it counts the requests
+    inside (the drain waits for them) and every response by endpoint and status.
 
-    def __init__(self, app, serving, responses, refusal):
-        self.app, self.serving, self.responses, self.refusal = app, serving, responses, refusal
-        self.state = app.state   # the Starlette app's: engine, drain, registry
+    The routing is ours, not a framework's: the paths are fixed, and Starlette's router and middleware layers
+    took a fifth of the server's Python per request, which is what limits the server when outputs are short.
+    Starlette's Request and Response classes are still used."""
+
+    def __init__(self, routes, state, responses, refusal, load):
+        self.routes, self.state, self.responses, self.refusal, self.load = routes, state, responses, refusal, load
+        self.serving = state.serving
+        self.counted = {}   # (endpoint, status) -> its counter's child, made once
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        path = scope["path"]
-        endpoint = path if path in ENDPOINTS else "other"
+        if scope["type"] == "lifespan":
+            return await self.lifespan(receive, send)
+        if scope["type"] != "http":   # a websocket: none is served
+            if (await receive())["type"] == "websocket.connect":
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        path, method = scope["path"], scope["method"]
         status = [0]
 
         async def counted_send(message):
@@ -646,19 +627,61 @@ class _Gate:
 
         if path not in ALWAYS_OPEN and (self.serving.draining or not self.serving.ready):
             why = "shutting down" if self.serving.draining else "loading its models"
-            response = JSONResponse({"error": f"server: {why}; try again (another replica)"}, status_code=503,
-                                    headers={"Retry-After": "1", "Connection": "close"})
+            response = _error(HTTPError(503, f"server: {why}; try again (another replica)",
+                                        {"Retry-After": "1", "Connection": "close"}))
             await response(scope, receive, counted_send)
-        elif path in QUEUED and scope["method"] == "POST" and (full := self.queue_full()) is not None:
-            response = JSONResponse({"error": full.message}, status_code=full.status, headers=full.headers)
-            await response(scope, receive, counted_send)
+        elif path in QUEUED and method == "POST" and (full := self.queue_full()) is not None:
+            await _error(full)(scope, receive, counted_send)
         else:
             self.serving.in_flight += 1
             try:
-                await self.app(scope, receive, counted_send)
+                await self.dispatch(scope, receive, counted_send, path, method)
             finally:
                 self.serving.in_flight -= 1
-        self.responses.labels(endpoint, str(status[0] or 500)).inc()
+        key = (path if path in ENDPOINTS else "other", status[0] or 500)
+        counter = self.counted.get(key)
+        if counter is None:   # the endpoints are a fixed set and statuses few: the dict stays small
+            counter = self.counted[key] = self.responses.labels(key[0], str(key[1]))
+        counter.inc()
+
+    async def dispatch(self, scope, receive, send, path, method):
+        methods = self.routes.get(path)
+        if methods is None:
+            response = _error(HTTPError(404, f"{path}: Not Found"))
+        elif method not in methods and not (method == "HEAD" and "GET" in methods):
+            allowed = ", ".join(sorted(set(methods) | ({"HEAD"} if "GET" in methods else set())))
+            response = _error(HTTPError(405, f"{path}: Method Not Allowed", {"Allow": allowed}))
+        else:
+            try:
+                response = await methods.get(method, methods.get("GET"))(Request(scope, receive))
+            except HTTPError as error:
+                response = _error(error)
+            except (ClientDisconnect, _Disconnected):   # nobody reads this answer; it only ends the request
+                response = Response(status_code=499)
+            except Exception as error:  # noqa: BLE001 - a bug: still JSON, and the server keeps serving
+                print(f"ctransformer-serve: internal error on {path}: {error!r}", file=sys.stderr)
+                response = _error(HTTPError(500, "server: internal error (a bug; the server's log has it)"))
+        await response(scope, receive, send)
+
+    async def lifespan(self, receive, send):
+        """Starts the load in the background (/ready answers 503 until it ends) and closes the engine at the
+        end."""
+        task = None
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                task = asyncio.ensure_future(self.load()) if self.load is not None else None
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if task is not None:
+                    task.cancel()
+                try:
+                    self.state.engine.close()
+                except Exception as error:  # noqa: BLE001 - the server is stopping: say why, and stop
+                    await send({"type": "lifespan.shutdown.failed", "message": repr(error)})
+                else:
+                    await send({"type": "lifespan.shutdown.complete"})
+                return
 
     def queue_full(self):
         """The 429 for a request that the full queue could not take, or None when there is room."""
@@ -667,6 +690,11 @@ class _Gate:
         except QueueFull as error:
             return self.refusal(error)
         return None
+
+
+def _error(error):
+    """The JSON answer of a refusal."""
+    return JSONResponse({"error": error.message}, status_code=error.status, headers=error.headers)
 
 
 class _EventStream:

@@ -63,14 +63,17 @@ class ServedModel:
 
 
 class _Request:
-    """What a caller waits for: the engine's events for one request, delivered on the caller's loop."""
+    """Where a request's events go: `deliver(event)`, called on the loop of the caller that waits for it."""
+    __slots__ = ("loop", "deliver")
 
-    def __init__(self, loop):
-        self.loop = loop
-        self.events = asyncio.Queue()
+    def __init__(self, loop, deliver):
+        self.loop, self.deliver = loop, deliver
 
-    def deliver(self, event):
-        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+def _deliver(batch):
+    """On a caller's loop: the events the poller collected for that loop's requests, in the engine's order."""
+    for deliver, event in batch:
+        deliver(event)
 
 
 def _check_int(value, name, minimum):
@@ -197,10 +200,11 @@ class AsyncEngine:
             _check_int(max_decoding_length, "max_decoding_length", 1)
         return beam_size, alpha, max_decoding_length, _timeout(timeout_ms)
 
-    def _submit(self, served, source, beam_size, alpha, max_len, timeout, tokens=False, **sampling):
+    def _submit(self, served, source, beam_size, alpha, max_len, timeout, deliver, tokens=False, **sampling):
+        """Sends one sequence to the engine; its events go to deliver(event) on the running loop. Returns its id."""
         if self._draining or self._closed.is_set():
             raise EngineClosed("the engine is draining: it takes no new request")
-        request = _Request(asyncio.get_running_loop())
+        request = _Request(asyncio.get_running_loop(), deliver)
         with self._lock:   # registered before the engine can answer it
             try:
                 # A beam searches by the translator's rules (GNMT's, or transformers' for a pretrained Marian model),
@@ -215,7 +219,54 @@ class AsyncEngine:
                 raise QueueFull(str(error), retry_after=self._retry_after()) from None
             self._waiting[rid] = request
         self._counts["requests_total"] += 1
-        return rid, request
+        return rid
+
+    def _ends(self, submit, count, finish):
+        """A Future of finish([the finished ids of each request]) once all `count` requests that submit(i, deliver)
+        sends have finished; or the error the first to fail names. Cancelling it frees the rows of those not finished.
+
+        A Future resolved by the poller's delivery rather than a task awaiting a queue per request: the server's
+        Python per request is what limits it when outputs are short."""
+        outcome = asyncio.get_running_loop().create_future()
+        ends, rids, left = [None] * count, [], [count]
+
+        def deliver(i, event):
+            if outcome.done():
+                return
+            _, kind, _, ids, _, message = event
+            if kind == "finished":
+                ends[i] = ids
+                left[0] -= 1
+                if not left[0]:
+                    try:
+                        outcome.set_result(finish(ends))
+                    except Exception as error:  # noqa: BLE001 - the caller's to see, as an awaited call's would be
+                        outcome.set_exception(error)
+            elif kind != "token":
+                ends[i] = ()   # ended: nothing to cancel
+                outcome.set_exception(_failure(kind, message))
+                self._cancel_unfinished(rids, ends, counted=False)
+
+        def done(future):
+            if future.cancelled():
+                self._cancel_unfinished(rids, ends, counted=True)
+
+        try:
+            for i in range(count):
+                rids.append(submit(i, lambda event, i=i: deliver(i, event)))
+        except BaseException:
+            outcome.cancel()
+            self._cancel_unfinished(rids, ends, counted=False)
+            raise
+        outcome.add_done_callback(done)
+        return outcome
+
+    def _cancel_unfinished(self, rids, ends, counted):
+        for rid, end in zip(rids, ends):
+            if end is None:
+                self._cancel(rid)
+                if counted:
+                    self._counts["cancelled_total"] += 1
 
     def check_room(self):
         """QueueFull (counted as a refusal) when ``max_queue`` requests wait already, so that none can be accepted now.
@@ -245,24 +296,6 @@ class AsyncEngine:
             self._waiting.pop(rid, None)
         self._engine.cancel(rid)
 
-    async def _result(self, rid, request, served, cut=True):
-        """The finished ids of request rid (waiting for its events; a translation's cut as Translator cuts them), or
-        the error its end names."""
-        try:
-            while True:
-                _, kind, _, ids, _, message = await request.events.get()
-                if kind == "finished":
-                    return _cut(ids, served.translator) if cut else list(ids)
-                if kind != "token":
-                    raise _failure(kind, message)
-        except asyncio.CancelledError:
-            self._cancel(rid)
-            self._counts["cancelled_total"] += 1
-            raise
-        finally:
-            with self._lock:
-                self._waiting.pop(rid, None)
-
     async def translate(self, texts, model=None, precision=None, beam_size=None, max_decoding_length=None,
                         length_penalty=None, timeout_ms=None):
         """Translations of `texts` (a list of str), in order, each as ``Translator.translate`` gives it offline with
@@ -275,22 +308,21 @@ class AsyncEngine:
                                                                        length_penalty, timeout_ms)
         t = served.translator
         keep = [i for i, text in enumerate(texts) if text.strip()]
-        sources = t.encode([texts[i] for i in keep], [i + 1 for i in keep])
-        submitted = []
-        try:
-            for ids in sources:
-                source = list(ids) + [t.end_id]
-                submitted.append(self._submit(served, source, beam_size, alpha,
-                                              t.max_len(len(source), max_decoding_length), timeout))
-        except BaseException:
-            for rid, _ in submitted:
-                self._cancel(rid)
-            raise
-        results = await asyncio.gather(*(self._result(rid, request, served) for rid, request in submitted))
-        out = [""] * len(texts)
-        for i, text in zip(keep, _decode(t, results)):
-            out[i] = text
-        return out
+        sources = [list(ids) + [t.end_id] for ids in t.encode([texts[i] for i in keep], [i + 1 for i in keep])]
+
+        def submit(k, deliver):
+            return self._submit(served, sources[k], beam_size, alpha, t.max_len(len(sources[k]), max_decoding_length),
+                                timeout, deliver)
+
+        def finish(ends):
+            out = [""] * len(texts)
+            for i, text in zip(keep, _decode(t, [_cut(ids, t) for ids in ends])):
+                out[i] = text
+            return out
+
+        if not keep:
+            return [""] * len(texts)
+        return await self._ends(submit, len(keep), finish)
 
     async def stream(self, text, model=None, precision=None, max_decoding_length=None, timeout_ms=None):
         """Greedy translation of one text, as pieces of text while it is decoded: each piece ends where a word does
@@ -304,12 +336,13 @@ class AsyncEngine:
         if not text.strip():
             return
         source = list(t.encode([text])[0]) + [t.end_id]
-        rid, request = self._submit(served, source, 1, t.alpha, t.max_len(len(source), max_decoding_length), timeout,
-                                    tokens=True)
+        events = asyncio.Queue()
+        rid = self._submit(served, source, 1, t.alpha, t.max_len(len(source), max_decoding_length), timeout,
+                           events.put_nowait, tokens=True)
         ids, sent, finished, cut = [], "", False, False
         try:
             while True:
-                _, kind, token, final, _, message = await request.events.get()
+                _, kind, token, final, _, message = await events.get()
                 if kind == "token":
                     # The translation ends at the first end or pad id, as Translator cuts it: later tokens are not
                     # part of it (the engine decodes on to its own end).
@@ -335,6 +368,7 @@ class AsyncEngine:
     # -- generation ------------------------------------------------------------------------------------------------
     def _completion(self, prompt, model, precision, max_tokens, temperature, top_k, top_p, seed, timeout_ms,
                     tokens=False):
+        """The checked prompt: (served model, its ids, submit(deliver) sending it to the engine)."""
         if not isinstance(prompt, str) or not prompt:
             raise ValueError("prompt must be a non-empty str")
         served = self.model(model, precision, kind="generator")
@@ -352,9 +386,12 @@ class AsyncEngine:
         ids = list(served.tokenizer.encode(prompt))
         if not ids:
             raise ValueError("prompt must hold at least one token")
-        rid, request = self._submit(served, ids, 1, 0.0, len(ids) + max_tokens, timeout, temperature=temperature,
-                                    top_k=top_k, top_p=top_p, seed=seed, tokens=tokens)
-        return served, ids, rid, request
+
+        def submit(deliver):
+            return self._submit(served, ids, 1, 0.0, len(ids) + max_tokens, timeout, deliver, temperature=temperature,
+                                top_k=top_k, top_p=top_p, seed=seed, tokens=tokens)
+
+        return served, ids, submit
 
     async def complete(self, prompt, model=None, precision=None, max_tokens=16, temperature=1.0, top_k=None, top_p=None,
                        seed=None, timeout_ms=None):
@@ -362,9 +399,9 @@ class AsyncEngine:
         each step; else sampled among the top_k ids and the top_p nucleus, from a generator seeded with `seed`).
         Returns {"text", "finish_reason" ("stop" at the end id, else "length"), "prompt_tokens",
         "completion_tokens"}."""
-        served, ids, rid, request = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p,
-                                                     seed, timeout_ms)
-        made = await self._result(rid, request, served, cut=False)
+        served, ids, submit = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
+                                               timeout_ms)
+        made = await self._ends(lambda _, deliver: submit(deliver), 1, lambda ends: list(ends[0]))
         return {"text": served.tokenizer.decode(made), "finish_reason": "length" if len(made) == max_tokens else "stop",
                 "prompt_tokens": len(ids), "completion_tokens": len(made)}
 
@@ -372,12 +409,14 @@ class AsyncEngine:
                                 top_p=None, seed=None, timeout_ms=None):
         """complete() as it is made: (text piece, None) as tokens come (a piece never ends inside a character the
         tokenizer has not finished), then ("", finish_reason). Closing the iterator frees the request's row."""
-        served, ids, rid, request = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p,
-                                                     seed, timeout_ms, tokens=True)
+        served, ids, submit = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
+                                               timeout_ms, tokens=True)
+        events = asyncio.Queue()
+        rid = submit(events.put_nowait)
         made, sent, finished = [], "", False
         try:
             while True:
-                _, kind, token, final, _, message = await request.events.get()
+                _, kind, token, final, _, message = await events.get()
                 if kind == "token":
                     made.append(token)
                     text = served.tokenizer.decode(made)
@@ -436,14 +475,25 @@ class AsyncEngine:
     def _poll(self):
         while not self._closed.is_set():
             events = self._engine.poll(0.05)
+            if not events:
+                continue
+            # One call into each waiting loop for all of its events (each call wakes the loop: a write to its pipe).
+            batches = {}
             with self._lock:
                 for event in events:
                     request = self._waiting.get(event[0])
                     if request is not None:
-                        try:
-                            request.deliver(event)
-                        except RuntimeError:   # its loop has closed: no one waits any more
+                        if event[1] != "token":   # the request's last event: no one waits for more
+                            del self._waiting[event[0]]
+                        batches.setdefault(request.loop, []).append((request.deliver, event))
+            for loop, batch in batches.items():
+                try:
+                    loop.call_soon_threadsafe(_deliver, batch)
+                except RuntimeError:   # its loop has closed: no one waits any more
+                    for _, event in batch:
+                        with self._lock:
                             self._waiting.pop(event[0], None)
+                        if event[1] == "token":
                             self._engine.cancel(event[0])
 
 
