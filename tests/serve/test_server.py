@@ -442,6 +442,132 @@ def test_a_full_queue_refuses_before_reading_the_body(translators, sentences, of
         engine.close()
 
 
+def test_a_request_being_read_holds_its_place_in_the_queue(translators, sentences, offline):
+    """A translation that has passed the queue's check holds a place until its text is sent to the engine: with
+    one place left and one request still sending its body, the next is refused at once (429 before its body is
+    read, so a body that is not JSON gets the 429); once the first is sent and answered, the place is free again.
+    The queue is shown one short of full by the C++ engine's stats, as in the test above."""
+    engine = AsyncEngine(max_queue=4)
+    real = engine._engine
+
+    class OneLeft:
+        def stats(self):
+            return {**real.stats(), "queue_depth": engine.max_queue - 1}
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    text = sentences[MARIAN][0]
+    body = json.dumps({"texts": [text], **GREEDY}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/translate", "raw_path": b"/v1/translate", "root_path": "", "query_string": b"",
+             "headers": [(b"host", b"serve.test"), (b"content-type", b"application/json"),
+                         (b"content-length", str(len(body)).encode())], "client": ("127.0.0.1", 1), "server": None}
+
+    async def run():
+        app = create_app(engine)
+        arrived, calls, sent = asyncio.Event(), [], []
+
+        async def receive():   # the body comes when `arrived` is set; after it, nothing until the task ends
+            calls.append(None)
+            if len(calls) > 1:
+                await asyncio.Event().wait()
+            await arrived.wait()
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        first = asyncio.ensure_future(app(dict(scope), receive, send))
+        while not calls:   # it has passed the check and waits for its body
+            await asyncio.sleep(0.001)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve.test") as client:
+            refused = await client.post("/v1/translate", content=b"{not json",
+                                        headers={"content-type": "application/json"})
+            assert refused.status_code == 429 and refused.json()["error"].startswith("queue: ")
+            arrived.set()
+            await asyncio.wait_for(first, 30)
+            assert sent[0]["status"] == 200
+            assert json.loads(sent[1]["body"]) == {"translations": [offline(MARIAN, text, beam_size=1)]}
+            assert app.state.serving.entering == 0
+            assert (await client.post("/v1/translate", content=b"{not json",
+                                      headers={"content-type": "application/json"})).status_code == 400
+
+    try:
+        engine.add_translator(MARIAN, translators[MARIAN])
+        engine._engine = OneLeft()
+        asyncio.run(asyncio.wait_for(run(), 60))
+    finally:
+        engine._engine = real
+        engine.close()
+
+
+def test_async_translate_is_a_future_refused_by_the_call_and_freed_when_cancelled(translators, sentences, offline):
+    """AsyncEngine.translate returns a Future: what refuses a request (here the queue, full at a call's second text)
+    is raised by the call itself, and the texts it had sent are cancelled; cancelling the Future cancels (and
+    counts) each text not finished; blank texts are answered "" without the engine."""
+    from ctransformer import _core
+    from ctransformer.serve import QueueFull
+
+    engine = AsyncEngine(max_queue=64, max_rows=4)
+    real = engine._engine
+
+    class FullAtTheSecond:   # the C++ engine as it looks when the queue fills after one more request
+        def __init__(self):
+            self.sent, self.cancelled = [], []
+
+        def submit(self, *args, **kwargs):
+            if self.sent:
+                raise _core.serve.QueueFull("Engine.submit: the queue is full (1 requests waiting)")
+            self.sent.append(real.submit(*args, **kwargs))
+            return self.sent[-1]
+
+        def cancel(self, rid):
+            self.cancelled.append(rid)
+            return real.cancel(rid)
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    async def run():
+        texts = sentences[MARIAN][:3]
+        done = engine.translate([texts[0], "", texts[1]], beam_size=1)
+        assert isinstance(done, asyncio.Future)
+        assert await done == [offline(MARIAN, texts[0], beam_size=1), "", offline(MARIAN, texts[1], beam_size=1)]
+        assert await engine.translate(["", " "]) == ["", ""]
+
+        engine._engine = full = FullAtTheSecond()
+        with pytest.raises(QueueFull):
+            engine.translate(texts[:2], beam_size=1)
+        assert full.cancelled == full.sent and len(full.sent) == 1
+        engine._engine = real
+
+        async def settled(cancelled):   # the C++ engine takes cancellations at its next step
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                stats = real.stats()
+                if not stats["rows_in_use"] and not stats["queue_depth"] and stats["cancelled_total"] == cancelled:
+                    break
+                await asyncio.sleep(0.01)
+            assert stats["rows_in_use"] == 0 and stats["queue_depth"] == 0
+            return stats["cancelled_total"]
+
+        before = await settled(len(full.sent))
+        waiting = engine.translate(texts * 4, beam_size=4)   # 12 beams of 4 on 4 rows: 11 wait in the queue
+        await asyncio.sleep(0)
+        waiting.cancel()
+        await asyncio.sleep(0)   # the Future's callbacks run
+        assert not engine._waiting
+        assert await settled(before + 12) == before + 12
+
+    try:
+        engine.add_translator(MARIAN, translators[MARIAN])
+        asyncio.run(asyncio.wait_for(run(), 60))
+    finally:
+        engine._engine = real
+        engine.close()
+
+
 def test_ready_is_503_until_the_models_are_loaded(translators):
     """The command line loads its models in the app's startup: until it returns, /ready and the translation
     endpoints answer 503 while /health answers; a startup that fails leaves /ready at 503 naming the error."""

@@ -46,6 +46,7 @@ V1_FIELDS = ("texts", "model", "precision", "beam_size", "max_decoding_length", 
 ALWAYS_OPEN = ("/health", "/ready", "/metrics")
 # Paths whose requests wait in the engine's queue: refused with 429 before their body is read when it is full.
 QUEUED = ("/translate", "/v1/translate", "/v1/completions")
+ENTERING = "ctransformer.entering"   # in a queued request's scope from the queue's check until it is sent
 # The metrics' endpoint label takes these values only (any other path is "other"), so a scan of random
 # paths cannot grow the label set without bound.
 ENDPOINTS = ("/", "/translate", "/languages", "/v1/translate", "/v1/models", "/v1/completions", "/health", "/ready",
@@ -74,10 +75,13 @@ class _Disconnected(Exception):
 
 
 class _Serving:
-    """What the server is doing: loading, serving or draining, and how many requests are inside."""
+    """What the server is doing: loading, serving or draining, and how many requests are inside; of those, how many
+    translations and completions have passed the queue's check and not yet been sent to the engine (each holds a
+    place in the queue meanwhile)."""
 
     def __init__(self, ready):
         self.ready, self.draining, self.in_flight, self.load_error = ready, False, 0, None
+        self.entering = 0
 
 
 class _EngineCollector:
@@ -272,11 +276,10 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
 
     # --- waiting for the engine -----------------------------------------------------------------------
 
-    async def unless_disconnected(request, awaitable):
-        """The awaitable's result, or _Disconnected once the client has gone: the engine's work is then
-        cancelled, which frees the request's rows at the engine's next step. An engine's refusal becomes its
-        HTTPError."""
-        work = asyncio.ensure_future(awaitable)
+    async def unless_disconnected(request, call, *args, **kwargs):
+        """The result of awaiting call(*args, **kwargs), or _Disconnected once the client has gone: the engine's work
+        is then cancelled, which frees the request's rows at the engine's next step. An engine's refusal, from the
+        call or its awaiting, becomes its HTTPError."""
         gone = []
 
         async def watch():
@@ -285,9 +288,13 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
             gone.append(True)
             work.cancel()
 
-        watching = asyncio.ensure_future(watch())
-        answer = None
+        work = watching = answer = None
+        if request.scope.pop(ENTERING, False):   # sent now: the engine's queue counts it from here
+            serving.entering -= 1
         try:   # cancelling this handler (the server stopping) cancels the awaited work too
+            work = asyncio.ensure_future(call(*args, **kwargs))
+            call = args = kwargs = None   # not kept while the request waits: the collector would walk them
+            watching = asyncio.ensure_future(watch())
             return await work
         except asyncio.CancelledError:
             if gone:
@@ -299,7 +306,8 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
                 raise
             raise answer from None
         finally:
-            watching.cancel()
+            if watching is not None:
+                watching.cancel()
             # A refusal's traceback holds this frame, whose locals hold the tasks that hold the exceptions: a
             # cycle, freed only by the garbage collector. Past saturation a refusal comes every few ms, and the
             # collector's passes over the server's many live objects then stall the event loop for tens of ms.
@@ -340,7 +348,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
             raise HTTPError(400, f"stream: expected true or false, got {_describe(stream)}")
         served = served_model(options["model"], options["precision"])
         if not stream:
-            translations = await unless_disconnected(request, engine.translate(texts, **options))
+            translations = await unless_disconnected(request, engine.translate, texts, **options)
             latency_of["/v1/translate"].observe(time.perf_counter() - start)
             return JSONResponse({"translations": translations})
         # One text per stream: the events of several would interleave or wait on each other; a client
@@ -350,7 +358,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
                                  f"(send one request per text)")
         beam_size = options["beam_size"] if options["beam_size"] is not None else served.translator.beam_size
         if beam_size > 1:   # a beam's words are not final until the search ends: one event with the result
-            translation = (await unless_disconnected(request, engine.translate(texts, **options)))[0]
+            translation = (await unless_disconnected(request, engine.translate, texts, **options))[0]
             latency_of["/v1/translate"].observe(time.perf_counter() - start)
             return _EventStream(_events([], None, translation), None)
         try:
@@ -369,7 +377,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
                 return None
 
         try:   # the first piece before the answer's headers, so a refusal still gets its status
-            piece = await unless_disconnected(request, first())
+            piece = await unless_disconnected(request, first)
         except BaseException:
             await _close(pieces)
             raise
@@ -398,8 +406,8 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         if data.get("format", "text") not in ("text", ""):
             raise HTTPError(400, f"format: only 'text' is supported, got {data['format']!r} (HTML is not parsed)")
         served = pick_model(data.get("source") or "auto", data.get("target"))
-        translations = await unless_disconnected(request, engine.translate(texts, model=served.name,
-                                                                           precision=served.precision))
+        translations = await unless_disconnected(request, engine.translate, texts, model=served.name,
+                                                 precision=served.precision)
         latency_of["/translate"].observe(time.perf_counter() - start)
         return JSONResponse({"translatedText": translations[0] if isinstance(data["q"], str) else translations})
 
@@ -477,7 +485,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
 
         if not stream:
             try:
-                done = await unless_disconnected(request, asyncio.gather(
+                done = await unless_disconnected(request, lambda: asyncio.gather(
                     *(engine.complete(p, **call) for p in prompts)))
             except ValueError as error:   # the tokenizer's or an option's refusal, named
                 raise HTTPError(400, f"prompt: {error}") from None
@@ -496,7 +504,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
             async def first_piece():
                 return await pieces.__anext__()
 
-            first = await unless_disconnected(request, first_piece())
+            first = await unless_disconnected(request, first_piece)
         except ValueError as error:
             await _close(locals().get("pieces"))
             raise HTTPError(400, f"prompt: {error}") from None
@@ -618,33 +626,35 @@ class _App:
                 await send({"type": "websocket.close", "code": 1008})
             return
         path, method = scope["path"], scope["method"]
-        status = [0]
-
-        async def counted_send(message):
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
         if path not in ALWAYS_OPEN and (self.serving.draining or not self.serving.ready):
             why = "shutting down" if self.serving.draining else "loading its models"
             response = _error(HTTPError(503, f"server: {why}; try again (another replica)",
                                         {"Retry-After": "1", "Connection": "close"}))
-            await response(scope, receive, counted_send)
+            status = response.status_code
+            await response(scope, receive, send)
         elif path in QUEUED and method == "POST" and (full := self.queue_full()) is not None:
-            await _error(full)(scope, receive, counted_send)
+            response = _error(full)
+            status = response.status_code
+            await response(scope, receive, send)
         else:
             self.serving.in_flight += 1
+            if path in QUEUED and method == "POST":   # its place is held until it is sent (unless_disconnected)
+                self.serving.entering += 1
+                scope[ENTERING] = True
             try:
-                await self.dispatch(scope, receive, counted_send, path, method)
+                status = await self.dispatch(scope, receive, send, path, method)
             finally:
                 self.serving.in_flight -= 1
-        key = (path if path in ENDPOINTS else "other", status[0] or 500)
+                if scope.pop(ENTERING, False):   # refused or failed before it was sent
+                    self.serving.entering -= 1
+        key = (path if path in ENDPOINTS else "other", status)
         counter = self.counted.get(key)
         if counter is None:   # the endpoints are a fixed set and statuses few: the dict stays small
             counter = self.counted[key] = self.responses.labels(key[0], str(key[1]))
         counter.inc()
 
     async def dispatch(self, scope, receive, send, path, method):
+        """Answers the request; returns the answer's status."""
         methods = self.routes.get(path)
         if methods is None:
             response = _error(HTTPError(404, f"{path}: Not Found"))
@@ -662,6 +672,7 @@ class _App:
                 print(f"ctransformer-serve: internal error on {path}: {error!r}", file=sys.stderr)
                 response = _error(HTTPError(500, "server: internal error (a bug; the server's log has it)"))
         await response(scope, receive, send)
+        return response.status_code
 
     async def lifespan(self, receive, send):
         """Starts the load in the background (/ready answers 503 until it ends) and closes the engine at the
@@ -684,9 +695,11 @@ class _App:
                 return
 
     def queue_full(self):
-        """The 429 for a request that the full queue could not take, or None when there is room."""
+        """The 429 for a request that the full queue could not take, or None when there is room. The requests that
+        passed this check and are still being read hold their places: past saturation, counting only those the
+        engine holds let one refusal in seven happen after the body was read and parsed."""
         try:
-            self.state.engine.check_room()
+            self.state.engine.check_room(self.serving.entering)
         except QueueFull as error:
             return self.refusal(error)
         return None
@@ -701,6 +714,8 @@ class _EventStream:
     """A server-sent-events answer that watches for the client going away: then it stops and closes the
     engine's iterator at once (uvicorn drops writes to a closed connection silently, so writing alone would
     not notice)."""
+
+    status_code = 200
 
     def __init__(self, events, pieces):
         self.events, self.pieces = events, pieces

@@ -63,17 +63,72 @@ class ServedModel:
 
 
 class _Request:
-    """Where a request's events go: `deliver(event)`, called on the loop of the caller that waits for it."""
-    __slots__ = ("loop", "deliver")
+    """Where a request's events go: `deliver(index, event)`, called on the loop of the caller that waits for it."""
+    __slots__ = ("loop", "deliver", "index")
 
-    def __init__(self, loop, deliver):
-        self.loop, self.deliver = loop, deliver
+    def __init__(self, loop, deliver, index):
+        self.loop, self.deliver, self.index = loop, deliver, index
 
 
 def _deliver(batch):
     """On a caller's loop: the events the poller collected for that loop's requests, in the engine's order."""
-    for deliver, event in batch:
-        deliver(event)
+    for request, event in batch:
+        request.deliver(request.index, event)
+
+
+def _into(queue):
+    """A stream's delivery: each event into its queue."""
+    return lambda _, event: queue.put_nowait(event)
+
+
+class _Outcome:
+    """The Future of a call's requests (one per text), resolved by their deliveries: with finish(ends, *args) once
+    each has finished (ends[i], the finished ids of the i-th), or with the error of the first to fail (the others
+    are cancelled then). Cancelling the Future frees the rows of those not finished.
+
+    One object with slots, rather than a task awaiting a queue or closures over cells: a waiting request's objects
+    are what the garbage collector's passes walk, and past saturation hundreds wait at once."""
+    __slots__ = ("future", "engine", "ends", "left", "rids", "finish", "args")
+
+    def __init__(self, engine, count, finish, *args):
+        self.future = asyncio.get_running_loop().create_future()
+        self.engine, self.ends, self.left, self.rids, self.finish, self.args = engine, [None] * count, count, [], \
+            finish, args
+
+    def __call__(self, i, event):
+        future = self.future
+        if future.done():
+            return
+        _, kind, _, ids, _, message = event
+        if kind == "finished":
+            self.ends[i] = ids
+            self.left -= 1
+            if not self.left:
+                try:
+                    future.set_result(self.finish(self.ends, *self.args))
+                except Exception as error:  # noqa: BLE001 - the caller's to see, as an awaited call's would be
+                    future.set_exception(error)
+        elif kind != "token":
+            self.ends[i] = ()   # ended: nothing to cancel
+            future.set_exception(_failure(kind, message))
+            self.engine._cancel_unfinished(self.rids, self.ends, counted=False)
+
+    def start(self, submit):
+        """The Future, once submit(i, self) has sent each request (and returned its id); if one cannot be sent, those
+        sent already are cancelled and the error raised."""
+        try:
+            for i in range(len(self.ends)):
+                self.rids.append(submit(i, self))
+        except BaseException:
+            self.future.cancel()
+            self.engine._cancel_unfinished(self.rids, self.ends, counted=False)
+            raise
+        self.future.add_done_callback(self._done)
+        return self.future
+
+    def _done(self, future):
+        if future.cancelled():
+            self.engine._cancel_unfinished(self.rids, self.ends, counted=True)
 
 
 def _check_int(value, name, minimum):
@@ -200,11 +255,12 @@ class AsyncEngine:
             _check_int(max_decoding_length, "max_decoding_length", 1)
         return beam_size, alpha, max_decoding_length, _timeout(timeout_ms)
 
-    def _submit(self, served, source, beam_size, alpha, max_len, timeout, deliver, tokens=False, **sampling):
-        """Sends one sequence to the engine; its events go to deliver(event) on the running loop. Returns its id."""
+    def _submit(self, served, source, beam_size, alpha, max_len, timeout, deliver, index=0, tokens=False, **sampling):
+        """Sends one sequence to the engine; its events go to deliver(index, event) on the running loop. Returns its
+        id."""
         if self._draining or self._closed.is_set():
             raise EngineClosed("the engine is draining: it takes no new request")
-        request = _Request(asyncio.get_running_loop(), deliver)
+        request = _Request(asyncio.get_running_loop(), deliver, index)
         with self._lock:   # registered before the engine can answer it
             try:
                 # A beam searches by the translator's rules (GNMT's, or transformers' for a pretrained Marian model),
@@ -221,46 +277,6 @@ class AsyncEngine:
         self._counts["requests_total"] += 1
         return rid
 
-    def _ends(self, submit, count, finish):
-        """A Future of finish([the finished ids of each request]) once all `count` requests that submit(i, deliver)
-        sends have finished; or the error the first to fail names. Cancelling it frees the rows of those not finished.
-
-        A Future resolved by the poller's delivery rather than a task awaiting a queue per request: the server's
-        Python per request is what limits it when outputs are short."""
-        outcome = asyncio.get_running_loop().create_future()
-        ends, rids, left = [None] * count, [], [count]
-
-        def deliver(i, event):
-            if outcome.done():
-                return
-            _, kind, _, ids, _, message = event
-            if kind == "finished":
-                ends[i] = ids
-                left[0] -= 1
-                if not left[0]:
-                    try:
-                        outcome.set_result(finish(ends))
-                    except Exception as error:  # noqa: BLE001 - the caller's to see, as an awaited call's would be
-                        outcome.set_exception(error)
-            elif kind != "token":
-                ends[i] = ()   # ended: nothing to cancel
-                outcome.set_exception(_failure(kind, message))
-                self._cancel_unfinished(rids, ends, counted=False)
-
-        def done(future):
-            if future.cancelled():
-                self._cancel_unfinished(rids, ends, counted=True)
-
-        try:
-            for i in range(count):
-                rids.append(submit(i, lambda event, i=i: deliver(i, event)))
-        except BaseException:
-            outcome.cancel()
-            self._cancel_unfinished(rids, ends, counted=False)
-            raise
-        outcome.add_done_callback(done)
-        return outcome
-
     def _cancel_unfinished(self, rids, ends, counted):
         for rid, end in zip(rids, ends):
             if end is None:
@@ -268,11 +284,12 @@ class AsyncEngine:
                 if counted:
                     self._counts["cancelled_total"] += 1
 
-    def check_room(self):
-        """QueueFull (counted as a refusal) when ``max_queue`` requests wait already, so that none can be accepted now.
-        The server asks before it reads a request's body: past saturation half the requests are refused, and each
-        refusal then costs the two cores the engine needs little more than its HTTP exchange."""
-        if self._engine.stats()["queue_depth"] >= self.max_queue:
+    def check_room(self, entering=0):
+        """QueueFull (counted as a refusal) when ``max_queue`` requests wait already, with `entering` more about to be
+        sent, so that none can be accepted now. The server asks before it reads a request's body: past saturation
+        half the requests are refused, and each refusal then costs the two cores the engine needs little more than
+        its HTTP exchange."""
+        if self._engine.stats()["queue_depth"] + entering >= self.max_queue:
             self._counts["rejected_total"] += 1
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)", retry_after=self._retry_after())
 
@@ -296,11 +313,15 @@ class AsyncEngine:
             self._waiting.pop(rid, None)
         self._engine.cancel(rid)
 
-    async def translate(self, texts, model=None, precision=None, beam_size=None, max_decoding_length=None,
-                        length_penalty=None, timeout_ms=None):
-        """Translations of `texts` (a list of str), in order, each as ``Translator.translate`` gives it offline with
-        these options. Raises QueueFull, UnknownModel, ValueError (an option, named), TimeoutError, EngineClosed.
-        Cancelling the awaiting task frees the requests' rows."""
+    def translate(self, texts, model=None, precision=None, beam_size=None, max_decoding_length=None,
+                  length_penalty=None, timeout_ms=None):
+        """An asyncio Future (await it on the running loop) of the translations of `texts` (a list of str), in order,
+        each as ``Translator.translate`` gives it offline with these options. The call itself raises what refuses
+        the request: QueueFull, UnknownModel, ValueError (an option, named), EngineClosed; the Future, what ends it
+        later: TimeoutError, EngineClosed. Cancelling the Future frees the requests' rows.
+
+        A Future, not a coroutine: awaited through a task, a request's coroutine, task and context would live as
+        long as it waits, for the garbage collector to walk."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise ValueError("texts must be a list of str")
         served = self.model(model, precision)
@@ -308,21 +329,14 @@ class AsyncEngine:
                                                                        length_penalty, timeout_ms)
         t = served.translator
         keep = [i for i, text in enumerate(texts) if text.strip()]
-        sources = [list(ids) + [t.end_id] for ids in t.encode([texts[i] for i in keep], [i + 1 for i in keep])]
-
-        def submit(k, deliver):
-            return self._submit(served, sources[k], beam_size, alpha, t.max_len(len(sources[k]), max_decoding_length),
-                                timeout, deliver)
-
-        def finish(ends):
-            out = [""] * len(texts)
-            for i, text in zip(keep, _decode(t, [_cut(ids, t) for ids in ends])):
-                out[i] = text
-            return out
-
         if not keep:
-            return [""] * len(texts)
-        return await self._ends(submit, len(keep), finish)
+            done = asyncio.get_running_loop().create_future()
+            done.set_result([""] * len(texts))
+            return done
+        sources = [list(ids) + [t.end_id] for ids in t.encode([texts[i] for i in keep], [i + 1 for i in keep])]
+        return _Outcome(self, len(keep), _translations, t, keep, len(texts)).start(
+            lambda k, outcome: self._submit(served, sources[k], beam_size, alpha,
+                                            t.max_len(len(sources[k]), max_decoding_length), timeout, outcome, k))
 
     async def stream(self, text, model=None, precision=None, max_decoding_length=None, timeout_ms=None):
         """Greedy translation of one text, as pieces of text while it is decoded: each piece ends where a word does
@@ -338,7 +352,7 @@ class AsyncEngine:
         source = list(t.encode([text])[0]) + [t.end_id]
         events = asyncio.Queue()
         rid = self._submit(served, source, 1, t.alpha, t.max_len(len(source), max_decoding_length), timeout,
-                           events.put_nowait, tokens=True)
+                           _into(events), tokens=True)
         ids, sent, finished, cut = [], "", False, False
         try:
             while True:
@@ -387,9 +401,9 @@ class AsyncEngine:
         if not ids:
             raise ValueError("prompt must hold at least one token")
 
-        def submit(deliver):
-            return self._submit(served, ids, 1, 0.0, len(ids) + max_tokens, timeout, deliver, temperature=temperature,
-                                top_k=top_k, top_p=top_p, seed=seed, tokens=tokens)
+        def submit(deliver, index=0):
+            return self._submit(served, ids, 1, 0.0, len(ids) + max_tokens, timeout, deliver, index, tokens=tokens,
+                                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
 
         return served, ids, submit
 
@@ -401,7 +415,7 @@ class AsyncEngine:
         "completion_tokens"}."""
         served, ids, submit = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
                                                timeout_ms)
-        made = await self._ends(lambda _, deliver: submit(deliver), 1, lambda ends: list(ends[0]))
+        made = await _Outcome(self, 1, _first).start(lambda i, outcome: submit(outcome, i))
         return {"text": served.tokenizer.decode(made), "finish_reason": "length" if len(made) == max_tokens else "stop",
                 "prompt_tokens": len(ids), "completion_tokens": len(made)}
 
@@ -412,7 +426,7 @@ class AsyncEngine:
         served, ids, submit = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
                                                timeout_ms, tokens=True)
         events = asyncio.Queue()
-        rid = submit(events.put_nowait)
+        rid = submit(_into(events))
         made, sent, finished = [], "", False
         try:
             while True:
@@ -485,7 +499,7 @@ class AsyncEngine:
                     if request is not None:
                         if event[1] != "token":   # the request's last event: no one waits for more
                             del self._waiting[event[0]]
-                        batches.setdefault(request.loop, []).append((request.deliver, event))
+                        batches.setdefault(request.loop, []).append((request, event))
             for loop, batch in batches.items():
                 try:
                     loop.call_soon_threadsafe(_deliver, batch)
@@ -520,6 +534,19 @@ def _failure(kind, message):
     if kind == "cancelled":
         return EngineClosed(f"the request was cancelled: {message}")
     return RuntimeError(f"the engine failed the request: {message}")
+
+
+def _translations(ends, translator, keep, count):
+    """The texts of a translate() call: each kept text's finished ids cut and decoded, "" for the blank ones."""
+    out = [""] * count
+    for i, text in zip(keep, _decode(translator, [_cut(ids, translator) for ids in ends])):
+        out[i] = text
+    return out
+
+
+def _first(ends):
+    """A completion's ids."""
+    return list(ends[0])
 
 
 def _cut(ids, translator):
