@@ -696,8 +696,10 @@ class _App:
 
     def queue_full(self):
         """The 429 for a request that the full queue could not take, or None when there is room. The requests that
-        passed this check and are still being read hold their places: past saturation, counting only those the
-        engine holds let one refusal in seven happen after the body was read and parsed."""
+        passed this check and are not yet sent hold their places, so that none is refused after its body was read
+        and parsed. (A body that comes with its headers is sent in the same turn of the loop; one that comes later,
+        or a task between the check and the engine, as there was before translate() returned a Future, left room
+        for others to fill the queue meanwhile: one refusal in seven at twice saturation.)"""
         try:
             self.state.engine.check_room(self.serving.entering)
         except QueueFull as error:
