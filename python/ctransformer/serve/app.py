@@ -626,16 +626,16 @@ class _App:
                 await send({"type": "websocket.close", "code": 1008})
             return
         path, method = scope["path"], scope["method"]
+        refused = None
         if path not in ALWAYS_OPEN and (self.serving.draining or not self.serving.ready):
             why = "shutting down" if self.serving.draining else "loading its models"
-            response = _error(HTTPError(503, f"server: {why}; try again (another replica)",
-                                        {"Retry-After": "1", "Connection": "close"}))
-            status = response.status_code
-            await response(scope, receive, send)
-        elif path in QUEUED and method == "POST" and (full := self.queue_full()) is not None:
-            response = _error(full)
-            status = response.status_code
-            await response(scope, receive, send)
+            refused = HTTPError(503, f"server: {why}; try again (another replica)",
+                                {"Retry-After": "1", "Connection": "close"})
+        elif path in QUEUED and method == "POST":
+            refused = self.queue_full()
+        if refused is not None:
+            status = refused.status
+            await _error(refused)(scope, receive, send)
         else:
             self.serving.in_flight += 1
             if path in QUEUED and method == "POST":   # its place is held until it is sent (unless_disconnected)

@@ -382,7 +382,7 @@ class AsyncEngine:
     # -- generation ------------------------------------------------------------------------------------------------
     def _completion(self, prompt, model, precision, max_tokens, temperature, top_k, top_p, seed, timeout_ms,
                     tokens=False):
-        """The checked prompt: (served model, its ids, submit(deliver) sending it to the engine)."""
+        """The checked prompt: (served model, its ids, submit(index, deliver) sending it to the engine)."""
         if not isinstance(prompt, str) or not prompt:
             raise ValueError("prompt must be a non-empty str")
         served = self.model(model, precision, kind="generator")
@@ -401,7 +401,7 @@ class AsyncEngine:
         if not ids:
             raise ValueError("prompt must hold at least one token")
 
-        def submit(deliver, index=0):
+        def submit(index, deliver):
             return self._submit(served, ids, 1, 0.0, len(ids) + max_tokens, timeout, deliver, index, tokens=tokens,
                                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
 
@@ -415,7 +415,7 @@ class AsyncEngine:
         "completion_tokens"}."""
         served, ids, submit = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
                                                timeout_ms)
-        made = await _Outcome(self, 1, _first).start(lambda i, outcome: submit(outcome, i))
+        made = await _Outcome(self, 1, _first).start(submit)
         return {"text": served.tokenizer.decode(made), "finish_reason": "length" if len(made) == max_tokens else "stop",
                 "prompt_tokens": len(ids), "completion_tokens": len(made)}
 
@@ -426,7 +426,7 @@ class AsyncEngine:
         served, ids, submit = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
                                                timeout_ms, tokens=True)
         events = asyncio.Queue()
-        rid = submit(_into(events))
+        rid = submit(0, _into(events))
         made, sent, finished = [], "", False
         try:
             while True:
