@@ -139,6 +139,7 @@ void bind_serve(py::module_& m) {
                  d["queue_depth"] = s.queue_depth;
                  d["rows_in_use"] = s.rows_in_use;
                  d["sequences"] = s.sequences;
+                 d["lanes"] = s.lanes;
                  d["requests_total"] = s.requests_total;
                  d["finished_total"] = s.finished_total;
                  d["tokens_total"] = s.tokens_total;

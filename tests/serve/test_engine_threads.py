@@ -1,6 +1,6 @@
 """The engine under threads, for ThreadSanitizer too (scripts/sanitize.sh runs this file without torch or the
 conftest): Python threads submit, cancel and poll while the engine's loop steps two models (a Transformer in
-float32, a GPT in int8), and every request ends exactly once, finished or cancelled."""
+float32, a GPT in int8), or while an int8 Transformer steps in lanes, one a thread; every request ends exactly once."""
 import threading
 import time
 
@@ -9,25 +9,18 @@ import numpy as np
 import ctransformer as ct
 
 
-def test_submit_cancel_and_poll_from_threads():
-    ct.manual_seed(0)
-    translator = ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=2, n_head=4,
-                                   d_k=8, d_v=8, dropout=0.0).eval()
-    gpt = ct.quantize_dynamic(ct.nn.GPT(40, 16, 2, 32, 4, 64, dropout=0.0).eval())
-    engine = ct._core.serve.Engine(max_queue=1000, max_rows=8, max_batch_tokens=128)
-    engine.add_model("t", translator, 1, 2)
-    engine.add_model("g", gpt)
+def submit_cancel_and_poll(engine, submit, count=30):
+    """Three threads submit `count` requests each (submit(rng, i) -> request id), cancelling every fifth, while a
+    fourth polls; every request must end exactly once, finished, cancelled or timed out. The engine's stats as the
+    last request ended, and the most lanes seen."""
     submitted, ends, lock = [], {}, threading.Lock()
     stop = threading.Event()
+    most_lanes = [1]
 
     def client(seed):
         rng = np.random.default_rng(seed)
-        for i in range(30):
-            source = [int(t) for t in rng.integers(3, 40, int(rng.integers(1, 10)))]
-            if i % 3 == 0:
-                request = engine.submit("g", source, max_len=len(source) + 8, temperature=0.9, seed=i)
-            else:
-                request = engine.submit("t", source + [2], max_len=12, beam_size=1 + i % 3)
+        for i in range(count):
+            request = submit(rng, i)
             with lock:
                 submitted.append(request)
             if i % 5 == 0:
@@ -37,12 +30,13 @@ def test_submit_cancel_and_poll_from_threads():
     def poller():
         while not stop.is_set():
             for request, kind, *_ in engine.poll(0.01):
-                if kind in ("finished", "cancelled"):
+                if kind in ("finished", "cancelled", "timed_out"):
                     with lock:
                         assert request not in ends, f"request {request} ended twice"
                         ends[request] = kind
                 else:
                     assert kind == "token"
+            most_lanes[0] = max(most_lanes[0], engine.stats()["lanes"])
 
     threads = [threading.Thread(target=client, args=(s,)) for s in range(3)] + [threading.Thread(target=poller)]
     for t in threads:
@@ -57,17 +51,60 @@ def test_submit_cancel_and_poll_from_threads():
     stats = engine.stats()
     engine.stop()
     assert sorted(ends) == sorted(submitted)
-    assert stats["finished_total"] + stats["cancelled_total"] == len(submitted) == 90
+    assert stats["finished_total"] + stats["cancelled_total"] + stats["timed_out_total"] == len(submitted) == 3 * count
     assert stats["queue_depth"] == 0 and stats["rows_in_use"] == 0
+    return stats, most_lanes[0]
+
+
+def test_submit_cancel_and_poll_from_threads():
+    ct.manual_seed(0)
+    translator = ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=2, n_head=4,
+                                   d_k=8, d_v=8, dropout=0.0).eval()
+    gpt = ct.quantize_dynamic(ct.nn.GPT(40, 16, 2, 32, 4, 64, dropout=0.0).eval())
+    engine = ct._core.serve.Engine(max_queue=1000, max_rows=8, max_batch_tokens=128)
+    engine.add_model("t", translator, 1, 2)
+    engine.add_model("g", gpt)
+
+    def submit(rng, i):
+        source = [int(t) for t in rng.integers(3, 40, int(rng.integers(1, 10)))]
+        if i % 3 == 0:
+            return engine.submit("g", source, max_len=len(source) + 8, temperature=0.9, seed=i)
+        return engine.submit("t", source + [2], max_len=12, beam_size=1 + i % 3)
+
+    submit_cancel_and_poll(engine, submit)
+
+
+def test_submit_cancel_and_poll_while_int8_lanes_step():
+    """An int8 Transformer with 2 x 16 rows or more runs as one lane a thread (serve/engine.cpp, run_lanes): each
+    lane admits, steps and leaves on its own thread while clients submit, cancel and time out requests. Every
+    request ends once, and the engine went through lane mode (on 2 threads) and back."""
+    ct.manual_seed(0)
+    model = ct.quantize_dynamic(ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=2,
+                                                  n_head=4, d_k=8, d_v=8, dropout=0.0).eval())
+    threads = ct.get_num_threads()
+    ct.set_num_threads(2)
+    try:
+        engine = ct._core.serve.Engine(max_queue=1000, max_rows=48, max_batch_tokens=1024)
+        engine.add_model("t", model, 1, 2)
+
+        def submit(rng, i):
+            source = [int(t) for t in rng.integers(3, 40, int(rng.integers(1, 10)))] + [2]
+            # some time out while decoding (40 positions take longer than 5 ms on 48 rows), beams of 2 and 3 too
+            return engine.submit("t", source, max_len=40, beam_size=1 + i % 3, timeout=0.005 if i % 7 == 3 else 0.0)
+
+        _, most_lanes = submit_cancel_and_poll(engine, submit, count=40)
+    finally:
+        ct.set_num_threads(threads)
+    assert most_lanes == 2 and engine.stats()["lanes"] == 1   # after stop(): the lanes have merged
 
 
 def test_int8_rows_split_over_threads_are_bit_for_bit():
-    """An int8 model's step with 2 x 16 rows or more runs a group of rows a thread, each from the embedding to the
-    logits on its thread (decode/translation_batch.cpp, row_groups): 40 greedy requests and 14 beams of 3 (42 rows)
-    at once, on 2 threads, each equal to its source decoded alone, ids and scores exactly (the int8 products are
-    exact; the rest is row by row, on whichever thread). The end symbol is the target id the sources' greedy decodes
+    """An int8 model with 2 x 16 rows or more runs as one batch a thread, each stepped on its own thread (lanes,
+    serve/engine.cpp): 40 greedy requests and 14 beams of 3 (42 rows) at once, on 2 threads, each equal to its source
+    decoded alone, ids and scores exactly (the int8 products are exact; the rest is row by row, in whichever lane,
+    through the split into lanes and the merge back). The end symbol is the target id the sources' greedy decodes
     reach least, and max_len is 60, so the requests live for many steps while the test submits them (the engine
-    admits them as they come); a round whose batch never held 32 rows is tried again, at most 5 times."""
+    admits them as they come); a round whose batch never held 32 rows in 2 lanes is tried again, at most 5 times."""
     ct.manual_seed(1)
     model = ct.quantize_dynamic(ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=2,
                                                   n_head=4, d_k=8, d_v=8, dropout=0.0).eval())
@@ -86,14 +123,15 @@ def test_int8_rows_split_over_threads_are_bit_for_bit():
                 engine.add_model("t", model, 1, end)
                 source_of = {engine.submit("t", src, max_len=max_len, beam_size=beam_size): s
                              for s, src in enumerate(srcs[:count])}
-                results, most_rows, deadline = {}, 0, time.monotonic() + 60
+                results, most_rows, most_lanes, deadline = {}, 0, 1, time.monotonic() + 60
                 while len(results) < count and time.monotonic() < deadline:
                     for request, kind, _, ids, score, message in engine.poll(0.0):   # no wait: rows_in_use is read
                         # between every few steps
                         assert kind in ("token", "finished"), (kind, message)
                         if kind == "finished":
                             results[source_of[request]] = (list(ids), score)
-                    most_rows = max(most_rows, engine.stats()["rows_in_use"])
+                    stats = engine.stats()
+                    most_rows, most_lanes = max(most_rows, stats["rows_in_use"]), max(most_lanes, stats["lanes"])
                 engine.stop()
                 assert len(results) == count
                 for s, src in enumerate(srcs[:count]):
@@ -106,9 +144,10 @@ def test_int8_rows_split_over_threads_are_bit_for_bit():
                     got = [1] + results[s][0]
                     got += [end] if len(got) < max_len else []
                     np.testing.assert_array_equal(got + [0] * (max_len - len(got)), row, err_msg=f"source {s}")
-                if most_rows >= 32:
+                if most_rows >= 32 and most_lanes == 2:
                     break
-            assert most_rows >= 32, f"the batch should have held 2 groups of 16 rows (at most {most_rows}, 5 tries)"
+            assert most_rows >= 32 and most_lanes == 2, \
+                f"the batch should have held 32 rows in 2 lanes (at most {most_rows} rows, {most_lanes} lanes; 5 tries)"
     finally:
         ct.set_num_threads(threads)
 

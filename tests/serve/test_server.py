@@ -193,10 +193,11 @@ def test_health_ready_models_languages_metrics_page(app):
     assert 'id="translate"' in page.text and "v1/models" in page.text and "http" not in page.text.split("<script>")[1]
     metrics = one(app, "GET", "/metrics")
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
-    for name in ("ctransformer_queue_depth", "ctransformer_rows_in_use", "ctransformer_requests_total",
-                 "ctransformer_tokens_total", "ctransformer_rejected_total", "ctransformer_cancelled_total",
-                 "ctransformer_timed_out_total", "ctransformer_step_seconds_count", "ctransformer_ready 1.0",
-                 "ctransformer_request_seconds_bucket", "ctransformer_time_to_first_token_seconds_bucket",
+    for name in ("ctransformer_queue_depth", "ctransformer_rows_in_use", "ctransformer_lanes 1.0",
+                 "ctransformer_requests_total", "ctransformer_tokens_total", "ctransformer_rejected_total",
+                 "ctransformer_cancelled_total", "ctransformer_timed_out_total", "ctransformer_step_seconds_count",
+                 "ctransformer_ready 1.0", "ctransformer_request_seconds_bucket",
+                 "ctransformer_time_to_first_token_seconds_bucket",
                  'ctransformer_http_responses_total{endpoint="/v1/models",status="200"}'):
         assert name in metrics.text, name
     gpt = one(app, "POST", "/v1/completions", json={"prompt": "Hello", "max_tokens": 5})

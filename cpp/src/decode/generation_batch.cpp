@@ -20,6 +20,7 @@ struct GenerationBatch::Sequence {
     nn::gpt::GPT::Cache cache;
     std::optional<Generator> generator;
     std::vector<float> pending;          // logits computed outside the batched step (the prompt, a rebuilt window)
+    std::size_t rows() const { return 1; }
 };
 
 GenerationBatch::GenerationBatch(const nn::gpt::GPT& model, std::optional<std::int64_t> end_symbol)
@@ -107,6 +108,13 @@ void GenerationBatch::admit(const std::vector<std::uint64_t>& ids, const std::ve
 }
 
 bool GenerationBatch::retire(std::uint64_t id) { return erase_sequence(sequences_, id); }
+
+std::vector<std::uint64_t> GenerationBatch::move_to(ContinuousBatch& to, std::size_t rows) {
+    auto* other = dynamic_cast<GenerationBatch*>(&to);
+    if (!other || &other->model_ != &model_)
+        throw ValueError("GenerationBatch.move_to: `to` must be a GenerationBatch of the same model");
+    return move_sequences(sequences_, other->sequences_, rows);
+}
 
 ContinuousBatch::StepResult GenerationBatch::step() {
     StepResult result;

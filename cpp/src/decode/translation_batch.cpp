@@ -1,12 +1,9 @@
 #include "ctransformer/decode/translation_batch.hpp"
 
 #include <algorithm>
-#include <exception>
 
 #include "ctransformer/decode/kv_cache.hpp"
-#include "ctransformer/autocast.hpp"
 #include "ctransformer/runtime/autograd.hpp"
-#include "../runtime/parallel.hpp"
 #include "decode_checks.hpp"
 #include "hf_beam.hpp"
 #include "token_choice.hpp"
@@ -34,15 +31,6 @@ struct TranslationBatch::Sequence {
 
 namespace {
 
-// An int8 model's step splits its rows into groups of at least this many, one group a thread, each computed from
-// the embedding to the logits on its thread alone (row_groups). Split product by product instead, the second thread
-// waits through about a quarter of the step: the serial pieces between products (layer norms, quantizing the
-// activations, appending keys and values) and the end of each product. Measured in-process on 2 cores (the serving
-// engine, 32 and 64 rows, 7 and 3 alternating pairs of runs): small int8 0.83-1.13x at 32 rows (6 of 7 faster) and
-// 1.03-1.25x at 64; base int8 1.08-1.19x and 1.05-1.10x. float32 lost 0.89-0.92x in a prototype of the same split:
-// its products read 4 times the bytes, and each thread then reads every weight.
-constexpr std::size_t kGroupRows = 16;
-
 // A finished hypothesis as the batch's output: its ids without the start symbol, nor the end symbol if it ended.
 ContinuousBatch::Finished output(std::uint64_t id, const Hypothesis& h) {
     ContinuousBatch::Finished f{id, std::vector<std::int64_t>(h.ids.begin() + 1, h.ids.end()), h.score, h.ended};
@@ -54,7 +42,7 @@ ContinuousBatch::Finished output(std::uint64_t id, const Hypothesis& h) {
 
 TranslationBatch::TranslationBatch(const nn::Transformer& model, std::int64_t start_symbol, std::int64_t end_symbol,
                              TokenRules rules)
-    : model_(model), int8_(model.quantization() == "int8"), start_symbol_(start_symbol), end_symbol_(end_symbol),
+    : model_(model), start_symbol_(start_symbol), end_symbol_(end_symbol),
       rules_(std::move(rules)) {
     const std::string fn = "TranslationBatch";
     detail::check_symbol(model, start_symbol, fn, "start_symbol");
@@ -140,6 +128,13 @@ void TranslationBatch::admit(const std::vector<std::uint64_t>& ids, const std::v
 
 bool TranslationBatch::retire(std::uint64_t id) { return erase_sequence(sequences_, id); }
 
+std::vector<std::uint64_t> TranslationBatch::move_to(ContinuousBatch& to, std::size_t rows) {
+    auto* other = dynamic_cast<TranslationBatch*>(&to);
+    if (!other || &other->model_ != &model_)
+        throw ValueError("TranslationBatch.move_to: `to` must be a TranslationBatch of the same model");
+    return move_sequences(sequences_, other->sequences_, rows);
+}
+
 TranslationBatch::StepResult TranslationBatch::step() {
     StepResult result;
     if (sequences_.empty()) return result;
@@ -152,19 +147,16 @@ TranslationBatch::StepResult TranslationBatch::step() {
         caches.push_back(&s->cache);
         offsets.push_back(last.size());
     }
-    // bounds[g] .. bounds[g + 1]: group g's sequences; logits[g]: its rows' logits.
-    std::vector<std::size_t> bounds;
-    std::vector<Tensor> logits = row_groups(last, caches, offsets, bounds);
+    const Tensor logits = model_.project(model_.decoder->forward_sequences(last, caches, offsets));
     const std::size_t V = model_.config.n_trg_vocab;
     std::vector<std::unique_ptr<Sequence>> still;
     detail::BestWords best;
     std::vector<detail::Candidate> candidates;
-    for (std::size_t si = 0, g = 0; si < sequences_.size(); ++si) {
+    for (std::size_t si = 0; si < sequences_.size(); ++si) {
         auto& s = sequences_[si];
         const std::size_t t = s->cache.length;   // the position of the token chosen now
         const bool last_position = t + 1 == s->options.max_len;
-        while (si >= bounds[g + 1]) ++g;
-        const float* rows = logits[g].data() + (offsets[si] - offsets[bounds[g]]) * V;
+        const float* rows = logits.data() + offsets[si] * V;
         if (s->hf) {   // Hugging Face's search: as hf_beam_search, this sequence's rows only
             const std::vector<std::size_t> parents = s->hf->advance(rows, V);
             if (s->hf->done()) {
@@ -205,51 +197,6 @@ TranslationBatch::StepResult TranslationBatch::step() {
     }
     sequences_ = std::move(still);
     return result;
-}
-
-std::vector<Tensor> TranslationBatch::row_groups(const std::vector<std::int64_t>& last,
-                                                 const std::vector<nn::Decoder::Cache*>& caches,
-                                                 const std::vector<std::size_t>& offsets,
-                                                 std::vector<std::size_t>& bounds) const {
-    const std::size_t n = caches.size(), total = offsets.back();
-    // Only an int8 model outside autocast: a float32 or bf16 product reads the packed or bf16 copies of the weights,
-    // which are the calling thread's (kernels/weight_cache.hpp).
-    std::size_t groups = int8_ && !autocast::enabled()
-        ? std::min<std::size_t>(std::size_t(parallel::threads()), total / kGroupRows) : 1;
-    groups = std::min(groups, n);
-    bounds.assign(1, 0);
-    for (std::size_t g = 1; g < groups; ++g) {   // contiguous sequences, about total / groups rows each
-        std::size_t si = bounds.back() + 1;
-        while (si < n && offsets[si] < total * g / groups) ++si;
-        if (si < n) bounds.push_back(si);
-    }
-    bounds.push_back(n);
-    groups = bounds.size() - 1;
-    std::vector<Tensor> logits(groups);
-    if (groups == 1) {
-        logits[0] = model_.project(model_.decoder->forward_sequences(last, caches, offsets));
-        return logits;
-    }
-    std::vector<std::exception_ptr> errors(groups);
-    // Each group on one thread: the operations inside a piece run inline (parallel.hpp).
-    parallel::parallel_chunks(groups, groups, [&](std::size_t g, std::size_t, std::size_t) {
-        try {
-            NoGradGuard no_grad;   // thread-local: a worker's own
-            const std::size_t b = bounds[g], e = bounds[g + 1], first = offsets[b];
-            const std::vector<std::int64_t> group_last(last.begin() + std::ptrdiff_t(first),
-                                                       last.begin() + std::ptrdiff_t(offsets[e]));
-            const std::vector<nn::Decoder::Cache*> group_caches(caches.begin() + std::ptrdiff_t(b),
-                                                                caches.begin() + std::ptrdiff_t(e));
-            std::vector<std::size_t> group_offsets;
-            for (std::size_t si = b; si <= e; ++si) group_offsets.push_back(offsets[si] - first);
-            logits[g] = model_.project(model_.decoder->forward_sequences(group_last, group_caches, group_offsets));
-        } catch (...) {
-            errors[g] = std::current_exception();   // a worker must not throw (it would end the process)
-        }
-    });
-    for (const auto& error : errors)
-        if (error) std::rethrow_exception(error);
-    return logits;
 }
 
 }  // namespace ct::decode

@@ -144,12 +144,14 @@ public:
 #endif
     }
 
-    void run(std::size_t n, std::size_t pieces, ChunkFn fn, void* ctx) {
+    // one_each: every thread, the caller included, runs one piece at most (run_each: pieces == threads).
+    void run(std::size_t n, std::size_t pieces, ChunkFn fn, void* ctx, bool one_each = false) {
         if (pieces > kPieceMask) throw std::logic_error("parallel::run: too many pieces");
         std::lock_guard<std::mutex> serial(run_mu_);  // one task at a time (callers from several threads)
         n_ = n;
         fn_ = fn;
         ctx_ = ctx;
+        one_each_ = one_each;
         done_.store(0, std::memory_order_relaxed);
         std::uint32_t task;
         {
@@ -198,11 +200,13 @@ private:
             if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
             // The claim succeeded on a piece that exists, so the task is still running: its fields
             // are stable until its last piece is done (read them before that).
+            const bool one = one_each_;   // read before the piece is counted done: the task's fields change after
             fn_(ctx_, i, n_ * i / total, n_ * (i + 1) / total);
             if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == total && caller_waiting_.load(std::memory_order_seq_cst)) {
                 std::lock_guard<std::mutex> lock(done_mu_);  // the caller is asleep (or about to be): wake it
                 done_cv_.notify_one();
             }
+            if (one) return;
             t = ticket_.load(std::memory_order_acquire);
         }
     }
@@ -242,6 +246,7 @@ private:
     std::atomic<int> sleeping_{0};
     std::atomic<bool> stop_{false};
     std::size_t n_ = 0;
+    bool one_each_ = false;
     ChunkFn fn_ = nullptr;
     void* ctx_ = nullptr;
 };
@@ -297,6 +302,17 @@ void run(std::size_t n, std::size_t pieces, ChunkFn fn, void* ctx) {
         return;
     }
     pool_for(t)->run(n, pieces, fn, ctx);
+}
+
+bool run_each(std::size_t count, ChunkFn fn, void* ctx) {
+    const int t = threads();
+    if (t_in_worker || count > std::size_t(t)) return false;
+    if (count == 1) {
+        fn(ctx, 0, 0, 1);
+        return true;
+    }
+    if (count) pool_for(t)->run(count, count, fn, ctx, true);
+    return true;
 }
 
 }  // namespace ct::parallel

@@ -25,6 +25,13 @@ void set_default_threads_source(int (*source)());
 // covers [n i / chunks, n (i + 1) / chunks)), each once, on any thread.
 void run(std::size_t n, std::size_t chunks, ChunkFn fn, void* ctx);
 
+// Runs fn(ctx, i, i, i + 1) for every i in [0, count) at once, each on a thread of its own (the caller runs one):
+// for pieces that run long and wait on one another (the serving engine's lanes, serve/engine.cpp), which run() could
+// give one thread in turn. Inside a piece, parallel_for runs inline; the pool runs one task at a time, so other
+// threads' parallel work waits until the pieces end. false, running nothing, when the pool cannot give each piece a
+// thread: count above threads(), or a call from inside a piece.
+bool run_each(std::size_t count, ChunkFn fn, void* ctx);
+
 constexpr std::size_t kPiecesPerThread = 4;
 
 // Names the calling thread for the system (top -H, ps -L, /proc/PID/task/TID/comm, a debugger, py-spy):
@@ -73,6 +80,13 @@ void parallel_chunks(std::size_t n, std::size_t chunks, F&& f) {
         return;
     }
     run(n, chunks, [](void* ctx, std::size_t c, std::size_t b, std::size_t e) { (*static_cast<F*>(ctx))(c, b, e); }, &f);
+}
+
+// f(i) for every i in [0, count), each on a thread of its own at once (run_each); false, running nothing, when the
+// threads are too few.
+template <class F>
+bool each_on_own_thread(std::size_t count, F&& f) {
+    return run_each(count, [](void* ctx, std::size_t i, std::size_t, std::size_t) { (*static_cast<F*>(ctx))(i); }, &f);
 }
 
 // f(begin, end) over [0, n), split across threads when pieces get at least `grain` items.

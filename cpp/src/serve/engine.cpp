@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdint>
+#include <exception>
 #include <functional>
 
 #include "ctransformer/autocast.hpp"
@@ -14,6 +16,11 @@ namespace ct::serve {
 
 using Clock = std::chrono::steady_clock;
 
+// An int8 model's batch runs as one lane a thread once it holds this many rows a lane (kLaneRows x the threads),
+// and goes back to one batch when it falls under half as many (a closed loop of 32 clients, whose rows come and
+// go, stays in lanes).
+constexpr std::size_t kLaneRows = 16;
+
 struct Engine::Request {
     std::uint64_t id;
     std::string model;
@@ -21,19 +28,32 @@ struct Engine::Request {
     decode::SequenceOptions options;
     std::optional<Clock::time_point> deadline;
     bool decoding = false;
+    std::size_t lane = 0;   // decoding: the lane (Model::lanes) whose batch holds it
     bool tokens = true;   // Token events wanted (a stream): a request that is not streamed waits for its end only
+    std::size_t rows() const { return decode::ContinuousBatch::rows_needed(options); }
+};
+
+// A batch of one model's requests with what its requests reserve. One thread at a time steps it: the loop's, or in
+// lane mode (run_lanes) the lane's own. The counts are read and written under mu_.
+struct Engine::Lane {
+    std::unique_ptr<decode::ContinuousBatch> batch;
+    std::size_t rows_reserved = 0, tokens = 0;   // its requests' rows (a beam's beam_size) and source tokens
+    std::size_t rows = 0, sequences = 0;         // its batch's live rows and sequences, as of its last step
 };
 
 struct Engine::Model {
     std::shared_ptr<const nn::Module> model;
     ModelSpec spec;
     std::function<std::unique_ptr<decode::ContinuousBatch>()> make_batch;
-    std::unique_ptr<decode::ContinuousBatch> batch;   // the loop thread's alone (its check() reads the model only)
+    // Its batch may run as lanes: an int8 Transformer outside bf16, whose rows come out bit for bit whichever batch
+    // and thread computes them (int8 products are exact, the rest is row by row). A float32 or bf16 product reads
+    // the calling thread's packed or bf16 copies of the weights (kernels/weight_cache.hpp), and the GPT's logits are
+    // a float32 product.
+    bool lanes_allowed = false;
+    std::vector<Lane> lanes;   // one; one a thread while run_lanes runs
     std::deque<std::shared_ptr<Request>> waiting;   // under mu_
-    std::map<std::uint64_t, std::size_t> tokens;    // source tokens of each request in the batch (loop thread)
-    std::size_t rows_reserved = 0, tokens_in_batch = 0;
-    std::map<std::uint64_t, std::size_t> rows_of;   // rows each request in the batch may take (its beam_size)
-    bool has_work() const { return !waiting.empty() || !batch->empty(); }
+    std::size_t rows_waiting = 0;                   // the waiting requests' rows
+    bool has_work() const { return !waiting.empty() || lanes[0].rows_reserved > 0; }
 };
 
 Engine::Engine(EngineOptions options) : options_(options) {
@@ -79,6 +99,7 @@ void Engine::add_model(const std::string& name, std::shared_ptr<const nn::Transf
     m->make_batch = [&t, spec] {
         return std::make_unique<decode::TranslationBatch>(t, spec.start_symbol, spec.end_symbol, spec.rules);
     };
+    m->lanes_allowed = t.quantization() == "int8" && !spec.bf16;
     m->model = std::move(model);
     m->spec = std::move(spec);
     add(name, std::move(m));
@@ -97,7 +118,8 @@ void Engine::add_model(const std::string& name, std::shared_ptr<const nn::gpt::G
 }
 
 void Engine::add(const std::string& name, std::unique_ptr<Model> m) {
-    m->batch = m->make_batch();   // checks the symbols and rules
+    m->lanes.resize(1);
+    m->lanes[0].batch = m->make_batch();   // checks the symbols and rules
     std::lock_guard<std::mutex> lock(mu_);
     if (models_.count(name)) throw ValueError("Engine.add_model: a model named '" + name + "' is served already");
     models_.emplace(name, std::move(m));
@@ -121,7 +143,7 @@ std::uint64_t Engine::submit(const std::string& name, std::vector<std::int64_t> 
     }
     Model& m = *it->second;
     // The batch's checks read only the model's configuration: safe beside the loop's step.
-    m.batch->check(source, options, "Engine.submit");
+    m.lanes[0].batch->check(source, options, "Engine.submit");
     if (options.beam_size > options_.max_rows)
         throw ValueError("Engine.submit: beam_size " + std::to_string(options.beam_size) + " is more than the engine's " +
                          std::to_string(options_.max_rows) + " rows (max_rows)");
@@ -144,11 +166,12 @@ std::uint64_t Engine::submit(const std::string& name, std::vector<std::int64_t> 
         deadlines_.emplace(*r->deadline, r->id);
     }
     m.waiting.push_back(r);
+    m.rows_waiting += r->rows();
     requests_.emplace(r->id, r);
     ++waiting_;
     ++stats_.requests_total;
     lock.unlock();
-    work_cv_.notify_one();
+    work_cv_.notify_all();   // the loop, or in lane mode a lane waiting for work
     return r->id;
 }
 
@@ -158,7 +181,7 @@ bool Engine::cancel(std::uint64_t request) {
         if (!requests_.count(request)) return false;
         cancels_.push_back(request);
     }
-    work_cv_.notify_one();
+    work_cv_.notify_all();
     return true;
 }
 
@@ -210,7 +233,10 @@ void Engine::loop() {
     deadlines_.clear();
     for (auto& [name, m] : models_) {
         m->waiting.clear();
-        m->batch = m->make_batch();
+        m->rows_waiting = 0;
+        m->lanes.clear();
+        m->lanes.resize(1);
+        m->lanes[0].batch = m->make_batch();
     }
     waiting_ = 0;
     loop_done_ = true;
@@ -218,33 +244,7 @@ void Engine::loop() {
 }
 
 void Engine::turn(std::unique_lock<std::mutex>& lock) {
-    // Requests that leave before their end: cancelled, or past their deadline.
-    const auto now = Clock::now();
-    std::vector<std::pair<std::uint64_t, Event::Kind>> leaving;
-    for (std::uint64_t id : cancels_) leaving.emplace_back(id, Event::Kind::Cancelled);
-    cancels_.clear();
-    for (auto d = deadlines_.begin(); d != deadlines_.end() && d->first <= now; ++d)
-        leaving.emplace_back(d->second, Event::Kind::TimedOut);
-    for (const auto& [id, kind] : leaving) {
-        const auto it = requests_.find(id);
-        if (it == requests_.end()) continue;
-        const std::shared_ptr<Request> r = it->second;
-        Model& m = *models_.at(r->model);
-        if (r->decoding) {
-            m.batch->retire(id);
-            m.tokens_in_batch -= m.tokens[id];
-            m.rows_reserved -= m.rows_of[id];
-            m.tokens.erase(id);
-            m.rows_of.erase(id);
-        } else {
-            m.waiting.erase(std::find(m.waiting.begin(), m.waiting.end(), r));
-            --waiting_;
-        }
-        forget(id);
-        push({id, kind, 0, {}, 0.0, kind == Event::Kind::TimedOut ? "timed out" : "cancelled"});
-        ++(kind == Event::Kind::TimedOut ? stats_.timed_out_total : stats_.cancelled_total);
-    }
-    if (!leaving.empty()) event_cv_.notify_all();
+    leave(nullptr, 0);
 
     // The next model with work, round robin.
     Model* model = nullptr;
@@ -269,31 +269,96 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
     }
     next_model_ = name + '\x01';   // the first name after this one
 
-    // Admission: the oldest waiting requests while their rows and source tokens fit.
-    std::vector<std::shared_ptr<Request>> newcomers;
-    while (!model->waiting.empty()) {
-        const auto& r = model->waiting.front();
-        const std::size_t rows = decode::ContinuousBatch::rows_needed(r->options);
-        if (model->rows_reserved + rows > options_.max_rows ||
-            model->tokens_in_batch + r->source.size() > options_.max_batch_tokens)
-            break;
-        model->rows_reserved += rows;
-        model->tokens_in_batch += r->source.size();
-        model->rows_of[r->id] = rows;
-        model->tokens[r->id] = r->source.size();
-        r->decoding = true;
-        newcomers.push_back(r);
-        model->waiting.pop_front();
-        --waiting_;
+    if (lanes_wanted(*model, lane_count(), true)) {
+        run_lanes(*model, lock);
+        return;
     }
-
+    const auto newcomers = admit(*model, 0, options_.max_rows, options_.max_batch_tokens);
     // The work itself, without the lock: submit(), cancel() and poll() go on meanwhile.
     lock.unlock();
     decode::ContinuousBatch::StepResult result;
-    std::string failure;
     const auto start = Clock::now();
+    const std::string failure = step(*model, 0, newcomers, result);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    lock.lock();
+    record(*model, 0, result, failure, seconds);
+}
+
+void Engine::leave(const Model* lanes_of, std::size_t lane) {
+    // Requests that leave before their end: cancelled, or past their deadline. In lane mode (lanes_of) a decoding
+    // request leaves through its own lane, whose thread alone touches its batch; a waiting one through any lane.
+    const auto now = Clock::now();
+    const auto here = [&](std::uint64_t id) {
+        const auto it = requests_.find(id);
+        return !lanes_of || it == requests_.end() || !it->second->decoding ||
+               (it->second->lane == lane && models_.at(it->second->model).get() == lanes_of);
+    };
+    std::vector<std::pair<std::uint64_t, Event::Kind>> leaving;
+    std::vector<std::uint64_t> others;   // cancellations for another lane
+    for (std::uint64_t id : cancels_) {
+        if (here(id))
+            leaving.emplace_back(id, Event::Kind::Cancelled);
+        else
+            others.push_back(id);
+    }
+    cancels_ = std::move(others);
+    for (auto d = deadlines_.begin(); d != deadlines_.end() && d->first <= now; ++d)
+        if (here(d->second)) leaving.emplace_back(d->second, Event::Kind::TimedOut);
+    for (const auto& [id, kind] : leaving) {
+        const auto it = requests_.find(id);
+        if (it == requests_.end()) continue;
+        const std::shared_ptr<Request> r = it->second;
+        Model& m = *models_.at(r->model);
+        if (r->decoding) {
+            Lane& l = m.lanes[r->lane];
+            l.batch->retire(id);
+            l.rows_reserved -= r->rows();
+            l.tokens -= r->source.size();
+            l.rows = l.batch->rows();
+            l.sequences = l.batch->size();
+        } else {
+            m.waiting.erase(std::find(m.waiting.begin(), m.waiting.end(), r));
+            m.rows_waiting -= r->rows();
+            --waiting_;
+        }
+        forget(id);
+        push({id, kind, 0, {}, 0.0, kind == Event::Kind::TimedOut ? "timed out" : "cancelled"});
+        ++(kind == Event::Kind::TimedOut ? stats_.timed_out_total : stats_.cancelled_total);
+    }
+    if (!leaving.empty()) event_cv_.notify_all();
+}
+
+std::vector<std::shared_ptr<Engine::Request>> Engine::admit(Model& m, std::size_t lane, std::size_t max_rows,
+                                                            std::size_t max_tokens) {
+    // The oldest waiting requests while their rows and source tokens fit; in lane mode, only up to this lane's share
+    // of the model's rows, waiting ones counted (the lanes' steps then take about as long).
+    std::vector<std::shared_ptr<Request>> newcomers;
+    Lane& l = m.lanes[lane];
+    std::size_t share = m.rows_waiting;
+    for (const Lane& each : m.lanes) share += each.rows_reserved;
+    share = (share + m.lanes.size() - 1) / m.lanes.size();
+    while (!m.waiting.empty()) {
+        const std::shared_ptr<Request> r = m.waiting.front();
+        const std::size_t rows = r->rows();
+        if (l.rows_reserved + rows > max_rows || l.tokens + r->source.size() > max_tokens) break;
+        if (l.rows_reserved > 0 && l.rows_reserved + rows > share) break;
+        l.rows_reserved += rows;
+        l.tokens += r->source.size();
+        r->decoding = true;
+        r->lane = lane;
+        newcomers.push_back(r);
+        m.waiting.pop_front();
+        m.rows_waiting -= rows;
+        --waiting_;
+    }
+    return newcomers;
+}
+
+std::string Engine::step(Model& m, std::size_t lane, const std::vector<std::shared_ptr<Request>>& newcomers,
+                         decode::ContinuousBatch::StepResult& result) {
     try {
-        autocast::Guard precision(model->spec.bf16);
+        autocast::Guard precision(m.spec.bf16);
+        decode::ContinuousBatch& batch = *m.lanes[lane].batch;
         if (!newcomers.empty()) {
             std::vector<std::uint64_t> ids;
             std::vector<std::vector<std::int64_t>> sources;
@@ -303,28 +368,32 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
                 sources.push_back(r->source);
                 options.push_back(r->options);
             }
-            model->batch->admit(ids, sources, options);
+            batch.admit(ids, sources, options);
         }
-        result = model->batch->step();
+        result = batch.step();
     } catch (const std::exception& e) {
-        failure = e.what();
+        return e.what();
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    lock.lock();
+    return {};
+}
 
+void Engine::record(Model& m, std::size_t lane, decode::ContinuousBatch::StepResult& result,
+                    const std::string& failure, double seconds) {
     stats_.steps_total += 1;
     stats_.step_seconds_total += seconds;
     stats_.last_step_seconds = seconds;
-    if (!failure.empty()) {   // every request of this model's batch fails; the engine goes on
-        for (const auto& [id, rows] : model->rows_of) {
+    Lane& l = m.lanes[lane];
+    if (!failure.empty()) {   // every request of this lane's batch fails; the engine goes on
+        std::vector<std::uint64_t> failed;
+        for (const auto& [id, r] : requests_)
+            if (r->decoding && r->lane == lane && models_.at(r->model).get() == &m) failed.push_back(id);
+        for (const std::uint64_t id : failed) {
             forget(id);
             push({id, Event::Kind::Failed, 0, {}, 0.0, failure});
             ++stats_.failed_total;
         }
-        model->rows_of.clear();
-        model->tokens.clear();
-        model->rows_reserved = model->tokens_in_batch = 0;
-        model->batch = model->make_batch();
+        l.rows_reserved = l.tokens = 0;
+        l.batch = m.make_batch();
     }
     for (const auto& t : result.tokens) {
         ++stats_.tokens_total;
@@ -332,22 +401,110 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
         if (it != requests_.end() && it->second->tokens) push({t.id, Event::Kind::Token, t.token, {}, 0.0, {}});
     }
     for (auto& f : result.finished) {
+        const auto it = requests_.find(f.id);
+        if (it != requests_.end()) {
+            l.rows_reserved -= it->second->rows();
+            l.tokens -= it->second->source.size();
+        }
         push({f.id, Event::Kind::Finished, 0, std::move(f.ids), f.score, {}});
         forget(f.id);
-        model->rows_reserved -= model->rows_of[f.id];
-        model->tokens_in_batch -= model->tokens[f.id];
-        model->rows_of.erase(f.id);
-        model->tokens.erase(f.id);
         ++stats_.finished_total;
     }
+    l.rows = l.batch->rows();
+    l.sequences = l.batch->size();
     std::size_t rows = 0, sequences = 0;
-    for (const auto& [n, m] : models_) {
-        rows += m->batch->rows();
-        sequences += m->batch->size();
-    }
+    for (const auto& [n, model] : models_)
+        for (const Lane& each : model->lanes) {
+            rows += each.rows;
+            sequences += each.sequences;
+        }
     stats_.rows_in_use = rows;
     stats_.sequences = sequences;
     event_cv_.notify_all();
+}
+
+std::size_t Engine::lane_count() const {
+    return std::min(std::size_t(parallel::threads()), options_.max_rows / kLaneRows);
+}
+
+bool Engine::lanes_wanted(const Model& m, std::size_t lanes, bool entering) const {
+    if (!m.lanes_allowed || lanes < 2 || stopping_) return false;
+    for (const auto& [name, other] : models_)   // another model's work needs the loop's round robin
+        if (other.get() != &m && other->has_work()) return false;
+    if (!m.waiting.empty()) {   // the oldest waiting request must fit a lane, or it would wait for lane mode to end
+        const Request& r = *m.waiting.front();
+        if (r.rows() > options_.max_rows / lanes || r.source.size() > options_.max_batch_tokens / lanes) return false;
+    }
+    std::size_t rows = m.rows_waiting;
+    for (const Lane& l : m.lanes) rows += l.rows_reserved;
+    return rows >= (entering ? kLaneRows : kLaneRows / 2) * lanes;
+}
+
+void Engine::run_lanes(Model& m, std::unique_lock<std::mutex>& lock) {
+    // Split: lane 0's last sequences go to the other lanes, about a lane's share of its rows each.
+    const std::size_t lanes = lane_count();
+    const std::size_t share = m.lanes[0].batch->rows() / lanes;
+    m.lanes.resize(lanes);
+    const auto move = [&](Lane& from, Lane& to, std::size_t to_index, std::size_t rows) {
+        for (const std::uint64_t id : from.batch->move_to(*to.batch, rows)) {
+            Request& r = *requests_.at(id);
+            r.lane = to_index;
+            from.rows_reserved -= r.rows();
+            to.rows_reserved += r.rows();
+            from.tokens -= r.source.size();
+            to.tokens += r.source.size();
+        }
+        for (Lane* l : {&from, &to}) {
+            l->rows = l->batch->rows();
+            l->sequences = l->batch->size();
+        }
+    };
+    for (std::size_t l = 1; l < lanes; ++l) {
+        m.lanes[l].batch = m.make_batch();
+        move(m.lanes[0], m.lanes[l], l, share);
+    }
+    stats_.lanes = lanes;
+    lock.unlock();
+    std::vector<std::exception_ptr> errors(lanes);
+    parallel::each_on_own_thread(lanes, [&](std::size_t l) {
+        try {
+            run_lane(m, l, lanes);
+        } catch (...) {
+            errors[l] = std::current_exception();   // a pool's worker must not throw (it would end the process)
+        }
+    });
+    lock.lock();
+    // Merge: every lane's sequences back into lane 0, which the loop steps with every thread on each product.
+    for (std::size_t l = 1; l < m.lanes.size(); ++l) move(m.lanes[l], m.lanes[0], 0, SIZE_MAX);
+    m.lanes.resize(1);
+    stats_.lanes = 1;
+    for (const auto& error : errors)
+        if (error) std::rethrow_exception(error);
+}
+
+void Engine::run_lane(Model& m, std::size_t lane, std::size_t lanes) {
+    NoGradGuard no_grad;   // thread-local: a worker's own
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto wanted = [&] { return lanes_wanted(m, lanes, false); };
+    for (;;) {
+        leave(&m, lane);
+        if (!wanted()) break;
+        const auto newcomers = admit(m, lane, options_.max_rows / lanes, options_.max_batch_tokens / lanes);
+        if (newcomers.empty() && m.lanes[lane].rows_reserved == 0) {
+            // Nothing to step: wait for a newcomer or the end of lane mode. The other lanes, stepping, take care
+            // of the waiting requests' cancellations and deadlines meanwhile.
+            work_cv_.wait(lock, [&] { return !m.waiting.empty() || !wanted(); });
+            continue;
+        }
+        lock.unlock();
+        decode::ContinuousBatch::StepResult result;
+        const auto start = Clock::now();
+        const std::string failure = step(m, lane, newcomers, result);
+        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        lock.lock();
+        record(m, lane, result, failure, seconds);
+    }
+    work_cv_.notify_all();   // the other lanes, waiting for newcomers, end too
 }
 
 }  // namespace ct::serve

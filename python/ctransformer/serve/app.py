@@ -98,6 +98,8 @@ class _EngineCollector:
         yield GaugeMetricFamily("ctransformer_queue_depth", "requests waiting for rows", value=stats["queue_depth"])
         yield GaugeMetricFamily("ctransformer_rows_in_use", "decoder rows in the running batch",
                                 value=stats["rows_in_use"])
+        yield GaugeMetricFamily("ctransformer_lanes", "batches the running model is split into, one a thread (int8)",
+                                value=stats["lanes"])
         for key, help_text in (("requests", "requests the engine accepted"),
                                ("tokens", "tokens the engine produced (tokens/s: rate of this)"),
                                ("steps", "decoder steps the engine ran"),

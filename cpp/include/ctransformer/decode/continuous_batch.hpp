@@ -59,6 +59,10 @@ public:
     virtual StepResult step() = 0;
     // Drops sequence id (cancelled); false when it is not in the batch.
     virtual bool retire(std::uint64_t id) = 0;
+    // Moves sequences, the last first, into `to` (a batch of the same kind over the same model; ValueError
+    // otherwise) until `rows` rows or more have moved, or none is left; returns their ids. Each goes on as it would
+    // have (its cache and search go with it): a server splits its batch this way over threads and merges it back.
+    virtual std::vector<std::uint64_t> move_to(ContinuousBatch& to, std::size_t rows) = 0;
     virtual std::size_t rows() const = 0;   // live rows: the rows of the next step
     virtual std::size_t size() const = 0;   // sequences
     bool empty() const { return size() == 0; }
@@ -75,6 +79,17 @@ protected:
                 return true;
             }
         return false;
+    }
+    // move_to()'s body, the same way: sequences report their rows().
+    template <class Sequences>
+    static std::vector<std::uint64_t> move_sequences(Sequences& from, Sequences& to, std::size_t rows) {
+        std::vector<std::uint64_t> ids;
+        for (std::size_t moved = 0; moved < rows && !from.empty(); from.pop_back()) {
+            moved += from.back()->rows();
+            ids.push_back(from.back()->id);
+            to.push_back(std::move(from.back()));
+        }
+        return ids;
     }
 };
 

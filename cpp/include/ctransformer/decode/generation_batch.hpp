@@ -36,6 +36,7 @@ public:
                const std::vector<SequenceOptions>& options) override;
     StepResult step() override;
     bool retire(std::uint64_t id) override;
+    std::vector<std::uint64_t> move_to(ContinuousBatch& to, std::size_t rows) override;
     std::size_t rows() const override;
     std::size_t size() const override;
 

@@ -41,18 +41,13 @@ public:
                const std::vector<SequenceOptions>& options) override;
     StepResult step() override;
     bool retire(std::uint64_t id) override;
+    std::vector<std::uint64_t> move_to(ContinuousBatch& to, std::size_t rows) override;
     std::size_t rows() const override;
     std::size_t size() const override;
 
 private:
     struct Sequence;
-    // The logits of every live row: one group, or (an int8 model, enough rows) a group of rows per thread, each
-    // from the embedding to the logits on one thread; bounds[g] .. bounds[g + 1] are group g's sequences.
-    std::vector<Tensor> row_groups(const std::vector<std::int64_t>& last,
-                                   const std::vector<nn::Decoder::Cache*>& caches,
-                                   const std::vector<std::size_t>& offsets, std::vector<std::size_t>& bounds) const;
     const nn::Transformer& model_;
-    const bool int8_;   // the model was quantised to int8 before the batch was made
     const std::int64_t start_symbol_, end_symbol_;
     const TokenRules rules_;
     std::vector<std::unique_ptr<Sequence>> sequences_;

@@ -10,6 +10,10 @@
 //     newcomers only;
 //   - runs one step over every live row of the model and emits events: each greedy or generated token as it
 //     comes, and each finished request's output.
+// An int8 Transformer whose rows (waiting ones counted) reach 16 a thread runs as lanes instead: its batch is split
+// into one batch a thread, and each thread admits into, steps and emits for its own lane without waiting for the
+// others, so a thread the machine preempts holds up its own rows only. The lanes merge back into one batch when the
+// rows fall under 8 a thread, or another model has work.
 // Callers submit() from any thread and collect events with poll(). A failure inside a step fails that
 // model's requests (their events say why) and the engine goes on serving.
 #pragma once
@@ -68,6 +72,7 @@ struct Event {
 
 struct EngineStats {
     std::size_t queue_depth = 0, rows_in_use = 0, sequences = 0;
+    std::size_t lanes = 1;   // the batches the model being stepped runs as: 1, or one a thread in lane mode
     std::uint64_t requests_total = 0, finished_total = 0, tokens_total = 0, steps_total = 0;
     std::uint64_t rejected_total = 0, cancelled_total = 0, timed_out_total = 0, failed_total = 0;
     double step_seconds_total = 0.0;
@@ -104,9 +109,24 @@ public:
 
 private:
     struct Request;
+    struct Lane;
     struct Model;
     void loop();
+    // One turn of the loop: leaving requests, the next model with work, its newcomers and one step; or, for an int8
+    // model with enough rows, its lanes until they end (run_lanes).
     void turn(std::unique_lock<std::mutex>& lock);
+    // The rest run with mu_ held, but step() (which must not hold it).
+    void leave(const Model* lanes_of, std::size_t lane);   // cancellations and deadlines (in lane mode, this lane's)
+    std::vector<std::shared_ptr<Request>> admit(Model& m, std::size_t lane, std::size_t max_rows,
+                                                std::size_t max_tokens);
+    std::string step(Model& m, std::size_t lane, const std::vector<std::shared_ptr<Request>>& newcomers,
+                     decode::ContinuousBatch::StepResult& result);   // a failure's message, or ""
+    void record(Model& m, std::size_t lane, decode::ContinuousBatch::StepResult& result, const std::string& failure,
+                double seconds);   // a step's events and counts
+    std::size_t lane_count() const;
+    bool lanes_wanted(const Model& m, std::size_t lanes, bool entering) const;
+    void run_lanes(Model& m, std::unique_lock<std::mutex>& lock);
+    void run_lane(Model& m, std::size_t lane, std::size_t lanes);
     void push(Event e);   // with mu_ held
     void forget(std::uint64_t request);   // with mu_ held: out of requests_ and deadlines_
     void add(const std::string& name, std::unique_ptr<Model> model);
