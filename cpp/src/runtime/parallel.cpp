@@ -92,6 +92,12 @@ long idle_spin_ns() {
 
 thread_local bool t_in_worker = false;  // inside a piece: nested parallel_for runs inline
 
+// While one lives the calling thread counts as a worker: a piece that calls parallel_for runs it inline.
+struct InPiece {
+    InPiece() { t_in_worker = true; }
+    ~InPiece() { t_in_worker = false; }
+};
+
 // Pieces are claimed dynamically: every thread, the caller included, takes the next unclaimed
 // piece until none is left. On a loaded machine a worker may not get a core for a while; the
 // caller then does its pieces instead of waiting for it.
@@ -162,12 +168,8 @@ public:
             task_.store(task, std::memory_order_release);
         }
         if (sleeping_.load(std::memory_order_acquire) > 0) cv_.notify_all();
-        // While it runs pieces the caller counts as a worker: a piece that calls parallel_for runs
-        // it inline (taking run_mu_ again would deadlock).
-        struct InPiece {
-            InPiece() { t_in_worker = true; }
-            ~InPiece() { t_in_worker = false; }
-        };
+        // While it runs pieces the caller counts as a worker (InPiece): a piece that calls parallel_for
+        // runs it inline (taking run_mu_ again would deadlock).
         {
             InPiece in_piece;
             work(task);
@@ -307,7 +309,8 @@ void run(std::size_t n, std::size_t pieces, ChunkFn fn, void* ctx) {
 bool run_each(std::size_t count, ChunkFn fn, void* ctx) {
     const int t = threads();
     if (t_in_worker || count > std::size_t(t)) return false;
-    if (count == 1) {
+    if (count == 1) {   // on the caller, as a piece
+        InPiece in_piece;
         fn(ctx, 0, 0, 1);
         return true;
     }

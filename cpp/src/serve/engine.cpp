@@ -38,7 +38,19 @@ struct Engine::Request {
 struct Engine::Lane {
     std::unique_ptr<decode::ContinuousBatch> batch;
     std::size_t rows_reserved = 0, tokens = 0;   // its requests' rows (a beam's beam_size) and source tokens
-    std::size_t rows = 0, sequences = 0;         // its batch's live rows and sequences, as of its last step
+    std::size_t rows = 0, sequences = 0;         // its batch's live rows and sequences, as of its last count()
+    void take(const Request& r) {
+        rows_reserved += r.rows();
+        tokens += r.source.size();
+    }
+    void release(const Request& r) {
+        rows_reserved -= r.rows();
+        tokens -= r.source.size();
+    }
+    void count() {   // by the thread that steps it
+        rows = batch->rows();
+        sequences = batch->size();
+    }
 };
 
 struct Engine::Model {
@@ -273,15 +285,7 @@ void Engine::turn(std::unique_lock<std::mutex>& lock) {
         run_lanes(*model, lock);
         return;
     }
-    const auto newcomers = admit(*model, 0, options_.max_rows, options_.max_batch_tokens);
-    // The work itself, without the lock: submit(), cancel() and poll() go on meanwhile.
-    lock.unlock();
-    decode::ContinuousBatch::StepResult result;
-    const auto start = Clock::now();
-    const std::string failure = step(*model, 0, newcomers, result);
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    lock.lock();
-    record(*model, 0, result, failure, seconds);
+    step(*model, 0, admit(*model, 0, options_.max_rows, options_.max_batch_tokens), lock);
 }
 
 void Engine::leave(const Model* lanes_of, std::size_t lane) {
@@ -312,10 +316,8 @@ void Engine::leave(const Model* lanes_of, std::size_t lane) {
         if (r->decoding) {
             Lane& l = m.lanes[r->lane];
             l.batch->retire(id);
-            l.rows_reserved -= r->rows();
-            l.tokens -= r->source.size();
-            l.rows = l.batch->rows();
-            l.sequences = l.batch->size();
+            l.release(*r);
+            l.count();
         } else {
             m.waiting.erase(std::find(m.waiting.begin(), m.waiting.end(), r));
             m.rows_waiting -= r->rows();
@@ -342,8 +344,7 @@ std::vector<std::shared_ptr<Engine::Request>> Engine::admit(Model& m, std::size_
         const std::size_t rows = r->rows();
         if (l.rows_reserved + rows > max_rows || l.tokens + r->source.size() > max_tokens) break;
         if (l.rows_reserved > 0 && l.rows_reserved + rows > share) break;
-        l.rows_reserved += rows;
-        l.tokens += r->source.size();
+        l.take(*r);
         r->decoding = true;
         r->lane = lane;
         newcomers.push_back(r);
@@ -354,8 +355,13 @@ std::vector<std::shared_ptr<Engine::Request>> Engine::admit(Model& m, std::size_
     return newcomers;
 }
 
-std::string Engine::step(Model& m, std::size_t lane, const std::vector<std::shared_ptr<Request>>& newcomers,
-                         decode::ContinuousBatch::StepResult& result) {
+void Engine::step(Model& m, std::size_t lane, const std::vector<std::shared_ptr<Request>>& newcomers,
+                  std::unique_lock<std::mutex>& lock) {
+    // The work itself, without the lock: submit(), cancel() and poll() go on meanwhile.
+    lock.unlock();
+    decode::ContinuousBatch::StepResult result;
+    std::string failure;
+    const auto start = Clock::now();
     try {
         autocast::Guard precision(m.spec.bf16);
         decode::ContinuousBatch& batch = *m.lanes[lane].batch;
@@ -372,9 +378,11 @@ std::string Engine::step(Model& m, std::size_t lane, const std::vector<std::shar
         }
         result = batch.step();
     } catch (const std::exception& e) {
-        return e.what();
+        failure = e.what();
     }
-    return {};
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    lock.lock();
+    record(m, lane, result, failure, seconds);
 }
 
 void Engine::record(Model& m, std::size_t lane, decode::ContinuousBatch::StepResult& result,
@@ -402,16 +410,12 @@ void Engine::record(Model& m, std::size_t lane, decode::ContinuousBatch::StepRes
     }
     for (auto& f : result.finished) {
         const auto it = requests_.find(f.id);
-        if (it != requests_.end()) {
-            l.rows_reserved -= it->second->rows();
-            l.tokens -= it->second->source.size();
-        }
+        if (it != requests_.end()) l.release(*it->second);
         push({f.id, Event::Kind::Finished, 0, std::move(f.ids), f.score, {}});
         forget(f.id);
         ++stats_.finished_total;
     }
-    l.rows = l.batch->rows();
-    l.sequences = l.batch->size();
+    l.count();
     std::size_t rows = 0, sequences = 0;
     for (const auto& [n, model] : models_)
         for (const Lane& each : model->lanes) {
@@ -449,15 +453,11 @@ void Engine::run_lanes(Model& m, std::unique_lock<std::mutex>& lock) {
         for (const std::uint64_t id : from.batch->move_to(*to.batch, rows)) {
             Request& r = *requests_.at(id);
             r.lane = to_index;
-            from.rows_reserved -= r.rows();
-            to.rows_reserved += r.rows();
-            from.tokens -= r.source.size();
-            to.tokens += r.source.size();
+            from.release(r);
+            to.take(r);
         }
-        for (Lane* l : {&from, &to}) {
-            l->rows = l->batch->rows();
-            l->sequences = l->batch->size();
-        }
+        from.count();
+        to.count();
     };
     for (std::size_t l = 1; l < lanes; ++l) {
         m.lanes[l].batch = m.make_batch();
@@ -496,13 +496,7 @@ void Engine::run_lane(Model& m, std::size_t lane, std::size_t lanes) {
             work_cv_.wait(lock, [&] { return !m.waiting.empty() || !wanted(); });
             continue;
         }
-        lock.unlock();
-        decode::ContinuousBatch::StepResult result;
-        const auto start = Clock::now();
-        const std::string failure = step(m, lane, newcomers, result);
-        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        lock.lock();
-        record(m, lane, result, failure, seconds);
+        step(m, lane, newcomers, lock);
     }
     work_cv_.notify_all();   // the other lanes, waiting for newcomers, end too
 }

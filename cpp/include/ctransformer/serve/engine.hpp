@@ -115,12 +115,13 @@ private:
     // One turn of the loop: leaving requests, the next model with work, its newcomers and one step; or, for an int8
     // model with enough rows, its lanes until they end (run_lanes).
     void turn(std::unique_lock<std::mutex>& lock);
-    // The rest run with mu_ held, but step() (which must not hold it).
+    // The rest run with mu_ held; step() lets it go while it computes.
     void leave(const Model* lanes_of, std::size_t lane);   // cancellations and deadlines (in lane mode, this lane's)
     std::vector<std::shared_ptr<Request>> admit(Model& m, std::size_t lane, std::size_t max_rows,
                                                 std::size_t max_tokens);
-    std::string step(Model& m, std::size_t lane, const std::vector<std::shared_ptr<Request>>& newcomers,
-                     decode::ContinuousBatch::StepResult& result);   // a failure's message, or ""
+    // Admits the newcomers into the lane's batch, steps it and records the step.
+    void step(Model& m, std::size_t lane, const std::vector<std::shared_ptr<Request>>& newcomers,
+              std::unique_lock<std::mutex>& lock);
     void record(Model& m, std::size_t lane, decode::ContinuousBatch::StepResult& result, const std::string& failure,
                 double seconds);   // a step's events and counts
     std::size_t lane_count() const;
