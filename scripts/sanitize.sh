@@ -69,7 +69,8 @@ if [[ $which == all || $which == thread ]]; then
   # --noconftest: tests/conftest.py imports torch, whose OpenMP threads TSan cannot see through;
   # these files need neither torch nor the conftest (the last: the serving engine's thread beside Python's).
   run_under thread build/tsan "$(g++ -print-file-name=libtsan.so)" --noconftest \
-    tests/runtime/test_thread_pool.py tests/training/test_threads_training.py tests/serve/test_engine_threads.py
+    tests/runtime/test_thread_pool.py tests/training/test_threads_training.py tests/serve/test_engine_threads.py \
+    tests/decode/test_lanes_threads.py
 fi
 
 exit $failed

@@ -16,6 +16,7 @@
 #include "ctransformer/decode/step_decoder.hpp"
 #include "ctransformer/decode/greedy.hpp"
 #include "ctransformer/decode/hf_beam_search.hpp"
+#include "ctransformer/decode/lanes.hpp"
 #include "ctransformer/error.hpp"
 
 namespace ctpy {
@@ -46,6 +47,16 @@ ct::decode::TokenRules token_rules(const std::vector<ctpy::Int>& banned, bool fo
     for (const auto& id : banned) rules.banned.push_back(to_int(id, what));
     rules.force_end = force_end;
     return rules;
+}
+
+// transformers' early_stopping: False, True or "never".
+ct::decode::EarlyStopping early_stopping_of(const py::object& early_stopping, const std::string& fn) {
+    if (py::isinstance<py::str>(early_stopping) && early_stopping.cast<std::string>() == "never")
+        return ct::decode::EarlyStopping::Never;
+    if (py::isinstance<py::bool_>(early_stopping))
+        return early_stopping.cast<bool>() ? ct::decode::EarlyStopping::True : ct::decode::EarlyStopping::False;
+    throw ct::ValueError(fn + ": early_stopping must be False, True or 'never', got " +
+                         py::repr(early_stopping).cast<std::string>());
 }
 
 // A search's n-best per source as (ids (b, n_best, max_len) padded with pad, scores (b, n_best), -inf where fewer
@@ -139,14 +150,7 @@ void bind_decode(py::module_& m) {
         const std::int64_t end = to_int(end_symbol, "hf_beam_search: end_symbol");
         const std::size_t beams = to_count(num_beams, fn, "num_beams", 1);
         const double penalty = to_double(length_penalty, "hf_beam_search: length_penalty");
-        ct::decode::EarlyStopping stopping = ct::decode::EarlyStopping::False;
-        if (py::isinstance<py::str>(early_stopping) && early_stopping.cast<std::string>() == "never")
-            stopping = ct::decode::EarlyStopping::Never;
-        else if (py::isinstance<py::bool_>(early_stopping))
-            stopping = early_stopping.cast<bool>() ? ct::decode::EarlyStopping::True : ct::decode::EarlyStopping::False;
-        else
-            throw ct::ValueError("hf_beam_search: early_stopping must be False, True or 'never', got " +
-                                 py::repr(early_stopping).cast<std::string>());
+        const ct::decode::EarlyStopping stopping = early_stopping_of(early_stopping, fn);
         const std::size_t keep = n_best.is_none() ? 1 : to_count(n_best, fn, "n_best", 1);
         const auto should_stop = python_should_stop();
         std::vector<std::vector<ct::decode::Hypothesis>> found;
@@ -162,6 +166,62 @@ void bind_decode(py::module_& m) {
        py::arg("force_end") = false,
        "(ids (b, max_len) int64, scores (b,) float64), or with n_best=k (ids (b, k, max_len), scores (b, k)). "
        "See ctransformer.decode.hf_beam_search.");
+
+    m.def("search_batches", [](const Transformer& model, py::list batches, ctpy::Int start_symbol,
+                               ctpy::Int end_symbol, ctpy::Int beam_size, double alpha, const std::string& search,
+                               py::object early_stopping, std::vector<ctpy::Int> banned, bool force_end,
+                               bool lanes) -> py::list {
+        const std::string fn = "search_batches";
+        if (search != "gnmt" && search != "hf")
+            throw ct::ValueError(fn + ": search must be 'gnmt' or 'hf', got '" + search + "'");
+        const ct::decode::TokenRules rules = token_rules(banned, force_end, "search_batches: banned");
+        const std::int64_t start = to_int(start_symbol, "search_batches: start_symbol");
+        const std::int64_t end = to_int(end_symbol, "search_batches: end_symbol");
+        const std::size_t beam = to_count(beam_size, fn, "beam_size", 1);
+        const ct::decode::EarlyStopping stopping = early_stopping_of(early_stopping, fn);
+        struct Batch {
+            IndexArray src;
+            std::optional<Mask> mask;
+            std::size_t max_len;
+        };
+        std::vector<Batch> in;
+        for (std::size_t i = 0; i < batches.size(); ++i) {
+            const std::string at = fn + ": batches[" + std::to_string(i) + "]";
+            if (!py::isinstance<py::tuple>(batches[i]) || py::len(batches[i]) != 3)
+                throw ct::TypeError(at + " must be a tuple (src, src_mask, max_len)");
+            const py::tuple t = batches[i].cast<py::tuple>();
+            in.push_back({to_index_array(t[0], (at + " src").c_str()), opt_mask(t[1], (at + " src_mask").c_str()),
+                          to_count(t[2], at, "max_len", search == "hf" ? 2 : 1)});
+        }
+        const auto should_stop = python_should_stop();
+        std::vector<std::vector<std::vector<ct::decode::Hypothesis>>> found(in.size());
+        {
+            py::gil_scoped_release release;
+            ct::decode::run_calls(in.size(), [&](std::size_t i, const ct::decode::ShouldStop& stop) {
+                const Batch& b = in[i];
+                const Mask* mask = b.mask ? &*b.mask : nullptr;
+                found[i] = search == "hf"
+                    ? ct::decode::hf_beam_search(model, b.src, mask, b.max_len, start, end, beam, alpha, stopping, 1,
+                                                 stop, rules)
+                    : ct::decode::beam_search(model, b.src, mask, b.max_len, start, end, beam, alpha, 1, true, stop,
+                                              rules);
+            }, should_stop, lanes);
+        }
+        py::list out;
+        for (std::size_t i = 0; i < in.size(); ++i)
+            out.append(hypotheses_to_numpy(found[i], 1, in[i].max_len, model.config.trg_pad_idx, true));
+        return out;
+    }, py::arg("model"), py::arg("batches"), py::arg("start_symbol"), py::arg("end_symbol"), py::arg("beam_size"),
+       py::arg("alpha"), py::arg("search") = "gnmt", py::arg("early_stopping") = false,
+       py::arg("banned") = std::vector<ctpy::Int>{}, py::arg("force_end") = false, py::arg("lanes") = true,
+       "Per batch (src, src_mask, max_len), its (ids (b, max_len) int64, scores (b,) float64), each batch's search "
+       "run whole on one thread when lanes is set and there are two or more. See "
+       "ctransformer.decode.search_batches.");
+
+    m.def("runs_in_lanes", [](ctpy::Int calls, bool lanes) {
+        return ct::decode::runs_in_lanes(to_count(calls, "runs_in_lanes", "calls", 0), lanes);
+    }, py::arg("calls"), py::arg("lanes") = true,
+       "Whether search_batches would run this many batches in lanes (threads, autocast and the count allowing).");
 
     m.def("length_penalty", [](py::object length, double alpha) {
         return ct::decode::length_penalty(to_count(length, "length_penalty", "length", 0), alpha);

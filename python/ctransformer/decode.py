@@ -29,7 +29,7 @@ call (ctransformer.precision; "fp32" and "bf16" are aliases)."""
 COMPUTE_TYPES = PRECISIONS
 """The old name of PRECISIONS (CTranslate2's word for it)."""
 
-__all__ = ["greedy_decode", "beam_search", "hf_beam_search", "generate", "length_penalty", "StepDecoder", "GPTCache", "PackedWeights",
+__all__ = ["greedy_decode", "beam_search", "hf_beam_search", "search_batches", "runs_in_lanes", "generate", "length_penalty", "StepDecoder", "GPTCache", "PackedWeights",
            "DEFAULT_BEAM_SIZE", "DEFAULT_ALPHA", "PRECISIONS", "COMPUTE_TYPES", "using_precision", "using_compute_type"]
 
 
@@ -155,6 +155,39 @@ def beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_si
         return _decode.beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size, alpha,
                                    n_best=n_best, use_cache=use_cache, banned=_ids(banned, "beam_search"),
                                    force_end=force_end)
+
+
+def search_batches(model, batches, start_symbol, end_symbol, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA, *,
+                   search="gnmt", early_stopping=False, banned=(), force_end=False, lanes=True):
+    """Many batches' searches in one call: for each (src, src_mask, max_len) in `batches`, its (ids (b, max_len)
+    int64, scores (b,) float64), as ``beam_search`` (search="gnmt", alpha GNMT's length penalty) or
+    ``hf_beam_search`` (search="hf", alpha transformers' length_penalty, early_stopping its) gives them.
+
+    With lanes (default), 2 batches or more and 2 threads or more, outside an autocast region, each thread takes
+    the next batch and searches it whole with its operations inline, instead of every batch's products split
+    over the threads (the serial work between the products leaves a thread waiting; docs/DESIGN.md, "Lanes").
+    Each batch gives what it gives alone: the same products over the same rows (int8 bit for bit; float32 wherever
+    the BLAS's split products sum as its whole ones). The float32 weights are packed once, for every thread.
+    ``runs_in_lanes(len(batches))`` says whether a call would.
+    """
+    _check_model(model, "search_batches", "ct.nn.Transformer", _Transformer)
+    _check_flags("search_batches", force_end=force_end, lanes=lanes)
+    _check_number("search_batches", alpha=alpha)
+    if not isinstance(batches, (list, tuple)):
+        raise TypeError(f"search_batches: batches must be a list of (src, src_mask, max_len), got "
+                        f"{type(batches).__name__}")
+    if early_stopping not in (False, True, "never"):
+        raise ValueError(f"search_batches: early_stopping must be False, True or 'never', got {early_stopping!r}")
+    early_stopping = early_stopping if early_stopping == "never" else bool(early_stopping)
+    return _decode.search_batches(model, [tuple(b) if isinstance(b, list) else b for b in batches], start_symbol,
+                                  end_symbol, beam_size, float(alpha), search=search, early_stopping=early_stopping,
+                                  banned=_ids(banned, "search_batches"), force_end=bool(force_end), lanes=bool(lanes))
+
+
+def runs_in_lanes(batches, lanes=True):
+    """Whether ``search_batches`` would search this many batches in lanes now (the threads, an autocast region
+    and the count deciding)."""
+    return _decode.runs_in_lanes(batches, lanes)
 
 
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, *, use_cache=True, precision=None,

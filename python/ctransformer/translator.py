@@ -199,26 +199,24 @@ class Translator:
         _check_max_decoding_length(max_decoding_length)
         out = [None] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        # The weights' packed copies (ct.decode.PackedWeights) kept across the batches, not made again for
-        # each: at batch 1 every sentence is a decoding call of its own.
+        groups = [order[start:start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+        batches = []
+        for rows in groups:
+            src, _ = make_arrays([ids[i] for i in rows], None, pad=self.pad_id, eos=self.end_id)
+            batches.append((src, ct.nn.get_pad_mask(src, self.pad_id), self.max_len(src.shape[1], max_decoding_length)))
+        hf = self.search == "hf" and beam_size > 1   # transformers' generate(num_beams=1) is greedy search
+        # Every batch in one call: with two threads or more each takes the next batch and decodes it whole
+        # (ct.decode.search_batches, "lanes"). The weights' packed copies (ct.decode.PackedWeights) are kept across
+        # the batches, not made again for each: at batch 1 every sentence is a batch.
         with ct.decode.PackedWeights():
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start:start + self.batch_size]
-                src, _ = make_arrays([ids[i] for i in rows], None, pad=self.pad_id, eos=self.end_id)
-                mask = ct.nn.get_pad_mask(src, self.pad_id)
-                if self.search == "hf" and beam_size > 1:   # transformers' generate(num_beams=1) is greedy search
-                    hyps, _ = ct.decode.hf_beam_search(self.model, src, mask, self.max_len(src.shape[1], max_decoding_length),
-                                                       self.start_id, self.end_id, num_beams=beam_size,
-                                                       length_penalty=alpha, early_stopping=self.early_stopping,
-                                                       banned=self.banned, force_end=self.force_end)
-                else:
-                    hyps, _ = ct.decode.beam_search(self.model, src, mask, self.max_len(src.shape[1], max_decoding_length), self.start_id,
-                                                    self.end_id, beam_size=beam_size, alpha=alpha,
-                                                    banned=self.banned, force_end=self.force_end)
-                for r, i in enumerate(rows):
-                    h = hyps[r, 1:]
-                    end = np.flatnonzero((h == self.end_id) | (h == self.pad_id))
-                    out[i] = h[:end[0]].tolist() if len(end) else h.tolist()
+            found = ct.decode.search_batches(self.model, batches, self.start_id, self.end_id, beam_size, alpha,
+                                             search="hf" if hf else "gnmt", early_stopping=self.early_stopping,
+                                             banned=self.banned, force_end=self.force_end)
+        for rows, (hyps, _) in zip(groups, found):
+            for r, i in enumerate(rows):
+                h = hyps[r, 1:]
+                end = np.flatnonzero((h == self.end_id) | (h == self.pad_id))
+                out[i] = h[:end[0]].tolist() if len(end) else h.tolist()
         return out
 
     def translate(self, sentences, beam_size=None, length_penalty=None, max_decoding_length=None):

@@ -1,6 +1,7 @@
 #include "weight_cache.hpp"
 
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -22,7 +23,8 @@ struct Entry {
     bool holds_nothing() const { return !packed_yet && packed_uses == 0 && !bf16_noted; }
 };
 
-thread_local std::unordered_map<const Array*, Entry> t_entries;
+using Entries = std::unordered_map<const Array*, Entry>;
+thread_local Entries t_entries;
 thread_local int t_depth[2] = {0, 0};  // open regions of each kind on this thread
 // The last bf16 region's buffers, for the next region's copies: a fresh 10 MB buffer (the base model's
 // embedding) costs ~2,500 page faults, and a loop that opens a region per step (benchmarks/cases.py,
@@ -38,16 +40,28 @@ int& depth(Kind kind) { return t_depth[kind == Kind::Bf16]; }
 // call (the encoder's) is not packed, and a decoder's, used every step, is from the second step on.
 constexpr int kUsesBeforePacking = 2;
 
-// w's entry, a new one when it has none and `create`, else null.
-Entry* entry_of(const Tensor& w, bool create) {
+// w's entry in `entries` (this thread's by default), a new one when it has none and `create`, else null.
+Entry* entry_of(const Tensor& w, bool create, Entries& entries = t_entries) {
     const std::shared_ptr<Array>& storage = w.impl()->storage;
-    auto it = t_entries.find(storage.get());  // (an Entry built for every product would copy the shared_ptr)
-    if (it != t_entries.end()) return &it->second;
+    auto it = entries.find(storage.get());  // (an Entry built for every product would copy the shared_ptr)
+    if (it != entries.end()) return &it->second;
     if (!create) return nullptr;
     Entry entry;
     entry.storage = storage;
-    return &t_entries.emplace(storage.get(), std::move(entry)).first->second;
+    return &entries.emplace(storage.get(), std::move(entry)).first->second;
 }
+
+// w's packed copy in `entries`, made on its kUsesBeforePacking-th product; null before.
+const blas::PackedWeight* packed_in(Entries& entries, const Tensor& w) {
+    Entry& e = *entry_of(w, true, entries);
+    if (e.packed_yet) return &e.packed;
+    if (++e.packed_uses < kUsesBeforePacking) return nullptr;
+    blas::pack_weight(w.data(), int(w.size(0)), int(w.size(1)), int(w.size(1)), e.packed);
+    e.packed_yet = true;
+    return &e.packed;
+}
+
+thread_local SharedPacking* t_shared = nullptr;   // the lanes' shared cache this thread uses, if any
 
 bool is_parameter(const Tensor& w) { return w.is_leaf() && w.requires_grad(); }
 
@@ -94,14 +108,26 @@ void leave(Kind kind) {
     if (--depth(kind) == 0) drop(kind, true);
 }
 
+struct SharedPacking::State {
+    Entries* entries;   // the starting thread's
+    std::mutex mu;
+};
+
+SharedPacking::SharedPacking() : state_(new State{&t_entries, {}}), previous_(t_shared) { t_shared = this; }
+SharedPacking::~SharedPacking() { t_shared = previous_; }
+SharedPacking::Join::Join(SharedPacking& shared) : previous_(t_shared) { t_shared = &shared; }
+SharedPacking::Join::~Join() { t_shared = previous_; }
+
 const blas::PackedWeight* packed(const Tensor& w) {
-    if (depth(Kind::Packed) == 0 || w.dim() != 2 || !is_parameter(w) || !blas::packed_available()) return nullptr;
-    Entry& e = *entry_of(w, true);
-    if (e.packed_yet) return &e.packed;
-    if (++e.packed_uses < kUsesBeforePacking) return nullptr;
-    blas::pack_weight(w.data(), int(w.size(0)), int(w.size(1)), int(w.size(1)), e.packed);
-    e.packed_yet = true;
-    return &e.packed;
+    if (w.dim() != 2 || !is_parameter(w) || !blas::packed_available()) return nullptr;
+    if (t_shared) {   // a lane: the starting thread's cache (in a packed region), its entries made under the lock
+        // An entry, once packed, is not changed or moved (the map's nodes stay put) until the region ends,
+        // after the lanes: the pointer is read outside the lock.
+        std::lock_guard<std::mutex> lock(t_shared->state_->mu);
+        return packed_in(*t_shared->state_->entries, w);
+    }
+    if (depth(Kind::Packed) == 0) return nullptr;
+    return packed_in(t_entries, w);
 }
 
 Bf16Operand bf16_operand(const Tensor& w, int ld, bool trans, bool round_now) {

@@ -8,6 +8,7 @@
 // region: the outermost region of a kind ends, and that kind's copies are dropped.
 #pragma once
 #include <cstddef>
+#include <memory>
 
 #include "ctransformer/bf16.hpp"
 #include "ctransformer/runtime/tensor.hpp"
@@ -35,6 +36,35 @@ Bf16Operand bf16_operand(const Tensor& w, int ld, bool trans, bool round_now);
 // The bf16 copy an optimizer writes whole as it changes w (Adam::step): null unless a product of this
 // region read w. The next step's products then find it current without another pass over the weights.
 bf16_t* bf16_to_write(const Tensor& w);
+
+// Lanes (decode/lanes.hpp, serve/engine.cpp) share the packed copies of the thread that starts them: while a
+// SharedPacking lives on that thread, it and every thread that joins it (a Join on the joining thread) make and
+// read their packed copies in that thread's cache, under a lock, instead of a copy a thread (every thread would
+// then read every float32 weight from memory of its own). The starting thread must be in a packed region for the
+// SharedPacking's life, and the Joins must end before it does. Packed copies only: lanes do not run under autocast.
+class SharedPacking {
+public:
+    SharedPacking();
+    ~SharedPacking();
+    SharedPacking(const SharedPacking&) = delete;
+    SharedPacking& operator=(const SharedPacking&) = delete;
+
+    class Join {
+    public:
+        explicit Join(SharedPacking& shared);
+        ~Join();
+        Join(const Join&) = delete;
+        Join& operator=(const Join&) = delete;
+    private:
+        SharedPacking* previous_;
+    };
+
+    struct State;   // the starting thread's cache and its lock (weight_cache.cpp)
+private:
+    std::unique_ptr<State> state_;
+    SharedPacking* previous_;
+    friend const blas::PackedWeight* packed(const Tensor& w);
+};
 
 // Drop every copy of the kind and free its memory (autocast::clear_cache).
 void clear(Kind kind);
