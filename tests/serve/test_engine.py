@@ -111,6 +111,41 @@ def test_greedy_requests_equal_each_decoded_alone(name):
     assert 0 < ended < len(srcs), "some requests should end early and some run to max_len (mixed batches)"
 
 
+def test_float32_requests_in_lanes_equal_each_decoded_alone():
+    """Float32 in lanes (40 requests at once on 2 threads, one batch a thread, the packed weights shared): every
+    request's ids equal greedy_decode of its source alone along its path's clear steps (GREEDY_MARGIN), through the
+    split into lanes and the merge back. A round whose batch never ran in 2 lanes is tried again, at most 5 times."""
+    model = post_norm_model("prj-tied", seed=3)
+    srcs, max_len = sources(model, 40, seed=3), 24
+    end = end_symbol(model, srcs, max_len)
+    threads = ct.get_num_threads()
+    ct.set_num_threads(2)
+    try:
+        for attempt in range(5):
+            engine = ct._core.serve.Engine(max_queue=64, max_rows=48, max_batch_tokens=1024)
+            engine.add_model("m", model, START, end)
+            source_of = {engine.submit("m", src, max_len=max_len): s for s, src in enumerate(srcs)}
+            results, most_lanes, deadline = {}, 1, time.monotonic() + 60
+            while len(results) < len(srcs) and time.monotonic() < deadline:
+                for request, kind, _, ids, score, message in engine.poll(0.0):
+                    assert kind in ("token", "finished"), (kind, message)
+                    if kind == "finished":
+                        results[source_of[request]] = ids
+                most_lanes = max(most_lanes, engine.stats()["lanes"])
+            engine.stop()
+            assert len(results) == len(srcs)
+            alone = [ct.decode.greedy_decode(model, np.array([src]), None, max_len, START, end, return_logits=True)
+                     for src in srcs]   # each source alone; compared together (90% of all their steps)
+            rows = np.stack([padded_row(results[s], max_len, model.config.trg_pad_idx, end) for s in range(len(srcs))])
+            assert_same_greedy_ids(np.concatenate([a[0] for a in alone]), np.concatenate([a[1] for a in alone]), rows,
+                                   what="lanes")
+            if most_lanes == 2:
+                break
+        assert most_lanes == 2, "the batch should have run in 2 lanes (5 tries)"
+    finally:
+        ct.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("variant", ["prj-tied", "asymmetric"])
 def test_int8_requests_are_bit_for_bit_each_decoded_alone(variant):
     """int8: greedy and beam requests, mixed arrivals and a cancellation, equal their sources decoded alone exactly

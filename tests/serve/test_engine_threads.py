@@ -1,10 +1,12 @@
 """The engine under threads, for ThreadSanitizer too (scripts/sanitize.sh runs this file without torch or the
 conftest): Python threads submit, cancel and poll while the engine's loop steps two models (a Transformer in
-float32, a GPT in int8), or while an int8 Transformer steps in lanes, one a thread; every request ends exactly once."""
+float32, a GPT in int8), or while a Transformer (int8, float32) steps in lanes, one a thread; every request ends
+exactly once."""
 import threading
 import time
 
 import numpy as np
+import pytest
 
 import ctransformer as ct
 
@@ -74,13 +76,17 @@ def test_submit_cancel_and_poll_from_threads():
     submit_cancel_and_poll(engine, submit)
 
 
-def test_submit_cancel_and_poll_while_int8_lanes_step():
-    """An int8 Transformer with 2 x 16 rows or more runs as one lane a thread (serve/engine.cpp, run_lanes): each
-    lane admits, steps and leaves on its own thread while clients submit, cancel and time out requests. Every
-    request ends once, and the engine went through lane mode (on 2 threads) and back."""
+@pytest.mark.parametrize("precision", ["int8", "float32"])
+def test_submit_cancel_and_poll_while_lanes_step(precision):
+    """A Transformer with 2 x 16 rows or more runs as one lane a thread (serve/engine.cpp, run_lanes): each lane
+    admits, steps and leaves on its own thread while clients submit, cancel and time out requests (float32: the
+    lanes read the loop thread's packed weights, SharedPacking). Every request ends once, and the engine went
+    through lane mode (on 2 threads) and back."""
     ct.manual_seed(0)
-    model = ct.quantize_dynamic(ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=2,
-                                                  n_head=4, d_k=8, d_v=8, dropout=0.0).eval())
+    model = ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=2, n_head=4, d_k=8,
+                              d_v=8, dropout=0.0).eval()
+    if precision == "int8":
+        model = ct.quantize_dynamic(model)
     threads = ct.get_num_threads()
     ct.set_num_threads(2)
     try:

@@ -10,15 +10,16 @@
 #include "ctransformer/autocast.hpp"
 #include "ctransformer/decode/packed_weights.hpp"
 #include "ctransformer/runtime/autograd.hpp"
+#include "../kernels/weight_cache.hpp"
 #include "../runtime/parallel.hpp"
 
 namespace ct::serve {
 
 using Clock = std::chrono::steady_clock;
 
-// An int8 model's batch runs as one lane a thread once it holds this many rows a lane (kLaneRows x the threads),
-// and goes back to one batch when it falls under half as many (a closed loop of 32 clients, whose rows come and
-// go, stays in lanes).
+// A Transformer's batch (float32 or int8) runs as one lane a thread once it holds this many rows a lane (kLaneRows x
+// the threads), and goes back to one batch when it falls under half as many (a closed loop of 32 clients, whose rows
+// come and go, stays in lanes).
 constexpr std::size_t kLaneRows = 16;
 
 struct Engine::Request {
@@ -57,10 +58,11 @@ struct Engine::Model {
     std::shared_ptr<const nn::Module> model;
     ModelSpec spec;
     std::function<std::unique_ptr<decode::ContinuousBatch>()> make_batch;
-    // Its batch may run as lanes: an int8 Transformer outside bf16, whose rows come out bit for bit whichever batch
-    // and thread computes them (int8 products are exact, the rest is row by row). A float32 or bf16 product reads
-    // the calling thread's packed or bf16 copies of the weights (kernels/weight_cache.hpp), and the GPT's logits are
-    // a float32 product.
+    // Its batch may run as lanes: a Transformer outside bf16. Its float32 products read the loop thread's packed
+    // copies of the weights, shared with the lanes (kernels/weight_cache.hpp, SharedPacking); an int8 row comes out
+    // bit for bit whichever batch and thread computes it (int8 products are exact, the rest is row by row). A bf16
+    // product reads the calling thread's bf16 copies in its autocast region, and the GPT's logits are a float32
+    // product whose kernel depends on the rows in it, which would make its int8 rows depend on the lane.
     bool lanes_allowed = false;
     std::vector<Lane> lanes;   // one; one a thread while run_lanes runs
     std::deque<std::shared_ptr<Request>> waiting;   // under mu_
@@ -111,7 +113,7 @@ void Engine::add_model(const std::string& name, std::shared_ptr<const nn::Transf
     m->make_batch = [&t, spec] {
         return std::make_unique<decode::TranslationBatch>(t, spec.start_symbol, spec.end_symbol, spec.rules);
     };
-    m->lanes_allowed = t.quantization() == "int8" && !spec.bf16;
+    m->lanes_allowed = !spec.bf16;
     m->model = std::move(model);
     m->spec = std::move(spec);
     add(name, std::move(m));
@@ -466,7 +468,9 @@ void Engine::run_lanes(Model& m, std::unique_lock<std::mutex>& lock) {
     stats_.lanes = lanes;
     lock.unlock();
     std::vector<std::exception_ptr> errors(lanes);
+    weight_cache::SharedPacking shared;   // the loop's packed copies (its region lasts the loop's life), for every lane
     parallel::each_on_own_thread(lanes, [&](std::size_t l) {
+        weight_cache::SharedPacking::Join join(shared);
         try {
             run_lane(m, l, lanes);
         } catch (...) {

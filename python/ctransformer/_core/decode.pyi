@@ -10,7 +10,7 @@ import ctransformer._core.nn.gpt
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['DEFAULT_ALPHA', 'DEFAULT_BEAM_SIZE', 'GPTCache', 'PackedWeights', 'StepDecoder', 'beam_search', 'generate', 'greedy_decode', 'hf_beam_search', 'length_penalty']
+__all__: list[str] = ['DEFAULT_ALPHA', 'DEFAULT_BEAM_SIZE', 'GPTCache', 'PackedWeights', 'StepDecoder', 'beam_search', 'generate', 'greedy_decode', 'hf_beam_search', 'length_penalty', 'runs_in_lanes', 'search_batches']
 class PackedWeights:
     """
     with ctransformer.decode.PackedWeights(): ... -- from a parameter's
@@ -84,6 +84,14 @@ def hf_beam_search(model: ctransformer._core.nn.Transformer, src: typing.Any, sr
 def length_penalty(length: typing.Any, alpha: typing.SupportsFloat | typing.SupportsIndex) -> float:
     """
     GNMT's ((5 + length) / 6) ** alpha.
+    """
+def runs_in_lanes(calls: typing.SupportsInt | typing.SupportsIndex, lanes: bool = True) -> bool:
+    """
+    Whether search_batches would run this many batches in lanes (threads, autocast and the count allowing).
+    """
+def search_batches(model: ctransformer._core.nn.Transformer, batches: list, start_symbol: typing.SupportsInt | typing.SupportsIndex, end_symbol: typing.SupportsInt | typing.SupportsIndex, beam_size: typing.SupportsInt | typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex, search: str = 'gnmt', early_stopping: typing.Any = False, banned: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], force_end: bool = False, lanes: bool = True) -> list:
+    """
+    Per batch (src, src_mask, max_len), its (ids (b, max_len) int64, scores (b,) float64), each batch's search run whole on one thread when lanes is set and there are two or more. See ctransformer.decode.search_batches.
     """
 DEFAULT_ALPHA: float = 0.6
 DEFAULT_BEAM_SIZE: int = 4
