@@ -19,7 +19,9 @@ and takes AVX2 (CT2_VERBOSE=1 shows it). Its documented environment variables CT
 CT2_FORCE_CPU_ISA=AVX512 change that choice, and on this project's Zen 5 machine its int8 decoding
 ran 4-5x faster with either (tiny model, batch 1: 55-60 ms at its defaults, 12-14 ms). `fastest()`
 times each of these configurations on the case's own call and keeps the fastest, so CTranslate2 is
-measured as a user who read its docs would run it. A setting the CPU lacks is skipped and named: CTranslate2
+measured as a user who read its docs would run it; for a call of many batches timed for its throughput
+(batches_in_parallel) each is also tried with inter_threads (the threads' batches run at once, a thread each:
+CTranslate2's documented way to raise throughput, and what ctransformer's Translator does with its batches). A setting the CPU lacks is skipped and named: CTranslate2
 refuses CT2_FORCE_CPU_ISA=AVX512 on a CPU without AVX-512 ("The CPU does not support AVX512", on an AVX2
 Zen 1), so `missing_features` reads the CPU's flags first, and a setting CTranslate2 refuses for any other
 reason (an error when the worker loads or runs) is closed and skipped too; `timings` names each with why.
@@ -45,16 +47,18 @@ class CT2Process:
     """A CTranslate2 Translator loaded in a child process (python ct2_process.py --worker)."""
 
     def __init__(self, path, compute_type="float32", intra_threads=2, config=None):
-        # CTranslate2 at its own defaults (not the OMP_WAIT_POLICY the benchmarks set for torch), plus `config`.
+        # CTranslate2 at its own defaults (not the OMP_WAIT_POLICY the benchmarks set for torch), plus `config`: its
+        # CT2_* variables, and inter_threads (batches in parallel, the threads shared out: intra_threads each).
         env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY" and not k.startswith("CT2_")}
         self.config = dict(config or {})
-        env.update(self.config)
+        env.update(environment(self.config))
+        inter = int(self.config.get("inter_threads", 1))
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env)
         self.last_seconds = self.last_switches = None
         try:
             self.info = self._ask({"op": "load", "path": str(path), "compute_type": compute_type,
-                                   "intra_threads": intra_threads})
+                                   "intra_threads": max(1, intra_threads // inter), "inter_threads": inter})
         except BaseException:  # a setting CTranslate2 refuses (or a load interrupted): no worker left behind
             self.kill()
             raise
@@ -174,20 +178,31 @@ def missing_features(config, flags):
     return [flag for flag in ISA_FLAGS.get(isa.upper(), ()) if flag not in flags]
 
 
+def environment(config):
+    """The CT2_* variables of a setting (what a server of its own takes from it; inter_threads is the Translator's)."""
+    return {k: v for k, v in config.items() if k.startswith("CT2_")}
+
+
 def describe(config):
     return " ".join(f"{k}={v}" for k, v in config.items()) or "its defaults"
 
 
-def fastest(path, compute_type, intra_threads, source, options, calls=3, limit=None):
+def fastest(path, compute_type, intra_threads, source, options, calls=3, limit=None, batches_in_parallel=False):
     """A CT2Process in the configuration (of configs()) whose median of `calls` timed calls (after one
-    warm-up) is lowest for this source and these options; the others are closed. Its `timings` holds
+    warm-up) is lowest for this source and these options; the others are closed. With batches_in_parallel (a
+    call of several batches timed for its throughput), each configuration is tried with inter_threads too:
+    intra_threads batches at once, a thread each (CTranslate2's documented way to raise throughput, as
+    ctransformer's Translator takes its batches a thread each). Its `timings` holds
     each configuration's median, or why it has none: "skipped" (a setting the CPU lacks, or one CTranslate2
     refused) or "too_slow_s" (a call past `limit` seconds); each of those is also printed.
     RuntimeError when no configuration ran (measure.TooSlow when every one that ran was too slow)."""
     from measure import TooSlow
 
     best, timings, flags = None, [], cpu_flags()
-    for config in configs():
+    tried = configs()
+    if batches_in_parallel and intra_threads > 1:
+        tried = tried + [dict(c, inter_threads=str(intra_threads)) for c in tried]
+    for config in tried:
         missing = missing_features(config, flags)
         if missing:  # CTranslate2 would refuse it; not worth a worker
             worker, entry = None, {"config": config, "skipped": "the CPU lacks " + ", ".join(missing)}
@@ -259,7 +274,8 @@ def _load(ctranslate2, message):
     def load():
         try:
             box["translator"] = ctranslate2.Translator(message["path"], device="cpu",
-                                                       compute_type=message["compute_type"], inter_threads=1,
+                                                       compute_type=message["compute_type"],
+                                                       inter_threads=message.get("inter_threads", 1),
                                                        intra_threads=message["intra_threads"])
         except Exception as error:  # raised again on the worker's own thread
             box["error"] = error

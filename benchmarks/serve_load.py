@@ -31,7 +31,8 @@ installs them; the tables name the stack), and each refuses with 429 when more
 than --max-queue sentences wait. CTranslate2 runs as ct2_process.py runs it at its documented best: inter_threads=1,
 intra_threads=2, loaded on a short-lived thread, and in the fastest of its documented backend/ISA settings
 (ct2_process.fastest), chosen by timing batch-32 calls for the batching server and batch-1 calls for the
-per-request one.
+per-request one. Its offline batch-32 figure may also take inter_threads=2 (two batches at once, a thread each),
+as our Translator takes its batches a thread each; a server keeps inter_threads=1 (a wave is one batch).
 
 The load (an asyncio client in this process, on uvloop when installed, raw HTTP/1.1 over keep-alive connections,
 so that the client costs the 2 shared cores as little as possible; its own CPU time is reported, so a client-bound
@@ -97,6 +98,7 @@ THREADS = 2                  # the machine's cores: the servers' threads and CTr
 MAX_DECODING_LENGTH = 50     # the README's 50 output tokens
 MAX_LEN_RATIO = 100.0        # the checkpoint's ratio rule, so high that max_decoding_length alone caps an output
 MAX_BATCH = 32               # the batching anchor's and the offline figures' batch
+PER_CALL = THREADS * MAX_BATCH   # sentences per offline call in the paired rounds: a batch of 32 a thread (lanes)
 WINDOW_MS = 10.0             # the batching anchor's collection window
 LEVEL_GAP_S = 1.0            # the pause before each level: the last level's answers and spinning threads settle
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
@@ -778,8 +780,9 @@ def our_translator(checkpoint, precision, batch_size):
 
 
 def offline_ours(checkpoint, precision, sentences, calls, batch1_sentences):
-    """ctransformer's Translator on the sentences, greedy, batch 32 (median of `calls` after a warm-up) and batch 1
-    (a few sentences): the figures and the batch-32 translations."""
+    """ctransformer's Translator on the sentences, greedy, batch 32 (median of `calls` after a warm-up; its batches
+    a thread each, ct.decode.search_batches' lanes) and batch 1 (a few sentences, one call each: a latency, not two
+    sentences at once): the figures and the batch-32 translations."""
     import ctransformer as ct
     import measure
 
@@ -790,7 +793,10 @@ def offline_ours(checkpoint, precision, sentences, calls, batch1_sentences):
         texts = []
         translator.translate(chosen[:batch], max_decoding_length=MAX_DECODING_LENGTH)   # warm-up
         def call():
-            texts.append(translator.translate(chosen, max_decoding_length=MAX_DECODING_LENGTH))
+            if batch == 1:
+                texts.append([translator.translate([s], max_decoding_length=MAX_DECODING_LENGTH)[0] for s in chosen])
+            else:
+                texts.append(translator.translate(chosen, max_decoding_length=MAX_DECODING_LENGTH))
         watch = CPUWatch()
         times = [measure.timed(call, measure.GAP_S) for _ in range(calls)]
         out[batch] = {"seconds": sorted(times)[len(times) // 2], "times": times, "sentences": len(chosen),
@@ -869,7 +875,8 @@ def paired_batch(port, checkpoint, precision, sentences, seconds, rounds, timeou
             time.sleep(LEVEL_GAP_S)
             tokens, calls, start = 0, 0, time.perf_counter()
             while calls < 2 or time.perf_counter() - start < seconds:
-                chosen = [sentences[(first + calls * MAX_BATCH + i) % len(sentences)] for i in range(MAX_BATCH)]
+                # a batch a thread in each call, as the offline figure's call runs them (search_batches' lanes)
+                chosen = [sentences[(first + calls * PER_CALL + i) % len(sentences)] for i in range(PER_CALL)]
                 texts = translator.translate(chosen, max_decoding_length=MAX_DECODING_LENGTH)
                 tokens += sum(count_tokens(t) for t in texts)
                 calls += 1
@@ -882,7 +889,7 @@ def paired_batch(port, checkpoint, precision, sentences, seconds, rounds, timeou
                                                     timeout, first=first))
             server = tokens_in_window(records, count_tokens, begin, begin + window) / window
             out.append((offline, server))
-            first += calls * MAX_BATCH
+            first += calls * PER_CALL
     finally:
         del translator, model
     return out
@@ -946,7 +953,10 @@ def offline_ct2(ct2_path, compute_type, sources, pieces_to_text, calls, batch1_s
     out = {}
     for batch, chosen in ((MAX_BATCH, sources), (1, sources[:batch1_sentences])):
         options = dict(beam_size=1, max_batch_size=batch, max_decoding_length=MAX_DECODING_LENGTH)
-        worker = fastest(ct2_path, compute_type, THREADS, chosen[:tune_sentences], options, calls=1)
+        # batch 32: batches in parallel tried too (inter_threads), as our Translator takes its batches a thread
+        # each; batch 1 is a latency, one sentence at a time, as ours.
+        worker = fastest(ct2_path, compute_type, THREADS, chosen[:tune_sentences], options, calls=1,
+                         batches_in_parallel=batch > 1)
         try:
             if len(chosen) > tune_sentences:   # fastest() timed a part: a warm-up on the whole
                 worker.set_source(chosen)
@@ -1323,7 +1333,8 @@ def main(argv=None):
                         # CTranslate2 at its own defaults plus the setting chosen (as ct2_process.CT2Process runs it)
                         env = {k: v for k, v in os.environ.items()
                                if k != "OMP_WAIT_POLICY" and not k.startswith("CT2_")}
-                        env.update(config)
+                        from ct2_process import environment
+                        env.update(environment(config))   # (inter_threads: the offline figure's alone)
                         texts = offline["ct2"][MAX_BATCH]["texts"]
                     log(f"{size} {precision} {LABELS[kind]}: starting")
                     server = Server(f"{size}-{precision}-{kind}", argv_, env, folder, a.start_timeout)

@@ -64,8 +64,9 @@ class CTranslate2Engine(Call):
         pieces = [vocab.processor.id_to_piece(i) for i in range(len(vocab))]
         options = dict(beam_size=beam, max_batch_size=batch, max_decoding_length=max_len,
                        length_penalty=0.6 if beam > 1 else 0.0)
+        # Batches in parallel tried too (inter_threads): ctransformer's Translator takes its batches a thread each.
         worker = fastest(path, compute_type, THREADS, [[pieces[i] for i in s] + ["</s>"] for s in ids], options,
-                         calls=1)
+                         calls=1, batches_in_parallel=True)
         super().__init__(worker, **options)
 
     def __call__(self, ids):
