@@ -37,7 +37,12 @@ def test_lanes_share_the_packed_weights_and_repeat_exactly():
             packed = ct.decode.PackedWeights.count
             first = search(model, batches, True)
             again = search(model, batches, True)
-        assert packed > 0, "the decoder's weights should be packed, once, in this thread's cache"
+        # (at a kernel level without the packed kernel, as x86-64's, the region packs nothing)
+        packing = next(row["kernel"] for row in ct._core._kernel_table(None) if row["key"] == "packed")
+        if packing != "(not packed)":
+            assert packed > 0, "the decoder's weights should be packed, once, in this thread's cache"
+        else:
+            assert packed == 0
         for (a, s), (b, t) in zip(first, again):
             np.testing.assert_array_equal(a, b)
             np.testing.assert_array_equal(s, t)
