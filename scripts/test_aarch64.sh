@@ -36,7 +36,8 @@
 #  - in: tests/ops, tests/autograd, tests/loss, tests/optim (every op, gradient, loss and optimizer against torch);
 #    from tests/nn: test_quantize.py (int8 against float), test_nn_layers.py, test_autocast.py (bf16 against
 #    torch's autocast), test_module_subclass.py; from tests/decode: test_decode.py, test_beam_search.py,
-#    test_gpt_generate_cache.py, test_precision_names.py; tests/runtime/test_kernel_level.py (the ARM levels).
+#    test_gpt_generate_cache.py, test_precision_names.py, test_search_batches.py and test_lanes_threads.py (the
+#    batches' lanes: two guest threads); tests/runtime/test_kernel_level.py (the ARM levels).
 #  - out, for time: the whole-model parity files of tests/nn (test_transformer_post_norm.py and
 #    test_transformer_small_pre_norm.py take 18 s and 28 s natively, several minutes under qemu; test_gpt.py,
 #    test_relu_knife_edges.py), built of the ops tested above.
@@ -84,6 +85,7 @@ wheels=(
 shard_a=(tests/ops tests/nn/test_quantize.py tests/optim tests/nn/test_autocast.py tests/nn/test_module_subclass.py
          tests/decode/test_gpt_generate_cache.py)
 shard_b=(tests/decode/test_decode.py tests/decode/test_beam_search.py tests/decode/test_precision_names.py
+         tests/decode/test_search_batches.py tests/decode/test_lanes_threads.py
          tests/autograd tests/loss tests/nn/test_nn_layers.py)
 # Then, on shard b's core, the int8 and bf16 ops and autocast again as the SVE CPU, whose kernel table adds the
 # SMMLA int8 and BFDOT bf16 kernels (the N1 has the SDOT one only): each kernel against torch. And the kernel
