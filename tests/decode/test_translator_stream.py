@@ -1,5 +1,5 @@
 """Translator.generate_tokens (a translation a token at a time) and Translator.translate_iterable (translations of a
-stream, a batch at a time), on test_marian_translator's random opus-mt directory.
+stream, a read of batches at a time), on test_marian_translator's random opus-mt directory.
 
 generate_tokens runs the decoder a step at a time on one sentence; greedy_decode runs the same model on the same
 source, with the same banned pad and forced end, so the ids are compared along the steps whose two best logits are
@@ -66,7 +66,7 @@ def test_closing_stops_and_bad_input_raises(marian_dir):  # noqa: F811
         next(translator.generate_tokens(["a list"]))
 
 
-def test_translate_iterable_is_translate_a_batch_at_a_time(marian_dir):  # noqa: F811
+def test_translate_iterable_is_translate_of_each_read(marian_dir):  # noqa: F811
     path, _ = marian_dir
     translator = Translator.from_pretrained(path, beam_size=2, batch_size=2)
     pulled = []
@@ -76,11 +76,19 @@ def test_translate_iterable_is_translate_a_batch_at_a_time(marian_dir):  # noqa:
             pulled.append(sentence)
             yield sentence
 
-    stream = translator.translate_iterable(lines())
+    assert len(SENTENCES) > 4   # more than one read of 2 batches of 2
+    stream = translator.translate_iterable(lines(), read_batches=2)
     first = next(stream)
-    assert len(pulled) == 2                                  # one batch read, not the whole stream
-    # translate() of each batch of 2 as it comes (a batch's length limit follows its own longest source)
-    assert [first, *stream] == [t for i in range(0, len(SENTENCES), 2) for t in translator.translate(SENTENCES[i:i + 2])]
+    assert len(pulled) == 4                                  # one read of 2 batches, not the whole stream
+    # translate() of each read of 4 as it comes (sorted by length there; a batch's length limit follows its own
+    # longest source)
+    assert [first, *stream] == [t for i in range(0, len(SENTENCES), 4) for t in translator.translate(SENTENCES[i:i + 4])]
+    default = translator.translate_iterable(iter(SENTENCES))
+    next(default)   # the default read is ct.translator.READ_BATCHES batches: here every sentence
+    assert list(default) == translator.translate(SENTENCES)[1:]
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="read_batches must be an int >= 1"):
+            next(translator.translate_iterable(SENTENCES, read_batches=bad))
     with pytest.raises(TypeError, match="one str"):
         next(translator.translate_iterable("a sentence"))
     with pytest.raises(TypeError, match="each sentence must be a str"):

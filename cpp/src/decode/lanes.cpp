@@ -5,7 +5,6 @@
 #include <exception>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 #include "ctransformer/autocast.hpp"
 #include "ctransformer/decode/packed_weights.hpp"
@@ -19,12 +18,11 @@ bool runs_in_lanes(std::size_t calls, bool lanes) {
     return lanes && calls >= 2 && parallel::threads() >= 2 && !autocast::enabled();
 }
 
-void run_calls(std::size_t calls, const std::function<void(std::size_t, const ShouldStop&)>& call,
-               const ShouldStop& should_stop, bool lanes) {
-    if (!runs_in_lanes(calls, lanes)) {
-        for (std::size_t i = 0; i < calls; ++i) call(i, should_stop);
-        return;
-    }
+namespace {
+
+// The calls in lanes; false, having run none, when the pool has no threads for them (this thread runs a piece).
+bool run_in_lanes(std::size_t calls, const std::function<void(std::size_t, const ShouldStop&)>& call,
+                  const ShouldStop& should_stop) {
     const std::thread::id caller = std::this_thread::get_id();
     std::atomic<std::size_t> next{0};
     std::atomic<bool> failed{false};
@@ -50,11 +48,18 @@ void run_calls(std::size_t calls, const std::function<void(std::size_t, const Sh
             failed.store(true);
         }
     });
-    if (!ran) {   // called from inside a piece: one after another, inline
-        for (std::size_t i = 0; i < calls; ++i) call(i, should_stop);
-        return;
-    }
     if (error) std::rethrow_exception(error);
+    return ran;
+}
+
+}  // namespace
+
+void run_calls(std::size_t calls, const std::function<void(std::size_t, const ShouldStop&)>& call,
+               const ShouldStop& should_stop, bool lanes) {
+    if (runs_in_lanes(calls, lanes) && run_in_lanes(calls, call, should_stop)) return;
+    // One after another on this thread, each call's operations split over the threads (or inline, when this
+    // thread is itself running a pool's piece and the lanes had no threads to take).
+    for (std::size_t i = 0; i < calls; ++i) call(i, should_stop);
 }
 
 }  // namespace ct::decode
