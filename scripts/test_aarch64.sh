@@ -19,7 +19,8 @@
 #            be the same bits (scripts/aarch64_smoke.py; both runs force one OpenBLAS core, NEOVERSEN1), and the
 #            logits within float32 reach of the same script run by the x86-64 package.
 #  5. tests: pytest under neoverse-n1 on the subset below, in two shards side by side, and the int8 and bf16 ops
-#            and autocast again under the SVE CPU (its i8mm and bf16 kernels against torch).
+#            and autocast again under the SVE CPU (its i8mm and bf16 kernels against torch), and the int8 ops under
+#            a Cortex-A72 (no SDOT: the NEON kernel).
 # The cache key of a step is a hash of its pinned list: change a pin and a new folder is made (old ones can be
 # deleted by hand: $cache). A folder counts only when its stamp file exists, written last.
 #
@@ -220,6 +221,9 @@ if [ ${#shard_b[@]} -gt 0 ]; then
   ( status=0
     run_pytest neoverse-n1 "${shard_b[@]}" || status=1
     run_pytest max,sme=off,sve256=on "${sve_tests[@]}" || status=1
+    # An ARMv8.0 CPU without SDOT: the NEON int8 kernel, chosen by itself, against the exact reference. Without
+    # conftest.py, which imports torch: the aarch64 torch wheel does not run on a Cortex-A72.
+    run_pytest cortex-a72 --noconftest tests/ops/test_ops_int8.py || status=1
     exit $status ) > "$build/pytest-shard-b.log" 2>&1 &
   shard_b_pid=$!
 fi

@@ -118,7 +118,7 @@ void bind_quantization(py::module_& m) {
         return y;
     }, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("alpha") = 1.0,
        "x (m, in) @ W^T (+ bias) in int8: x's rows quantised on the fly, int32 sums, one float32 scale per element.");
-    m.def("int8_kernel", &ct::int8_kernel, "The int8 kernel in use: 'avx512_vnni', 'avx_vnni', 'avx2', 'i8mm', 'dotprod' (aarch64) or 'portable'.");
+    m.def("int8_kernel", &ct::int8_kernel, "The int8 kernel in use: 'avx512_vnni', 'avx_vnni', 'avx2', 'i8mm', 'dotprod', 'neon' (aarch64) or 'portable'.");
     m.def("set_int8_kernel", &ct::set_int8_kernel, py::arg("name"),
           "'auto' (the CPU's best) or one of int8_kernels_available().");
     m.def("int8_kernels_available", &ct::int8_kernels_available, "The int8 kernels this CPU can run, best first.");

@@ -123,7 +123,11 @@ FloatKernel float_kernel_at(Level level) {
 
 Int8Kernel int8_kernel_at(Level level) {
     switch (level) {
+#if defined(__aarch64__)
+        case Level::Portable: return Int8Kernel::Neon;   // NEON is every aarch64 CPU's
+#else
         case Level::Portable: return Int8Kernel::Portable;
+#endif
         case Level::Avx2: return Int8Kernel::Avx2;
         case Level::Avx2Vnni: return Int8Kernel::AvxVnni;
         case Level::Avx512: return Int8Kernel::Avx2;  // AVX-512 without VNNI (Skylake-X): no 512-bit int8 kernel
@@ -186,6 +190,7 @@ std::string kernel_name(Int8Kernel k) {
         case Int8Kernel::Avx512Vnni: return "avx512_vnni";
         case Int8Kernel::Dotprod: return "dotprod";
         case Int8Kernel::I8mm: return "i8mm";
+        case Int8Kernel::Neon: return "neon";
     }
     return "?";
 }

@@ -37,7 +37,7 @@ class Int8Weight:
         """
 def int8_kernel() -> str:
     """
-    The int8 kernel in use: 'avx512_vnni', 'avx_vnni', 'avx2', 'i8mm', 'dotprod' (aarch64) or 'portable'.
+    The int8 kernel in use: 'avx512_vnni', 'avx_vnni', 'avx2', 'i8mm', 'dotprod', 'neon' (aarch64) or 'portable'.
     """
 def int8_kernels_available() -> list[str]:
     """

@@ -42,6 +42,7 @@ void quantize_row_avx512(const float* x, std::size_t cols, std::int8_t* q, float
 #if defined(__aarch64__)
 void dotprod(const Problem& p, std::size_t n0, std::size_t n1);
 void i8mm(const Problem& p, std::size_t n0, std::size_t n1);   // also needs dotprod
+void neon(const Problem& p, std::size_t n0, std::size_t n1);   // any aarch64 CPU
 #endif
 
 // max |x[i]| as float bits compared as integers, so a NaN (whose bits exceed inf's) is never lost the way

@@ -38,6 +38,7 @@ Entry current() {
 #if defined(__aarch64__)
         case Int8Kernel::I8mm: return {k8::i8mm, k8::quantize_row_portable};
         case Int8Kernel::Dotprod: return {k8::dotprod, k8::quantize_row_portable};
+        case Int8Kernel::Neon: return {k8::neon, k8::quantize_row_portable};
 #endif
         default: return {k8::portable, k8::quantize_row_portable};
     }
@@ -180,11 +181,13 @@ std::string int8_kernel() { return kernels::kernel_name(kernels::int8_kernel());
 
 // Every int8 kernel, best first.
 constexpr Int8Kernel kInt8Kernels[] = {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2,
-                                       Int8Kernel::I8mm,       Int8Kernel::Dotprod, Int8Kernel::Portable};
+                                       Int8Kernel::I8mm,       Int8Kernel::Dotprod, Int8Kernel::Neon,
+                                       Int8Kernel::Portable};
 
-// The kernels of the levels this CPU runs, best first.
+// The kernels of the levels this CPU runs, best first, and the portable one, which runs anywhere (on aarch64 no
+// level has it: the portable level there runs NEON).
 std::vector<std::string> int8_kernels_available() {
-    std::vector<Int8Kernel> have;
+    std::vector<Int8Kernel> have{Int8Kernel::Portable};
     for (const std::string& level : kernels::kernel_levels())
         have.push_back(kernels::int8_kernel_at(kernels::parse_level(level)));
     std::vector<std::string> names;
