@@ -12,7 +12,7 @@ import pytest
 
 import ctransformer as ct
 from ctransformer.data.token_batches import make_arrays
-from ctransformer.translator import Translator
+from ctransformer.translator import READ_BATCHES, Translator
 from test_marian_generate import KNIFE
 from test_marian_translator import SENTENCES, marian_dir  # noqa: F401 (a fixture)
 
@@ -83,9 +83,11 @@ def test_translate_iterable_is_translate_of_each_read(marian_dir):  # noqa: F811
     # translate() of each read of 4 as it comes (sorted by length there; a batch's length limit follows its own
     # longest source)
     assert [first, *stream] == [t for i in range(0, len(SENTENCES), 4) for t in translator.translate(SENTENCES[i:i + 4])]
-    default = translator.translate_iterable(iter(SENTENCES))
-    next(default)   # the default read is ct.translator.READ_BATCHES batches: here every sentence
-    assert list(default) == translator.translate(SENTENCES)[1:]
+    pulled.clear()
+    default = translator.translate_iterable(lines())
+    first = next(default)
+    assert len(SENTENCES) < READ_BATCHES * 2 and len(pulled) == len(SENTENCES)   # the default read: every sentence
+    assert [first, *default] == translator.translate(SENTENCES)
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="read_batches must be an int >= 1"):
             next(translator.translate_iterable(SENTENCES, read_batches=bad))
