@@ -11,7 +11,7 @@ SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "int8_kern
 
 def test_every_kernel_is_timed_against_the_portable_one():
     run = subprocess.run([sys.executable, str(SCRIPT), "--shapes", "small ffn out", "--rows", "1,3", "--rounds", "1",
-                          "--seconds", "0"], capture_output=True, text=True, timeout=120)
+                          "--gap", "0"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     kernels = Q.int8_kernels_available()
