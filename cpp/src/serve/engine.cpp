@@ -65,6 +65,10 @@ struct Engine::Model {
     // product whose kernel depends on the rows in it, which would make its int8 rows depend on the lane.
     bool lanes_allowed = false;
     std::vector<Lane> lanes;   // one; one a thread while run_lanes runs
+    // Lane mode ends for every lane at once: set (under mu_) by the first lane to leave it. A lane that left alone
+    // while its rows dipped (a wave of equal-length requests ending together) left the other stepping every row,
+    // its newcomers capped at half the rows, on one core, until the load fell: half the throughput (measured).
+    bool lanes_ending = false;
     std::deque<std::shared_ptr<Request>> waiting;   // under mu_
     std::size_t rows_waiting = 0;                   // the waiting requests' rows
     bool has_work() const { return !waiting.empty() || lanes[0].rows_reserved > 0; }
@@ -466,6 +470,7 @@ void Engine::run_lanes(Model& m, std::unique_lock<std::mutex>& lock) {
         move(m.lanes[0], m.lanes[l], l, share);
     }
     stats_.lanes = lanes;
+    m.lanes_ending = false;
     lock.unlock();
     std::vector<std::exception_ptr> errors(lanes);
     weight_cache::SharedPacking shared;   // the loop's packed copies (its region lasts the loop's life), for every lane
@@ -475,6 +480,11 @@ void Engine::run_lanes(Model& m, std::unique_lock<std::mutex>& lock) {
             run_lane(m, l, lanes);
         } catch (...) {
             errors[l] = std::current_exception();   // a pool's worker must not throw (it would end the process)
+            {
+                std::lock_guard<std::mutex> guard(mu_);   // the other lanes end too, and the error is raised
+                m.lanes_ending = true;
+            }
+            work_cv_.notify_all();
         }
     });
     lock.lock();
@@ -489,7 +499,7 @@ void Engine::run_lanes(Model& m, std::unique_lock<std::mutex>& lock) {
 void Engine::run_lane(Model& m, std::size_t lane, std::size_t lanes) {
     NoGradGuard no_grad;   // thread-local: a worker's own
     std::unique_lock<std::mutex> lock(mu_);
-    const auto wanted = [&] { return lanes_wanted(m, lanes, false); };
+    const auto wanted = [&] { return !m.lanes_ending && lanes_wanted(m, lanes, false); };
     for (;;) {
         leave(&m, lane);
         if (!wanted()) break;
@@ -502,7 +512,8 @@ void Engine::run_lane(Model& m, std::size_t lane, std::size_t lanes) {
         }
         step(m, lane, newcomers, lock);
     }
-    work_cv_.notify_all();   // the other lanes, waiting for newcomers, end too
+    m.lanes_ending = true;
+    work_cv_.notify_all();   // the other lanes, waiting for newcomers or stepping, end too
 }
 
 }  // namespace ct::serve
