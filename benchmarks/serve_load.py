@@ -292,15 +292,11 @@ async def _exchange(conn, record, body, stream, timeout):
             if event.startswith(b"data: "):
                 events.append((t, json.loads(event[len(b"data: "):])))
 
-    status, headers, data = await conn.post("/v1/translate", body, on_chunk if stream else None, timeout)
+    status, _, data = await conn.post("/v1/translate", body, on_chunk if stream else None, timeout)
     if not stream:
-        _fill(record, status, headers, data, start)
+        _fill(record, status, data, start)
         return
-    record.end = time.perf_counter()
-    record.latency = record.end - start
-    record.status = status
-    if status != 200:
-        record.error = data[:200].decode("utf-8", "replace")
+    if not _ended(record, status, data, start):
         return
     pieces = [t for t, e in events if "text" in e]
     done = [e for _, e in events if e.get("done")]
@@ -315,13 +311,19 @@ async def _exchange(conn, record, body, stream, timeout):
         record.gaps = [b - a for a, b in zip(pieces, pieces[1:])]
 
 
-def _fill(record, status, headers, data, start):
-    """`record` of a whole (not streamed) answer."""
+def _ended(record, status, data, start):
+    """`record`'s end, latency and status, and the error of an answer other than 200; True for a 200."""
     record.end = time.perf_counter()
     record.latency = record.end - start
     record.status = status
     if status != 200:
         record.error = data[:200].decode("utf-8", "replace")
+    return status == 200
+
+
+def _fill(record, status, data, start):
+    """`record` of a whole (not streamed) answer."""
+    if not _ended(record, status, data, start):
         return
     try:
         record.text = json.loads(data)["translations"][0]
@@ -432,7 +434,8 @@ async def open_loop(port, sentences, rate, n_requests, seconds, timeout, seed, f
     def answered(conn, record, sentence, start, future):
         error = future.exception()
         if error is None:
-            _fill(record, *future.result(), start)
+            status, _, data = future.result()
+            _fill(record, status, data, start)
             if record.status is None or conn.closed:   # an answer that was not JSON: the connection goes too
                 conn.close()
                 opened[0] -= 1
