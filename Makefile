@@ -1,9 +1,12 @@
 # The README's two commands, plus a few conveniences. Each sets up what it needs first
 # (scripts/setup.sh: Debian packages, .venv, pip install .).
-.PHONY: train test test-levels test-aarch64 sanitize demo bench notebooks docs docs-serve
+.PHONY: train test test-stress test-levels test-aarch64 sanitize demo bench notebooks docs docs-serve
 
 TASK ?= copy
 ARGS ?=
+# The order make test runs the suite in: pytest-randomly shuffles it by this seed (printed first), so an order a
+# test depends on shows, and replays with the same SEED. make test SEED=N tries another order.
+SEED ?= 20261206
 
 # The main job: train one of the tasks end to end (copy, toy-translate, shakespeare, multi30k).
 train:
@@ -12,12 +15,18 @@ train:
 
 # The test targets compile through scripts/compiler_launcher.sh: ccache (~/.cache/ctransformer/ccache) when
 # installed (setup.sh test installs it), so a fresh clone recompiles only what changed.
-test test-levels test-aarch64 sanitize: export CMAKE_CXX_COMPILER_LAUNCHER = $(CURDIR)/scripts/compiler_launcher.sh
+test test-stress test-levels test-aarch64 sanitize: export CMAKE_CXX_COMPILER_LAUNCHER = $(CURDIR)/scripts/compiler_launcher.sh
 
-# The whole test suite, against PyTorch 2.13.
+# The whole test suite, against PyTorch 2.13, in a shuffled order (SEED above).
 test:
 	./scripts/setup.sh test
-	.venv/bin/python -m pytest tests -q --durations=20
+	.venv/bin/python -m pytest tests -q --durations=20 -p randomly --randomly-seed=$(SEED)
+
+# The tests of threads, the serving engine and the server (marked `threads`) three times on one busy core and once
+# with more maths threads than cores (scripts/test_stress.sh); about 8 minutes.
+test-stress:
+	./scripts/setup.sh test
+	./scripts/test_stress.sh
 
 # What smaller CPUs run, proven on this one: the kernel-dependent tests again in a process capped at
 # x86-64-v3 (AVX2, an AMD Zen 1) and at the baseline x86-64, each with the OpenBLAS core such a CPU picks
@@ -39,7 +48,7 @@ sanitize:
 	./scripts/setup.sh test
 	./scripts/sanitize.sh all
 
-# A ten-second first look: a tiny model trained from Python with plain gradient descent.
+# A ten-second first look: a Transformer trained to copy, and a picture of where it looks (ctransformer/demo.py).
 demo:
 	./scripts/setup.sh
 	.venv/bin/python -m ctransformer.demo

@@ -23,7 +23,7 @@ run_under() {
   local tool=$1 out=$2 runtime=$3; shift 3
   rm -rf "$out/logs" && mkdir -p "$out/logs"
   local start=$(date +%s) status=0
-  env LD_PRELOAD="$runtime" PYTHONPATH="$out/pkg" \
+  env LD_PRELOAD="$runtime" PYTHONPATH="$out/pkg:$PWD/tests" \
       ASAN_OPTIONS="${ASAN_OPTIONS:-}:log_path=$PWD/$out/logs/asan" \
       UBSAN_OPTIONS="${UBSAN_OPTIONS:-}:log_path=$PWD/$out/logs/ubsan" \
       TSAN_OPTIONS="${TSAN_OPTIONS:-}:log_path=$PWD/$out/logs/tsan" \
@@ -68,7 +68,7 @@ if [[ $which == all || $which == thread ]]; then
   export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
   # --noconftest: tests/conftest.py imports torch, whose OpenMP threads TSan cannot see through;
   # these files need neither torch nor the conftest (the last: the serving engine's thread beside Python's).
-  run_under thread build/tsan "$(g++ -print-file-name=libtsan.so)" --noconftest \
+  run_under thread build/tsan "$(g++ -print-file-name=libtsan.so)" --noconftest -p runtime_fixtures \
     tests/runtime/test_thread_pool.py tests/training/test_threads_training.py tests/serve/test_engine_threads.py \
     tests/decode/test_lanes_threads.py
 fi

@@ -11,11 +11,7 @@ torch.set_num_threads(2)
 
 import pytest  # noqa: E402
 
-
-@pytest.fixture
-def kernel_level(request):
-    """The kernel level a test runs at (parametrise it indirectly, with kernel_levels.levels_for); "auto" after."""
-    from kernel_levels import at_level
-
-    with at_level(request.param) as level:
-        yield level
+# The fixtures that put the maths' threads and kernel level back, and the `threads` mark of a test that sets the threads
+# (a plugin of their own: the ThreadSanitizer run, which has no conftest and no torch, loads it with -p runtime_fixtures).
+from runtime_fixtures import (  # noqa: E402,F401
+    _runtime_left_as_found, kernel_level, num_threads, pytest_collection_modifyitems, set_kernel_level)

@@ -31,26 +31,39 @@ def assert_close(actual, expected, rtol=1e-5, atol=1e-6, equal_nan=False, what="
     np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, equal_nan=equal_nan, err_msg=what)
 
 
-def assert_releases_gil(call):
-    """Runs call() on a worker thread while this thread keeps asking for the interpreter: if the long
-    C++ call releases the GIL, this thread's longest wait stays far below the call's duration."""
+def assert_releases_gil(call, attempts=10):
+    """call() lets go of the GIL while it runs: a second thread counts meanwhile.
+
+    The interpreter's switch interval is set far past any call for the test, so no thread is ever made to give the
+    GIL up: the counting thread (which hands it back at each count, sleep(0)) can count during call() only if
+    call() itself releases the GIL. Held throughout, the count during the call is exactly 0 on any machine; released,
+    the counter runs as soon as the OS schedules its thread, which a busy machine may not do within one call, so the
+    call is made again, up to `attempts` times."""
+    import sys
     import threading
     import time
 
-    span = {}
+    counts, stop = [0], threading.Event()
 
-    def work():
-        start = time.perf_counter()
-        call()
-        span["call"] = time.perf_counter() - start
+    def count():
+        while not stop.is_set():
+            counts[0] += 1
+            time.sleep(0)   # hands the GIL back
 
-    worker = threading.Thread(target=work)
-    last, longest = time.perf_counter(), 0.0
-    worker.start()
-    while worker.is_alive():
-        time.sleep(0.0005)
-        now = time.perf_counter()
-        longest, last = max(longest, now - last), now
-    worker.join()
-    assert span["call"] > 0.05
-    assert longest < 0.5 * span["call"], f"waited {longest:.3f}s during a {span['call']:.3f}s call"
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        during = []
+        for _ in range(attempts):
+            before = counts[0]
+            call()
+            during.append(counts[0] - before)
+            if during[-1] > 0:
+                return
+    finally:
+        stop.set()
+        counter.join()
+        sys.setswitchinterval(interval)
+    raise AssertionError(f"no other thread ran during any of {attempts} calls (counts {during}): the GIL was held")

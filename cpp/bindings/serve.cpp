@@ -34,18 +34,22 @@ void bind_serve(py::module_& m) {
                        "Continuous batching of translation requests on a thread of its own: submit() sources, poll() "
                        "events (tokens as greedy requests make them, finished translations). ctransformer.serve."
                        "AsyncEngine is the Python face of it.")
-        .def(py::init([](Int max_queue, Int max_rows, Int max_batch_tokens, Int nice) {
+        .def(py::init([](Int max_queue, Int max_rows, Int max_batch_tokens, Int nice, Int lane_rows) {
                  ct::serve::EngineOptions o;
                  o.max_queue = to_size(max_queue, "Engine: max_queue");
                  o.max_rows = std::size_t(to_int_at_least(max_rows, "Engine: max_rows", 1));
                  o.max_batch_tokens = std::size_t(to_int_at_least(max_batch_tokens, "Engine: max_batch_tokens", 1));
                  o.nice = to_int(nice, "Engine: nice");   // its range: Engine's constructor
+                 o.lane_rows = to_size(lane_rows, "Engine: lane_rows");
                  return std::make_unique<Engine>(o);
              }),
              py::arg("max_queue") = 256, py::arg("max_rows") = 64, py::arg("max_batch_tokens") = 4096,
-             py::arg("nice") = 0,
+             py::arg("nice") = 0, py::arg("lane_rows") = 16,
              "nice: Linux only; the engine's thread and the thread pool's workers run this many nice levels (0-19) "
-             "above the calling thread, so that the process's other threads (an event loop) get the cores first.")
+             "above the calling thread, so that the process's other threads (an event loop) get the cores first. "
+             "lane_rows: a Transformer's batch (outside bf16) runs as one batch a thread once its rows, waiting ones "
+             "counted, reach lane_rows a thread, and merges back under half as many; 0: never, 1: from one row a "
+             "thread.")
         .def("add_model",
              [](Engine& e, const std::string& name, py::object model, py::object start_symbol, py::object end_symbol,
                 std::vector<Int> banned, bool force_end, bool bf16) {
@@ -140,6 +144,7 @@ void bind_serve(py::module_& m) {
                  d["rows_in_use"] = s.rows_in_use;
                  d["sequences"] = s.sequences;
                  d["lanes"] = s.lanes;
+                 d["lane_runs_total"] = s.lane_runs_total;
                  d["requests_total"] = s.requests_total;
                  d["finished_total"] = s.finished_total;
                  d["tokens_total"] = s.tokens_total;

@@ -43,18 +43,36 @@ def gpt():
     return ct.nn.GPT(**CFG, dropout=0.0)
 
 
-def save_forever(path, weights, k):
-    """The victim, in a forked child: saves save after save until killed."""
+def save_forever(path, weights, k, told, hold_before_rename):
+    """The victim, in a forked child: saves save after save until killed, writing a byte to `told` after each.
+    hold_before_rename: from its second save on, the child stops inside the save, its temp file written and not yet
+    renamed, and says so (b"h"): the parent's kill then lands inside a save by construction."""
+    if hold_before_rename:
+        real_replace, saves = os.replace, [0]
+
+        def replace(src, dst):
+            if saves[0] >= 1:
+                os.write(told, b"h")
+                while True:
+                    time.sleep(60)
+            real_replace(src, dst)
+        os.replace = replace
     while True:
         k += 1
         for value in weights.state.values():
             value[...] = k
         save_checkpoint(path, weights, step=k, config={"k": k})
+        if hold_before_rename:
+            saves[0] += 1
+        os.write(told, b"s")
 
 
+@pytest.mark.threads
 def test_save_killed_at_random_moments_leaves_a_whole_checkpoint(tmp_path):
     # A forked child (no interpreter start-up per kill, so 30 kills take seconds) runs the saver;
     # it touches only NumPy, safetensors and the file system, none of which fork upsets.
+    # Each kill comes once the child has finished a save (so every kill's checkpoint is its own); a third of them
+    # while it holds a save open before its rename, the others a random moment later (between saves, or inside one).
     path = tmp_path / "ckpt.safetensors"
     model = gpt()
     save_checkpoint(path, model, step=0)
@@ -63,30 +81,34 @@ def test_save_killed_at_random_moments_leaves_a_whole_checkpoint(tmp_path):
     seen, inside = set(), 0
     for kill in range(30):
         start = (kill + 1) * 10_000  # exact in float32 (< 2**24)
+        hold = kill % 3 == 0
+        read, told = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
-                save_forever(path, weights, start)
+                os.close(read)
+                save_forever(path, weights, start, told, hold)
             finally:
                 os._exit(1)
-        time.sleep(rng.uniform(0.0, 0.1))
+        os.close(told)
+        assert os.read(read, 1) == b"s"   # a save has finished
+        if hold:
+            assert os.read(read, 1) == b"h"   # and the next is held before its rename
+        else:
+            time.sleep(rng.uniform(0.0, 0.05))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+        os.close(read)
         inside += any(name.endswith(".tmp") for name in os.listdir(tmp_path))
         fresh = gpt()
         info = load_checkpoint(path, fresh)  # raises if the file is not whole
-        if info["step"] == 0:
-            assert info["config"] == {}
-            for a, b in zip(fresh.parameters(), model.parameters()):
-                assert np.array_equal(a.numpy(), b.numpy())
-        else:
-            values = {float(v) for p in fresh.parameters() for v in np.unique(p.numpy())}
-            assert values == {float(info["step"])}, f"kill {kill}: a mix of saves {sorted(values)[:5]}"
-            assert info["config"] == {"k": info["step"]}
+        assert info["step"] > start, f"kill {kill}: the checkpoint of step {info['step']}, not one of this child's"
+        values = {float(v) for p in fresh.parameters() for v in np.unique(p.numpy())}
+        assert values == {float(info["step"])}, f"kill {kill}: a mix of saves {sorted(values)[:5]}"
+        assert info["config"] == {"k": info["step"]}
         seen.add(info["step"])
-    # Not vacuous: saves completed between kills, and kills landed inside saves (a temp file left).
-    assert len(seen) >= 10, seen
-    assert inside >= 5, f"only {inside} of 30 kills landed inside a save"
+    assert len(seen) == 30, seen
+    assert inside >= 10, f"only {inside} of 30 kills left a temp file (10 were held inside a save)"
     # Each save clears the temp files killed savers left (their pids are gone).
     save_checkpoint(path, model, step=1)
     assert sorted(os.listdir(tmp_path)) == ["ckpt.safetensors"]

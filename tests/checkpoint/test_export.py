@@ -20,6 +20,17 @@ import ctransformer as ct
 ctranslate2 = pytest.importorskip("ctranslate2")
 from ctransformer.export import to_ctranslate2  # noqa: E402
 
+
+@pytest.fixture(autouse=True)
+def _torch_threads_kept():
+    """A CTranslate2 Translator's intra_threads sets the OpenMP thread count that torch reads its own from: torch's is
+    put back after each test."""
+    import torch
+
+    found = torch.get_num_threads()
+    yield
+    torch.set_num_threads(found)
+
 LOGPROB_TOL = 2e-5
 # A greedy step's token is decided by no knife edge when its top-1/top-2 logit gap is far above what the two
 # engines can disagree on: their log-probabilities agree to LOGPROB_TOL, so a gap (the difference of two

@@ -2,8 +2,11 @@
 the conftest): two threads take the batches, the float32 weights packed once in the caller's cache and read by both
 lanes (kernels/weight_cache.hpp, SharedPacking)."""
 import numpy as np
+import pytest
 
 import ctransformer as ct
+
+pytestmark = pytest.mark.threads   # threads, the serving engine or the server: make test-stress runs it under load
 
 PAD, START, END = 1, 2, 4
 
@@ -26,30 +29,26 @@ def search(model, batches, lanes):
             for ids, scores in ct.decode.search_batches(model, batches, START, END, 2, 0.6, lanes=lanes)]
 
 
-def test_lanes_share_the_packed_weights_and_repeat_exactly():
-    before = ct.get_num_threads()
-    ct.set_num_threads(2)
-    try:
-        model, batches = model_and_batches(0)
-        assert ct.decode.runs_in_lanes(len(batches))
-        with ct.decode.PackedWeights():   # as the Translator holds one: the lanes' copies stay across calls
-            search(model, batches, True)   # packs each decoder weight on its second product (the first, BLAS's)
-            packed = ct.decode.PackedWeights.count
-            first = search(model, batches, True)
-            again = search(model, batches, True)
-        # (at a kernel level without the packed kernel, as x86-64's, the region packs nothing)
-        packing = next(row["kernel"] for row in ct._core._kernel_table(None) if row["key"] == "packed")
-        if packing != "(not packed)":
-            assert packed > 0, "the decoder's weights should be packed, once, in this thread's cache"
-        else:
-            assert packed == 0
-        for (a, s), (b, t) in zip(first, again):
-            np.testing.assert_array_equal(a, b)
-            np.testing.assert_array_equal(s, t)
-        # int8: in lanes or split product by product, bit for bit
-        q = ct.quantize_dynamic(model)
-        for (a, s), (b, t) in zip(search(q, batches, True), search(q, batches, False)):
-            np.testing.assert_array_equal(a, b)
-            np.testing.assert_array_equal(s, t)
-    finally:
-        ct.set_num_threads(before)
+def test_lanes_share_the_packed_weights_and_repeat_exactly(num_threads):
+    num_threads(2)
+    model, batches = model_and_batches(0)
+    assert ct.decode.runs_in_lanes(len(batches))
+    with ct.decode.PackedWeights():   # as the Translator holds one: the lanes' copies stay across calls
+        search(model, batches, True)   # packs each decoder weight on its second product (the first, BLAS's)
+        packed = ct.decode.PackedWeights.count
+        first = search(model, batches, True)
+        again = search(model, batches, True)
+    # (at a kernel level without the packed kernel, as x86-64's, the region packs nothing)
+    packing = next(row["kernel"] for row in ct._core._kernel_table(None) if row["key"] == "packed")
+    if packing != "(not packed)":
+        assert packed > 0, "the decoder's weights should be packed, once, in this thread's cache"
+    else:
+        assert packed == 0
+    for (a, s), (b, t) in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(s, t)
+    # int8: in lanes or split product by product, bit for bit
+    q = ct.quantize_dynamic(model)
+    for (a, s), (b, t) in zip(search(q, batches, True), search(q, batches, False)):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(s, t)

@@ -15,15 +15,16 @@ import pytest
 import ctransformer as ct
 from test_decode import PAD, START, assert_same_greedy_ids, post_norm_model
 
+pytestmark = pytest.mark.threads   # threads, the serving engine or the server: make test-stress runs it under load
+
 SOURCE_END = 4
 
 
 @pytest.fixture
-def two_threads():
-    before = ct.get_num_threads()
-    ct.set_num_threads(2)
-    yield
-    ct.set_num_threads(before)
+def two_threads(num_threads):
+    """The maths on 2 threads; a test may set another count with num_threads: the fixture puts the count back."""
+    num_threads(2)
+    return num_threads
 
 
 def batches_of(model, sizes, seed, max_len=12):
@@ -94,7 +95,7 @@ def test_lanes_off_and_one_thread_give_the_same_int8_search(two_threads):
     lanes = ct.decode.search_batches(model, batches, START, SOURCE_END, 2, 0.6)
     assert not ct.decode.runs_in_lanes(len(batches), lanes=False)
     split = ct.decode.search_batches(model, batches, START, SOURCE_END, 2, 0.6, lanes=False)
-    ct.set_num_threads(1)
+    two_threads(1)
     assert not ct.decode.runs_in_lanes(len(batches))
     inline = ct.decode.search_batches(model, batches, START, SOURCE_END, 2, 0.6)
     for a, b, c in zip(lanes, split, inline):

@@ -374,15 +374,17 @@ def test_a_killed_rank_stops_the_job_and_the_run_resumes_exactly(tmp_path):
 @needs_mpi
 def test_an_error_in_a_process_stops_the_whole_job(tmp_path):
     """A process that fails does not leave the others waiting in the next all-reduce: it prints the error
-    with its rank and aborts the job (here every rank meets a corrupt checkpoint on --resume)."""
+    with its rank and aborts the job (here every rank meets a corrupt checkpoint on --resume). A job left waiting
+    would hang: subprocess's timeout (waiting.HANG) fails the test then; how long the job took is not asserted."""
+    from waiting import HANG   # (not at the top: mpirun runs this file as a script, without tests/ on its path)
+
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"not a checkpoint at all")
-    started = time.monotonic()
     run = _run(_mpirun(2, ["-m", "ctransformer.train", "copy", "--distributed", "--steps", "5", "--no-progress",
-                           "--checkpoint", str(bad), "--resume"]), timeout=300)
+                           "--checkpoint", str(bad), "--resume"]), timeout=HANG)
     assert run.returncode != 0
     assert "stops the job: ctransformer-train: error: checkpoint:" in run.stderr, run.stdout + run.stderr
-    assert "of 2" in run.stderr and time.monotonic() - started < 120
+    assert "of 2" in run.stderr
 
 
 if __name__ == "__main__":

@@ -167,24 +167,22 @@ def test_native_kernel_rounds_fp32_operands_as_round_to_bf16(m, n, k, kernel):
         np.testing.assert_array_equal(amp.gemm_bf16(a, amp.round_to_bf16(b), ta, tb), want, err_msg=f"{ta=} {tb=}")
 
 
-def assert_the_same_on_one_and_two_threads(shapes, seed):
-    """The kernel in force gives the same bits on 1 and 2 threads, for x W^T of each (m, n, k)."""
-    previous = ct.get_num_threads()
-    try:
-        for m, n, k in shapes:
-            a, b = operands(m, n, k, False, True, seed=seed)
-            ct.set_num_threads(1)
-            one = amp.gemm_bf16(a, b, trans_b=True)
-            ct.set_num_threads(2)
-            np.testing.assert_array_equal(amp.gemm_bf16(a, b, trans_b=True), one, err_msg=f"{m=} {n=} {k=}")
-    finally:
-        ct.set_num_threads(previous)
+def assert_the_same_on_one_and_two_threads(shapes, seed, num_threads):
+    """The kernel in force gives the same bits on 1 and 2 threads, for x W^T of each (m, n, k) (num_threads: the
+    fixture, which puts the count back)."""
+    for m, n, k in shapes:
+        a, b = operands(m, n, k, False, True, seed=seed)
+        num_threads(1)
+        one = amp.gemm_bf16(a, b, trans_b=True)
+        num_threads(2)
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, trans_b=True), one, err_msg=f"{m=} {n=} {k=}")
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512_BF16: the native kernel cannot run here")
-def test_native_kernel_is_the_same_on_any_number_of_threads(kernel):
+def test_native_kernel_is_the_same_on_any_number_of_threads(kernel, num_threads):
     kernel("avx512_bf16")
-    assert_the_same_on_one_and_two_threads([(512, 2048, 512), (2048, 96, 300), (40, 10000, 64), (2, 8000, 256)], 3)
+    assert_the_same_on_one_and_two_threads([(512, 2048, 512), (2048, 96, 300), (40, 10000, 64), (2, 8000, 256)], 3,
+                                           num_threads)
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
@@ -229,11 +227,11 @@ def test_arm_kernel_meets_the_round_to_odd_bound(m, n, k, kernel):
 
 
 @pytest.mark.skipif(not HAS_ARM_BF16, reason=ARM_SKIP)
-def test_arm_kernel_is_the_same_on_any_number_of_threads(kernel):
+def test_arm_kernel_is_the_same_on_any_number_of_threads(kernel, num_threads):
     """Each C element is one chain, whichever thread's columns it falls in (sizes above the split's threshold,
     small enough for an emulated CPU)."""
     kernel("neon_bf16")
-    assert_the_same_on_one_and_two_threads([(64, 512, 130), (2, 3000, 256), (300, 70, 64)], 5)
+    assert_the_same_on_one_and_two_threads([(64, 512, 130), (2, 3000, 256), (300, 70, 64)], 5, num_threads)
 
 
 def test_kernel_names_and_refusals(kernel):

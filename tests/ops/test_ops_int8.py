@@ -119,19 +119,15 @@ def test_kernels_neither_saturate_nor_overflow(kernel, a, b):
 
 @pytest.mark.parametrize("m,k,n", SHAPES)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_linear_is_its_numpy_model(kernel, m, k, n, threads):
+def test_linear_is_its_numpy_model(kernel, m, k, n, threads, num_threads):
     rng = np.random.default_rng(m + 7 * k + 13 * n)
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = (rng.standard_normal((n, k)) * 0.1).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     W = Q.quantize_weight(w)
-    before = ct.get_num_threads()
-    ct.set_num_threads(threads)
-    try:
-        np.testing.assert_array_equal(Q.linear_int8(x, W, b), linear_model(x, w, b))
-        np.testing.assert_array_equal(Q.linear_int8(x, W, None, 0.125), linear_model(x, w, None, 0.125))
-    finally:
-        ct.set_num_threads(before)
+    num_threads(threads)
+    np.testing.assert_array_equal(Q.linear_int8(x, W, b), linear_model(x, w, b))
+    np.testing.assert_array_equal(Q.linear_int8(x, W, None, 0.125), linear_model(x, w, None, 0.125))
 
 
 @pytest.mark.skipif(len(KERNELS) < 2, reason=f"this CPU runs only the {KERNELS[-1]!r} int8 kernel: "

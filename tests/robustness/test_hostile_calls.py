@@ -314,6 +314,7 @@ def _grads(model):
     return {name: p.grad.numpy().copy() for name, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.threads
 def test_two_threads_backward_on_one_model_accumulate_correctly():
     """Gradients from two threads equal the serial sum. Tolerance: the two backward passes may add their
     contributions in either order, so |d| <= 1e-5 + 1e-5 |g| (the race seen in issue 13 was up to 0.015)."""
@@ -360,6 +361,7 @@ def _train(model, steps, seed):
     return losses, {k: v.copy() for k, v in model.state_dict().items()}
 
 
+@pytest.mark.threads
 def test_two_threads_training_two_models_match_running_them_one_after_another():
     """Bitwise: each model's arithmetic does not depend on what the other thread does."""
     serial = [_train(_small_gpt(seed), 6, seed) for seed in (1, 2)]
@@ -380,6 +382,7 @@ def test_two_threads_training_two_models_match_running_them_one_after_another():
             np.testing.assert_array_equal(state[k], s_state[k], err_msg=k)
 
 
+@pytest.mark.threads
 def test_one_model_decoding_from_two_threads():
     """Decoding only reads the model: two threads get what one thread gets (greedy and top-1 generation
     are deterministic, so the ids are compared exactly)."""
@@ -419,6 +422,7 @@ def test_one_model_decoding_from_two_threads():
 
 # ---- Ctrl-C during a long C++ call ---------------------------------------------------------------
 
+@pytest.mark.threads
 @pytest.mark.parametrize("call", ["generate", "generate_uncached", "gpt_method", "greedy", "beam"])
 def test_ctrl_c_stops_a_long_decode_and_leaves_the_model_usable(call):
     run(f'''

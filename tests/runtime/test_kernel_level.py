@@ -71,24 +71,21 @@ def test_a_kernel_level_name_caps_as_its_cpus_are(level):
     assert cpu["avx512_fp16"] is False and cpu["amx_tile"] is False
 
 
-def test_the_level_is_the_cpus_best_and_every_level_it_runs_can_be_set():
+def test_the_level_is_the_cpus_best_and_every_level_it_runs_can_be_set(set_kernel_level):
     if CPU["level_cap"]:
         pytest.skip("this process itself runs under CTRANSFORMER_KERNEL_LEVEL (make test-levels)")
     levels = ct.kernel_levels()
     assert ct.kernel_level() == levels[0] and levels[-1] == "portable"
-    try:
-        for level in levels:
-            ct.set_kernel_level(level)
+    for level in levels:
+        set_kernel_level(level)
+        assert ct.kernel_level() == level
+    for alias, level in [("x86-64", "portable"), ("x86-64-v2", "portable"), ("x86-64-v3", "avx2"),
+                         ("x86-64-v4", "avx512")]:
+        if level in levels:
+            set_kernel_level(alias)
             assert ct.kernel_level() == level
-        for alias, level in [("x86-64", "portable"), ("x86-64-v2", "portable"), ("x86-64-v3", "avx2"),
-                             ("x86-64-v4", "avx512")]:
-            if level in levels:
-                ct.set_kernel_level(alias)
-                assert ct.kernel_level() == level
-        ct.set_kernel_level("auto")
-        assert ct.kernel_level() == levels[0]
-    finally:
-        ct.set_kernel_level("auto")
+    set_kernel_level("auto")
+    assert ct.kernel_level() == levels[0]
 
 
 def test_set_kernel_level_ends_a_one_product_choice():
@@ -192,28 +189,22 @@ LOOPS = {"portable": ("sse2", 4, False), "avx2": ("fma3+avx2", 8, True), "avx2_v
 
 
 @pytest.mark.skipif(MACHINE != "aarch64", reason="the aarch64 levels")
-def test_every_arm_level_runs_the_neon_loops():
+def test_every_arm_level_runs_the_neon_loops(set_kernel_level):
     """aarch64 has one copy of the SIMD loops, NEON (every aarch64 CPU has it), with fused multiply-adds: the ARM
     levels differ in their int8 and bf16 kernels only."""
-    try:
-        for level in ct.kernel_levels():
-            ct.set_kernel_level(level)
-            loops = ct.build_info()["loops"]
-            assert (loops["level"], loops["simd"], loops["float_lanes"], loops["fused_multiply_add"]) == \
-                (level, "arm64+neon", 4, True)
-    finally:
-        ct.set_kernel_level("auto")
+    for level in ct.kernel_levels():
+        set_kernel_level(level)
+        loops = ct.build_info()["loops"]
+        assert (loops["level"], loops["simd"], loops["float_lanes"], loops["fused_multiply_add"]) == \
+            (level, "arm64+neon", 4, True)
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the x86-64 levels")
-def test_each_level_runs_its_own_loops_in_one_binary():
+def test_each_level_runs_its_own_loops_in_one_binary(set_kernel_level):
     """Setting a level switches the SIMD loops to that level's copy at once: AVX-512 loops never run at
     avx2, and only SSE2 ones at portable (the qemu test proves it on emulated CPUs, this one here)."""
-    try:
-        for level in ct.kernel_levels():
-            ct.set_kernel_level(level)
-            loops = ct.build_info()["loops"]
-            assert loops["level"] == level
-            assert (loops["simd"], loops["float_lanes"], loops["fused_multiply_add"]) == LOOPS[level], level
-    finally:
-        ct.set_kernel_level("auto")
+    for level in ct.kernel_levels():
+        set_kernel_level(level)
+        loops = ct.build_info()["loops"]
+        assert loops["level"] == level
+        assert (loops["simd"], loops["float_lanes"], loops["fused_multiply_add"]) == LOOPS[level], level

@@ -12,6 +12,8 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
 import serve_load  # noqa: E402
 
+pytestmark = pytest.mark.threads   # threads, the serving engine or the server: make test-stress runs it under load
+
 BODY = b'{"translations": ["A dog."]}'
 LENGTH = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
 CHUNKED = (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"

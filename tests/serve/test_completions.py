@@ -13,6 +13,9 @@ import httpx  # noqa: E402
 import ctransformer as ct  # noqa: E402
 from ctransformer.data.shakespeare import CharTokenizer  # noqa: E402
 from ctransformer.serve import AsyncEngine, create_app  # noqa: E402
+from waiting import HANG  # noqa: E402
+
+pytestmark = pytest.mark.threads   # threads, the serving engine or the server: make test-stress runs it under load
 
 CHARS = "\n !',.:;?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -31,9 +34,9 @@ def served():
 def post(app, *bodies):
     async def run():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve.test",
-                                     timeout=30) as client:
+                                     timeout=HANG) as client:
             return await asyncio.gather(*(client.post("/v1/completions", json=b) for b in bodies))
-    return asyncio.run(asyncio.wait_for(run(), 30))
+    return asyncio.run(asyncio.wait_for(run(), HANG))
 
 
 def generate(model, tokenizer, prompt, n, temperature, top_k, seed):

@@ -16,6 +16,9 @@ import torch
 import ctransformer as ct
 from reference.gpt_pairs import SMALL, make_pair, prompts
 from reference.gpt_reference import greedy
+from waiting import HANG
+
+pytestmark = pytest.mark.threads   # threads, the serving engine or the server: make test-stress runs it under load
 
 
 def run(model, requests, max_rows=4, end=None):
@@ -24,7 +27,7 @@ def run(model, requests, max_rows=4, end=None):
     engine = ct._core.serve.Engine(max_queue=64, max_rows=max_rows, max_batch_tokens=256)
     engine.add_model("gpt", model, end_symbol=end)
     index, out = {}, {}   # engine request id -> position in requests; position -> new ids
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG
 
     def collect(events):
         for request, kind, _, ids, _, message in events:
@@ -44,7 +47,7 @@ def run(model, requests, max_rows=4, end=None):
     while len(out) < len(requests) and time.monotonic() < deadline:
         collect(engine.poll(0.05))
     engine.stop()
-    assert len(out) == len(requests)
+    assert len(out) == len(requests), f"{len(out)} of {len(requests)} requests ended in {HANG} s"
     return [out[i] for i in range(len(requests))]
 
 

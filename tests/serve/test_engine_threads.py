@@ -9,15 +9,18 @@ import numpy as np
 import pytest
 
 import ctransformer as ct
+from waiting import HANG
+
+pytestmark = pytest.mark.threads   # threads, the serving engine or the server: make test-stress runs it under load
 
 
 def submit_cancel_and_poll(engine, submit, count=30):
     """Three threads submit `count` requests each (submit(rng, i) -> request id), cancelling every fifth, while a
-    fourth polls; every request must end exactly once, finished, cancelled or timed out. The engine's stats as the
-    last request ended, and the most lanes seen."""
+    fourth polls; every request must end exactly once, finished, cancelled or timed out. Returns the engine's stats
+    once every request has ended (before stop())."""
     submitted, ends, lock = [], {}, threading.Lock()
     stop = threading.Event()
-    most_lanes = [1]
+    all_ended = threading.Condition(lock)
 
     def client(seed):
         rng = np.random.default_rng(seed)
@@ -27,7 +30,7 @@ def submit_cancel_and_poll(engine, submit, count=30):
                 submitted.append(request)
             if i % 5 == 0:
                 engine.cancel(request)
-            time.sleep(0.001)
+            time.sleep(0.001)   # pacing only: the requests arrive while others decode, in whatever order
 
     def poller():
         while not stop.is_set():
@@ -36,26 +39,25 @@ def submit_cancel_and_poll(engine, submit, count=30):
                     with lock:
                         assert request not in ends, f"request {request} ended twice"
                         ends[request] = kind
+                        all_ended.notify_all()
                 else:
                     assert kind == "token"
-            most_lanes[0] = max(most_lanes[0], engine.stats()["lanes"])
 
     threads = [threading.Thread(target=client, args=(s,)) for s in range(3)] + [threading.Thread(target=poller)]
     for t in threads:
         t.start()
     for t in threads[:3]:
         t.join()
-    deadline = time.monotonic() + 60
-    while len(ends) < len(submitted) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    with lock:
+        all_ended.wait_for(lambda: len(ends) == len(submitted), timeout=HANG)
     stop.set()
     threads[3].join()
     stats = engine.stats()
     engine.stop()
-    assert sorted(ends) == sorted(submitted)
+    assert sorted(ends) == sorted(submitted), f"{len(ends)} of {len(submitted)} requests ended in {HANG} s"
     assert stats["finished_total"] + stats["cancelled_total"] + stats["timed_out_total"] == len(submitted) == 3 * count
     assert stats["queue_depth"] == 0 and stats["rows_in_use"] == 0
-    return stats, most_lanes[0]
+    return stats
 
 
 def test_submit_cancel_and_poll_from_threads():
@@ -76,41 +78,66 @@ def test_submit_cancel_and_poll_from_threads():
     submit_cancel_and_poll(engine, submit)
 
 
+def set_threads_or_skip(num_threads, threads=2):
+    """Lanes are one a thread: the maths on 2 threads (of the pool; the machine may have one core, or be busy)."""
+    num_threads(threads)
+    if ct.get_num_threads() != threads:
+        pytest.skip(f"the pool runs {ct.get_num_threads()} threads, not {threads}")
+
+
 @pytest.mark.parametrize("precision", ["int8", "float32"])
-def test_submit_cancel_and_poll_while_lanes_step(precision):
-    """A Transformer with 2 x 16 rows or more runs as one lane a thread (serve/engine.cpp, run_lanes): each lane
-    admits, steps and leaves on its own thread while clients submit, cancel and time out requests (float32: the
-    lanes read the loop thread's packed weights, SharedPacking). Every request ends once, and the engine went
-    through lane mode (on 2 threads) and back."""
+def test_submit_cancel_and_poll_while_lanes_step(precision, num_threads):
+    """A Transformer's batch runs as one lane a thread (serve/engine.cpp, run_lanes): each lane admits, steps and
+    leaves on its own thread while clients submit, cancel and time out requests (float32: the lanes read the loop
+    thread's packed weights, SharedPacking). Lane mode is forced, not hoped for: with lane_rows=1 the batch splits as
+    soon as its rows reach the threads (2), which the first beam request (2 or 3 rows) does in the turn that sees
+    it, and stays split while 2 rows remain. Every request ends once, and the lanes have merged after stop()."""
     ct.manual_seed(0)
     model = ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=2, n_head=4, d_k=8,
                               d_v=8, dropout=0.0).eval()
     if precision == "int8":
         model = ct.quantize_dynamic(model)
-    threads = ct.get_num_threads()
-    ct.set_num_threads(2)
-    try:
-        engine = ct._core.serve.Engine(max_queue=1000, max_rows=48, max_batch_tokens=1024)
-        engine.add_model("t", model, 1, 2)
+    set_threads_or_skip(num_threads)
+    engine = ct._core.serve.Engine(max_queue=1000, max_rows=48, max_batch_tokens=1024, lane_rows=1)
+    engine.add_model("t", model, 1, 2)
 
-        def submit(rng, i):
-            source = [int(t) for t in rng.integers(3, 40, int(rng.integers(1, 10)))] + [2]
-            # some time out while decoding (40 positions take longer than 5 ms on 48 rows), beams of 2 and 3 too
-            return engine.submit("t", source, max_len=40, beam_size=1 + i % 3, timeout=0.005 if i % 7 == 3 else 0.0)
+    def submit(rng, i):
+        source = [int(t) for t in rng.integers(3, 40, int(rng.integers(1, 10)))] + [2]
+        # some time out (waiting, or while decoding), beams of 2 and 3 too
+        return engine.submit("t", source, max_len=40, beam_size=1 + i % 3, timeout=0.005 if i % 7 == 3 else 0.0)
 
-        _, most_lanes = submit_cancel_and_poll(engine, submit, count=40)
-    finally:
-        ct.set_num_threads(threads)
-    assert most_lanes == 2 and engine.stats()["lanes"] == 1   # after stop(): the lanes have merged
+    stats = submit_cancel_and_poll(engine, submit, count=40)
+    assert stats["lane_runs_total"] >= 1, "lane_rows=1 and beams of 2 rows: the batch must have split into lanes"
+    assert engine.stats()["lanes"] == 1   # after stop(): the lanes have merged
 
 
-def test_int8_rows_split_over_threads_are_bit_for_bit():
-    """An int8 model with 2 x 16 rows or more runs as one batch a thread, each stepped on its own thread (lanes,
-    serve/engine.cpp): 40 greedy requests and 14 beams of 3 (42 rows) at once, on 2 threads, each equal to its source
-    decoded alone, ids and scores exactly (the int8 products are exact; the rest is row by row, in whichever lane,
-    through the split into lanes and the merge back). The end symbol is the target id the sources' greedy decodes
-    reach least, and max_len is 60, so the requests live for many steps while the test submits them (the engine
-    admits them as they come); a round whose batch never held 32 rows in 2 lanes is tried again, at most 5 times."""
+def test_lane_rows_zero_never_splits_and_is_checked(num_threads):
+    """lane_rows=0 keeps one batch whatever its rows (the products split over the threads instead); a negative count
+    is refused by name."""
+    ct.manual_seed(0)
+    model = ct.quantize_dynamic(ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=1,
+                                                  n_head=4, d_k=8, d_v=8, dropout=0.0).eval())
+    set_threads_or_skip(num_threads)
+    engine = ct._core.serve.Engine(max_queue=64, max_rows=48, max_batch_tokens=1024, lane_rows=0)
+    engine.add_model("t", model, 1, 2)
+    requests = {engine.submit("t", [5 + i % 30, 6, 2], max_len=20, beam_size=3) for i in range(16)}
+    ended = set()
+    deadline = time.monotonic() + HANG
+    while ended != requests and time.monotonic() < deadline:
+        ended |= {r for r, kind, *_ in engine.poll(0.05) if kind == "finished"}
+    stats = engine.stats()
+    engine.stop()
+    assert ended == requests and stats["lane_runs_total"] == 0
+    with pytest.raises(ValueError, match="lane_rows"):
+        ct._core.serve.Engine(lane_rows=-1)
+
+
+def test_int8_rows_split_over_threads_are_bit_for_bit(num_threads):
+    """An int8 model's batch split into one batch a thread, each stepped on its own thread (lanes, serve/engine.cpp):
+    40 greedy requests and 14 beams of 3 (42 rows) at once, on 2 threads, each equal to its source decoded alone, ids
+    and scores exactly (the int8 products are exact; the rest is row by row, in whichever lane, through the split
+    into lanes and the merge back). lane_rows=1 forces the split (below). The end symbol is the target id the sources' greedy decodes reach least, and
+    max_len is 60, so the requests live for many steps, in whichever lane admitted them."""
     ct.manual_seed(1)
     model = ct.quantize_dynamic(ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=2,
                                                   n_head=4, d_k=8, d_v=8, dropout=0.0).eval())
@@ -120,42 +147,34 @@ def test_int8_rows_split_over_threads_are_bit_for_bit():
     reached = np.bincount(np.concatenate([ct.decode.greedy_decode(model, np.array([src]), None, max_len, 1)[0, 1:]
                                           for src in srcs]), minlength=40)
     end = min(range(2, 40), key=lambda t: reached[t])
-    threads = ct.get_num_threads()
-    ct.set_num_threads(2)
-    try:
-        for beam_size, count in ((1, 40), (3, 14)):
-            for attempt in range(5):
-                engine = ct._core.serve.Engine(max_queue=64, max_rows=48, max_batch_tokens=1024)
-                engine.add_model("t", model, 1, end)
-                source_of = {engine.submit("t", src, max_len=max_len, beam_size=beam_size): s
-                             for s, src in enumerate(srcs[:count])}
-                results, most_rows, most_lanes, deadline = {}, 0, 1, time.monotonic() + 60
-                while len(results) < count and time.monotonic() < deadline:
-                    for request, kind, _, ids, score, message in engine.poll(0.0):   # no wait: rows_in_use is read
-                        # between every few steps
-                        assert kind in ("token", "finished"), (kind, message)
-                        if kind == "finished":
-                            results[source_of[request]] = (list(ids), score)
-                    stats = engine.stats()
-                    most_rows, most_lanes = max(most_rows, stats["rows_in_use"]), max(most_lanes, stats["lanes"])
-                engine.stop()
-                assert len(results) == count
-                for s, src in enumerate(srcs[:count]):
-                    if beam_size == 1:
-                        row = ct.decode.greedy_decode(model, np.array([src]), None, max_len, 1, end)[0]
-                    else:
-                        ids, score = ct.decode.beam_search(model, np.array([src]), None, max_len, 1, end, beam_size=3)
-                        row = ids[0]
-                        assert results[s][1] == score[0], f"source {s}"
-                    got = [1] + results[s][0]
-                    got += [end] if len(got) < max_len else []
-                    np.testing.assert_array_equal(got + [0] * (max_len - len(got)), row, err_msg=f"source {s}")
-                if most_rows >= 32 and most_lanes == 2:
-                    break
-            assert most_rows >= 32 and most_lanes == 2, \
-                f"the batch should have held 32 rows in 2 lanes (at most {most_rows} rows, {most_lanes} lanes; 5 tries)"
-    finally:
-        ct.set_num_threads(threads)
+    set_threads_or_skip(num_threads)
+    # Each round: (source, beam size) requests, submitted at once. The first round leads with a beam of 2, whose 2
+    # rows split the batch in the turn that sees it (the greedy requests behind it join either lane).
+    for round_ in ([(0, 2)] + [(s, 1) for s in range(40)], [(s, 3) for s in range(14)]):
+        engine = ct._core.serve.Engine(max_queue=64, max_rows=48, max_batch_tokens=1024, lane_rows=1)
+        engine.add_model("t", model, 1, end)
+        request_of = {engine.submit("t", srcs[s], max_len=max_len, beam_size=beam): (s, beam) for s, beam in round_}
+        results, deadline = {}, time.monotonic() + HANG
+        while len(results) < len(round_) and time.monotonic() < deadline:
+            for request, kind, _, ids, score, message in engine.poll(0.05):
+                assert kind in ("token", "finished"), (kind, message)
+                if kind == "finished":
+                    results[request_of[request]] = (list(ids), score)
+        stats = engine.stats()
+        engine.stop()
+        assert len(results) == len(round_), f"{len(results)} of {len(round_)} requests ended in {HANG} s"
+        assert stats["lane_runs_total"] >= 1 and engine.stats()["lanes"] == 1
+        for (s, beam), (ids, score) in results.items():
+            if beam == 1:
+                row = ct.decode.greedy_decode(model, np.array([srcs[s]]), None, max_len, 1, end)[0]
+            else:
+                alone, alone_score = ct.decode.beam_search(model, np.array([srcs[s]]), None, max_len, 1, end,
+                                                           beam_size=beam)
+                row = alone[0]
+                assert score == alone_score[0], f"source {s}, beam {beam}"
+            got = [1] + ids
+            got += [end] if len(got) < max_len else []
+            np.testing.assert_array_equal(got + [0] * (max_len - len(got)), row, err_msg=f"source {s}, beam {beam}")
 
 
 def test_stop_while_another_thread_polls():

@@ -35,7 +35,7 @@ def val_loss(model, tok, src_lines, tgt_lines):
     return loss.item()
 
 
-def test_fine_tune_lowers_validation_loss_and_saves_back(tmp_path):
+def test_fine_tune_lowers_validation_loss_and_saves_back(tmp_path, num_threads):   # main(--threads 1) sets them
     pretrained = tmp_path / "opus-mt-random"
     write_marian_dir(pretrained)
     train, val = multi30k("train"), multi30k("val")

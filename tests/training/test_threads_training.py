@@ -11,8 +11,11 @@ with `--noconftest` under TSan, where torch's own OpenMP threads would only add 
 import threading
 
 import numpy as np
+import pytest
 
 import ctransformer as ct
+
+pytestmark = pytest.mark.threads   # threads, the serving engine or the server: make test-stress runs it under load
 
 CFG = dict(vocab_size=40, max_seq_len=12, n_layers=2, d_model=32, n_head=4, d_inner=64)
 STEPS = 12

@@ -17,11 +17,6 @@ namespace ct::serve {
 
 using Clock = std::chrono::steady_clock;
 
-// A Transformer's batch (float32 or int8) runs as one lane a thread once it holds this many rows a lane (kLaneRows x
-// the threads), and goes back to one batch when it falls under half as many (a closed loop of 32 clients, whose rows
-// come and go, stays in lanes).
-constexpr std::size_t kLaneRows = 16;
-
 struct Engine::Request {
     std::uint64_t id;
     std::string model;
@@ -434,7 +429,8 @@ void Engine::record(Model& m, std::size_t lane, decode::ContinuousBatch::StepRes
 }
 
 std::size_t Engine::lane_count() const {
-    return std::min(std::size_t(parallel::threads()), options_.max_rows / kLaneRows);
+    if (options_.lane_rows == 0) return 1;
+    return std::min(std::size_t(parallel::threads()), options_.max_rows / options_.lane_rows);
 }
 
 bool Engine::lanes_wanted(const Model& m, std::size_t lanes, bool entering) const {
@@ -447,7 +443,8 @@ bool Engine::lanes_wanted(const Model& m, std::size_t lanes, bool entering) cons
     }
     std::size_t rows = m.rows_waiting;
     for (const Lane& l : m.lanes) rows += l.rows_reserved;
-    return rows >= (entering ? kLaneRows : kLaneRows / 2) * lanes;
+    // From lane_rows a lane (16: a closed loop of 32 clients, whose rows come and go, stays in lanes once in them).
+    return rows >= (entering ? options_.lane_rows : (options_.lane_rows + 1) / 2) * lanes;
 }
 
 void Engine::run_lanes(Model& m, std::unique_lock<std::mutex>& lock) {
@@ -470,6 +467,7 @@ void Engine::run_lanes(Model& m, std::unique_lock<std::mutex>& lock) {
         move(m.lanes[0], m.lanes[l], l, share);
     }
     stats_.lanes = lanes;
+    ++stats_.lane_runs_total;
     m.lanes_ending = false;
     lock.unlock();
     std::vector<std::exception_ptr> errors(lanes);

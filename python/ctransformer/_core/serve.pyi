@@ -12,9 +12,9 @@ class Engine:
     """
     Continuous batching of translation requests on a thread of its own: submit() sources, poll() events (tokens as greedy requests make them, finished translations). ctransformer.serve.AsyncEngine is the Python face of it.
     """
-    def __init__(self, max_queue: typing.SupportsInt | typing.SupportsIndex = 256, max_rows: typing.SupportsInt | typing.SupportsIndex = 64, max_batch_tokens: typing.SupportsInt | typing.SupportsIndex = 4096, nice: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, max_queue: typing.SupportsInt | typing.SupportsIndex = 256, max_rows: typing.SupportsInt | typing.SupportsIndex = 64, max_batch_tokens: typing.SupportsInt | typing.SupportsIndex = 4096, nice: typing.SupportsInt | typing.SupportsIndex = 0, lane_rows: typing.SupportsInt | typing.SupportsIndex = 16) -> None:
         """
-        nice: Linux only; the engine's thread and the thread pool's workers run this many nice levels (0-19) above the calling thread, so that the process's other threads (an event loop) get the cores first.
+        nice: Linux only; the engine's thread and the thread pool's workers run this many nice levels (0-19) above the calling thread, so that the process's other threads (an event loop) get the cores first. lane_rows: a Transformer's batch (outside bf16) runs as one batch a thread once its rows, waiting ones counted, reach lane_rows a thread, and merges back under half as many; 0: never, 1: from one row a thread.
         """
     def add_model(self, name: str, model: typing.Any, start_symbol: typing.Any = None, end_symbol: typing.Any = None, banned: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], force_end: bool = False, bf16: bool = False) -> None:
         """

@@ -124,6 +124,9 @@ def build_parser():
                         help="Linux: run the maths' threads N nice levels (0-19) below the HTTP event loop, so that "
                              f"answers and refusals do not wait for a decoding step (default {DEFAULT_NICE}; 0 "
                              "elsewhere, where only 0 is accepted)")
+    parser.add_argument("--lane-rows", metavar="N", type=int, default=16,
+                        help="a translator's batch runs as one batch a thread from N rows a thread, back to one batch "
+                             "under N/2 (default 16; 0: never)")
     parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                         help="uvicorn's log level (default warning)")
     parser.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
@@ -156,6 +159,8 @@ def main(argv=None):
             parser.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be from 0 to 65535, got {args.port}")
+    if args.lane_rows < 0:
+        parser.error(f"--lane-rows must be >= 0, got {args.lane_rows}")
     if not 0 <= args.nice <= 19:
         parser.error(f"--nice must be from 0 to 19, got {args.nice}")
     if args.nice and not sys.platform.startswith("linux"):
@@ -169,7 +174,7 @@ def main(argv=None):
     if args.threads:
         ct.set_num_threads(args.threads)
     engine = AsyncEngine(max_queue=args.max_queue, max_rows=args.max_rows, max_batch_tokens=args.max_batch_tokens,
-                         nice=args.nice)
+                         nice=args.nice, lane_rows=args.lane_rows)
 
     async def load_models():
         # The files are read in a thread, so /health and /ready answer meanwhile; each model is handed to the

@@ -162,11 +162,15 @@ class AsyncEngine:
 
     ``nice`` (Linux only): the engine's thread and the thread pool's workers run that many nice levels (0-19) above
     the calling thread, for the rest of the process, so that the event loop gets a core as soon as it has work
-    (``ctransformer-serve`` passes 10)."""
+    (``ctransformer-serve`` passes 10).
 
-    def __init__(self, max_queue=256, max_rows=64, max_batch_tokens=4096, nice=0):
+    ``lane_rows``: a Transformer's batch (float32 or int8) runs as one batch a thread, each stepped on its own, once
+    its rows (waiting ones counted) reach ``lane_rows`` a thread, and merges back under half as many (docs/DESIGN.md,
+    "Lanes"); 0: never, 1: whenever there are rows for every thread."""
+
+    def __init__(self, max_queue=256, max_rows=64, max_batch_tokens=4096, nice=0, lane_rows=16):
         self._engine = _core.serve.Engine(max_queue=max_queue, max_rows=max_rows, max_batch_tokens=max_batch_tokens,
-                                          nice=nice)
+                                          nice=nice, lane_rows=lane_rows)
         self.max_queue = max_queue
         self._models = {}
         self._waiting = {}            # request id -> _Request

@@ -10,10 +10,10 @@
 //     newcomers only;
 //   - runs one step over every live row of the model and emits events: each greedy or generated token as it
 //     comes, and each finished request's output.
-// An int8 Transformer whose rows (waiting ones counted) reach 16 a thread runs as lanes instead: its batch is split
-// into one batch a thread, and each thread admits into, steps and emits for its own lane without waiting for the
-// others, so a thread the machine preempts holds up its own rows only. The lanes merge back into one batch when the
-// rows fall under 8 a thread, or another model has work.
+// A Transformer outside bf16 whose rows (waiting ones counted) reach lane_rows a thread (16) runs as lanes instead:
+// its batch is split into one batch a thread, and each thread admits into, steps and emits for its own lane without
+// waiting for the others, so a thread the machine preempts holds up its own rows only. The lanes merge back into one
+// batch when the rows fall under half as many a thread, or another model has work, or the engine stops.
 // Callers submit() from any thread and collect events with poll(). A failure inside a step fails that
 // model's requests (their events say why) and the engine goes on serving.
 #pragma once
@@ -50,6 +50,10 @@ struct EngineOptions {
     // makes the engine (clamped to 19), so that an event loop answering HTTP in the same process gets a core at
     // once instead of after a decoding step. 0 leaves them; elsewhere only 0 is accepted.
     std::int64_t nice = 0;   // 0-19 (checked by the constructor, the one place that does)
+    // Lanes (above) from lane_rows rows a thread, back to one batch under ceil(lane_rows / 2) a thread. 0: never
+    // lanes. 1: lanes as soon as the rows (a beam counts beam_size) reach the threads, until the rows fall under one
+    // a thread; a test forces lane mode so, and a deployment that wants every thread on its own batch too.
+    std::size_t lane_rows = 16;
 };
 
 // How a model decodes: its symbols and rules (decode::TranslationBatch; a GPT reads end_symbol only, < 0 for
@@ -73,6 +77,7 @@ struct Event {
 struct EngineStats {
     std::size_t queue_depth = 0, rows_in_use = 0, sequences = 0;
     std::size_t lanes = 1;   // the batches the model being stepped runs as: 1, or one a thread in lane mode
+    std::uint64_t lane_runs_total = 0;   // the times a model's batch split into lanes
     std::uint64_t requests_total = 0, finished_total = 0, tokens_total = 0, steps_total = 0;
     std::uint64_t rejected_total = 0, cancelled_total = 0, timed_out_total = 0, failed_total = 0;
     double step_seconds_total = 0.0;
