@@ -43,7 +43,7 @@ from hypothesis import strategies as st  # noqa: E402
 import ctransformer as ct  # noqa: E402
 from ctransformer.data.parallel_corpus import multi30k  # noqa: E402
 from ctransformer.serve import AsyncEngine, create_app  # noqa: E402
-from ctransformer.serve.cli import load_translator, parse_model  # noqa: E402
+from ctransformer.serve.cli import language_pair, load_translator, parse_languages, parse_model  # noqa: E402
 from marian_dirs import write_generation, write_marian_dir  # noqa: E402
 from waiting import HANG, async_wait_until, wait_until  # noqa: E402
 
@@ -1023,7 +1023,9 @@ def test_the_command_line_refuses_bad_arguments(tmp_path, capsys):
                           (["--model", f"a={tmp_path}", "--model", f"a={tmp_path}"], "two models are named 'a'"),
                           (["--model", str(tmp_path), "--max-queue", "0"], "--max-queue"),
                           (["--model", str(tmp_path), "--nice", "20"], "--nice must be from 0 to 19"),
-                          (["--model", str(tmp_path), "--nice", "-1"], "--nice must be from 0 to 19")):
+                          (["--model", str(tmp_path), "--nice", "-1"], "--nice must be from 0 to 19"),
+                          (["--model", str(tmp_path), "--languages", "de"], "--languages de: expected SRC:TGT"),
+                          (["--model", str(tmp_path), "--lane-rows", "-1"], "--lane-rows must be >= 0")):
         with pytest.raises(SystemExit) as stop:
             main(argv)
         assert stop.value.code == 2 and message in capsys.readouterr().err, argv
@@ -1035,3 +1037,49 @@ def test_the_command_line_refuses_bad_arguments(tmp_path, capsys):
     assert parse_model(f"de-en={tmp_path}") == ("de-en", str(tmp_path))
     assert parse_model(str(tmp_path / "run.ckpt")) == ("run", str(tmp_path / "run.ckpt"))
     assert parse_model(str(tmp_path) + "/") == (tmp_path.name, str(tmp_path) + "/")
+
+
+def test_a_language_pair_comes_from_the_name_or_languages():
+    assert language_pair("de-en") == ("de", "en") and language_pair("opus-mt-en-zh") == ("en", "zh")
+    assert language_pair("pt_BR-en") == ("pt_BR", "en")
+    for name in ("tiny", "multi30k", "opus-mt-en-ROMANCE", "de", "de-en-fr", "", None):
+        assert language_pair(name) is None, name
+    assert parse_languages(["de:en"], ["m"]) == {"m": ("de", "en")}
+    assert parse_languages(["a=fr:en", "b=de:en"], ["a", "b"]) == {"a": ("fr", "en"), "b": ("de", "en")}
+    for values, message in ((["de:en"], "name the model"), (["c=de:en"], "no --model is named 'c'"),
+                            (["a=de"], "expected SRC:TGT"), (["a=German:English"], "expected SRC:TGT")):
+        with pytest.raises(ValueError, match=message):
+            parse_languages(values, ["a", "b"])
+
+
+def test_libretranslate_clients_see_the_pairs_and_are_routed_by_them(tmp_path, model_files, sentences, offline):
+    """LibreTranslate's own client (libretranslatepy) against the command: one Marian directory served under a name
+    that says its pair (de-en) and under one that says none, given a pair by --languages (fr:en). /languages lists
+    both sources with their names; a translation goes to the model of its pair; a pair nobody serves is a 400, as
+    LibreTranslate answers it, and so is source "auto" with two sources served (nothing is detected)."""
+    import urllib.error
+
+    libretranslatepy = pytest.importorskip("libretranslatepy")
+    marian = model_files[0]
+    running = Server(tmp_path, "--model", f"de-en={marian}", "--model", f"other={marian}", "--languages",
+                     "other=fr:en")
+    try:
+        client = libretranslatepy.LibreTranslateAPI(running.url)
+        assert client.languages(timeout=HANG) == [{"code": "de", "name": "German", "targets": ["en"]},
+                                                  {"code": "fr", "name": "French", "targets": ["en"]}]
+        text = sentences[MARIAN][0]
+        assert client.translate(text, "de", "en", timeout=HANG) == offline(MARIAN, text, beam_size=1)
+        assert client.translate(text, "fr", "en", timeout=HANG) == offline(MARIAN, text, beam_size=1)
+        for source, target, field in (("es", "en", "source, target"), ("de", "fr", "source, target"),
+                                      ("auto", "en", "source")):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                client.translate(text, source, target, timeout=HANG)
+            assert refused.value.code == 400
+            assert json.loads(refused.value.read())["error"].startswith(f"{field}:"), (source, target)
+        with httpx.Client(base_url=running.url, timeout=HANG) as http:
+            models = http.get("/v1/models").json()["data"]
+        assert [(m["id"], m["source_language"], m["target_language"]) for m in models] == \
+            [("de-en", "de", "en"), ("other", "fr", "en")]
+    finally:
+        code = running.stop()
+    assert code == 0, running.output()

@@ -414,7 +414,9 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         return JSONResponse({"translatedText": translations[0] if isinstance(data["q"], str) else translations})
 
     def pick_model(source, target):
-        """The model that translates source to target, when models declare languages; else the first."""
+        """The model that translates source to target, when models declare their languages (as LibreTranslate
+        routes: a pair nobody serves is a 400); else the first. source "auto" is taken when one source language is
+        served (nothing is detected)."""
         models = [m for m in engine.models if m.kind == "translator"]
         declared = [m for m in models if languages_of(m)[1] is not None]
         if not declared:
@@ -423,9 +425,14 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
             return models[0]
         if not target:
             raise HTTPError(400, "target: required (a language code; GET /languages lists them)")
+        if source == "auto":
+            sources = sorted({languages_of(m)[0] for m in declared})
+            if len(sources) > 1:
+                raise HTTPError(400, f"source: 'auto' needs one source language served, and this server translates "
+                                     f"from {', '.join(sources)}: name it (languages are not detected)")
+            source = sources[0]
         for m in declared:
-            src, tgt = languages_of(m)
-            if tgt == target and source in ("auto", src):
+            if languages_of(m) == (source, target):
                 return m
         raise HTTPError(400, f"source, target: no loaded model translates {source!r} to {target!r} "
                              f"(GET /languages lists the pairs)")

@@ -41,6 +41,37 @@ def parse_model(spec):
     return name, path
 
 
+# A language pair in a name: de-en, opus-mt-de-en (Helsinki-NLP's), zh-en, pt_br-en; codes of 2 or 3 letters, with a
+# region or script after them (pt-BR: a region of a code, not a pair of its own, so only with "_").
+_PAIR = re.compile(r"(?:opus-mt-)?([a-z]{2,3}(?:_[A-Za-z]{2,4})?)-([a-z]{2,3}(?:_[A-Za-z]{2,4})?)")
+_CODE = re.compile(r"[a-z]{2,3}(?:[-_][A-Za-z]{2,4})?")
+
+
+def language_pair(name):
+    """(source, target) language codes a served name says (de-en, opus-mt-de-en), or None."""
+    found = _PAIR.fullmatch(name or "")
+    return found.groups() if found else None
+
+
+def parse_languages(values, names):
+    """{model name: (source, target)} of the --languages values: NAME=SRC:TGT, or SRC:TGT when one model is served.
+    ValueError naming what is wrong."""
+    pairs = {}
+    for value in values or []:
+        name, sep, pair = value.rpartition("=")
+        if not sep:
+            if len(names) != 1:
+                raise ValueError(f"--languages {value}: name the model (NAME=SRC:TGT) when several are served")
+            name = names[0]
+        if name not in names:
+            raise ValueError(f"--languages {value}: no --model is named {name!r} (served: {', '.join(names)})")
+        source, colon, target = pair.partition(":")
+        if not colon or not _CODE.fullmatch(source) or not _CODE.fullmatch(target):
+            raise ValueError(f"--languages {value}: expected SRC:TGT language codes, as de:en")
+        pairs[name] = (source, target)
+    return pairs
+
+
 def load_translator(path):
     """(Translator, (source, target) language codes or None) for a Marian directory or a multi30k checkpoint."""
     from ctransformer.translator import Translator, load_translation_checkpoint
@@ -49,8 +80,7 @@ def load_translator(path):
     if os.path.isdir(path):
         translator = Translator.from_pretrained(path, warn=quiet)
         # opus-mt's directories are named after their pair (opus-mt-de-en); config.json does not say it.
-        pair = re.fullmatch(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})", os.path.basename(os.path.normpath(path)))
-        return translator, pair.groups() if pair else None
+        return translator, language_pair(os.path.basename(os.path.normpath(path)))
     model, vocab, cfg = load_translation_checkpoint(path)
     translator = Translator(model, vocab, beam_size=cfg["beam_size"], length_penalty=cfg["length_penalty"],
                             max_len_ratio=cfg["max_len_ratio"], warn=quiet)   # as ctransformer-translate does
@@ -97,6 +127,10 @@ def build_parser():
     parser.add_argument("--model", action="append", required=True, metavar="[NAME=]PATH",
                         help="a Hugging Face Marian directory, a multi30k checkpoint or a shakespeare (GPT) "
                              "checkpoint (repeatable)")
+    parser.add_argument("--languages", action="append", metavar="[NAME=]SRC:TGT",
+                        help="the language pair a translator translates, for LibreTranslate's /languages and its "
+                             "routing by source and target (repeatable); default: from its name (de-en, "
+                             "opus-mt-de-en), its directory's name, or its checkpoint")
     parser.add_argument("--precision", action="append", metavar="P",
                         help="float32 (default), bfloat16 or int8; repeat or comma-separate to serve several")
     parser.add_argument("--host", metavar="HOST", default="127.0.0.1",
@@ -150,6 +184,10 @@ def main(argv=None):
         if names.count(name) > 1:
             parser.error(f"--model: two models are named {name!r}; name them with NAME=PATH")
     try:
+        languages = parse_languages(args.languages, names)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
         precisions = list(dict.fromkeys(_precision.canonical(p.strip(), PRECISIONS, "ctransformer-serve", "--precision")
                                         for value in (args.precision or ["float32"]) for p in value.split(",")))
     except ValueError as error:
@@ -181,7 +219,7 @@ def main(argv=None):
         # engine on the event loop's thread, as every later call to it is made.
         for name, path in models:
             kind, loaded, pair = await asyncio.to_thread(load_model, path)
-            source, target = pair or (None, None)
+            source, target = languages.get(name) or language_pair(name) or pair or (None, None)
             model = loaded.model if kind == "translator" else loaded[0]
             # A quantised checkpoint runs in int8 only; without --precision, that is what it is served in.
             quantised = model.quantization is not None and args.precision is None
