@@ -12,7 +12,7 @@ The short spellings ``"fp32"`` and ``"bf16"`` are aliases of the values, and CTr
 argument, ``compute_type``, is an alias of ``precision`` (``--compute-type`` in ctransformer-translate).
 """
 
-__all__ = ["ALIASES", "TRAINING", "DECODING", "canonical", "from_arguments"]
+__all__ = ["ALIASES", "TRAINING", "DECODING", "SERVING", "canonical", "from_arguments"]
 
 ALIASES = {"fp32": "float32", "bf16": "bfloat16"}
 """The short spellings, each to the name it stands for."""
@@ -20,6 +20,8 @@ TRAINING = ("float32", "bfloat16")
 """The precisions a training run takes (the tasks' ``precision``, ``ctransformer-train --precision``)."""
 DECODING = ("default", "float32", "bfloat16", "int8")
 """The precisions a decoding call takes (``ct.decode``'s ``precision``, ``ctransformer-translate --precision``)."""
+SERVING = ("float32", "bfloat16", "int8")
+"""The precisions a served model runs in (``ctransformer-serve --precision``, a request's ``precision``)."""
 
 
 def canonical(value, allowed, caller, argument="precision"):

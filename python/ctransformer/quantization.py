@@ -16,7 +16,9 @@ an int8 Linear, and a ``backward()`` that reaches one raises; ``dequantize()`` r
 parameters are kept (a tied embedding reads them), so ``state_dict()`` is unchanged; the int8 weights are
 ``linear.int8_weight``, and quantised checkpoints hold them (``ctransformer.checkpoint``).
 """
+from . import _core
 from ._core.nn import Module as _Module
+from ._core.nn.gpt import GPT as _GPT   # not ctransformer.nn's: that package imports this module (marian, checkpoint)
 from ._core.quantization import Int8Weight, int8_kernel, int8_kernels_available, matmul_s32, quantize_rows, \
     quantize_weight, set_int8_kernel
 from ._core.quantization import linear as linear_int8
@@ -50,17 +52,14 @@ def _empty_like(model):
     """A new model of `model`'s class and sizes (its weights still to be loaded): from its config (a Transformer),
     or from the sizes a GPT keeps. Its initialisation's draws are given back to the library generator, so a copy
     leaves the random state as it was (torch's copy draws nothing either)."""
-    from . import _core
-    from .nn import GPT
-
     config = getattr(model, "config", None)
-    if not isinstance(model, GPT) and config is None:
+    if not isinstance(model, _GPT) and config is None:
         raise TypeError(f"quantize_dynamic: cannot copy a {type(model).__name__} (it has no config); "
                         "pass inplace=True to quantise it in place")
     state = _core.get_rng_state()
     try:
-        if isinstance(model, GPT):
-            return GPT(model.vocab_size, model.max_seq_len, model.n_layers, model.d_model, model.n_head,
+        if isinstance(model, _GPT):
+            return _GPT(model.vocab_size, model.max_seq_len, model.n_layers, model.d_model, model.n_head,
                        model.d_inner, dropout=model.drop.p, no_res=model.no_res, no_pos=model.no_pos)
         return type(model)(config)
     finally:

@@ -37,7 +37,7 @@ from ctransformer.serve.engine import EngineClosed, QueueFull, UnknownModel
 
 __all__ = ["create_app"]
 
-PRECISIONS = ("float32", "bfloat16", "int8")
+PRECISIONS = _precision.SERVING
 COMPLETION_FIELDS = ("prompt", "model", "precision", "max_tokens", "temperature", "top_p", "top_k", "seed", "stream",
                      "n", "timeout_ms", "api_key")
 V1_FIELDS = ("texts", "model", "precision", "beam_size", "max_decoding_length", "length_penalty", "stream",

@@ -24,7 +24,7 @@ import sys
 
 from ctransformer import precision as _precision
 
-PRECISIONS = ("float32", "bfloat16", "int8")
+PRECISIONS = _precision.SERVING
 # The maths' threads run this much nicer than the event loop (Linux): on 2 cores under load, a 429's p99 fell from
 # 8.5-12.7 to 3.2-6.3 ms and the throughput at 32 clients did not fall (small int8, five alternating rounds).
 DEFAULT_NICE = 10 if sys.platform.startswith("linux") else 0

@@ -25,7 +25,7 @@ from ctransformer import precision as _precision
 
 __all__ = ["AsyncEngine", "EngineClosed", "QueueFull", "ServedModel", "UnknownModel", "PRECISIONS"]
 
-PRECISIONS = ("float32", "bfloat16", "int8")
+PRECISIONS = _precision.SERVING
 """The precisions a model is served in."""
 
 
