@@ -264,7 +264,7 @@ def test_libretranslate_shape_json_and_forms(app, sentences, offline):
                    ("POST", "/translate", {"data": {"q": text, "source": "de", "target": "en"},
                                            "files": {"unused": ("f.txt", b"x")}}),
                    ("POST", "/translate", {"json": {"q": text, "source": "de", "target": "fr"}}),
-                   ("POST", "/translate", {"json": {"q": text, "source": "de", "target": "en", "format": "html"}}),
+                   ("POST", "/translate", {"json": {"q": text, "source": "de", "target": "en", "format": "rtf"}}),
                    ("POST", "/translate", {"json": {"source": "de", "target": "en"}}))
     assert [a.status_code for a in answers] == [200, 200, 200, 200, 400, 400, 400]
     assert answers[0].json() == {"translatedText": default}
@@ -272,6 +272,48 @@ def test_libretranslate_shape_json_and_forms(app, sentences, offline):
     assert answers[2].json() == answers[3].json() == {"translatedText": default}
     assert "'fr'" in answers[4].json()["error"] and answers[5].json()["error"].startswith("format")
     assert answers[6].json()["error"].startswith("q")
+
+
+HTML = ('<!DOCTYPE html>\n<html lang="de"><head><meta charset="utf-8"><title>{0}</title>'
+        '<style>p {{ color: red }}</style></head>\n<body><p class="a" data-x=\'1 &amp; 2\'>  {1}</p>\n'
+        '<!-- a comment: <p>not text</p> -->\n<div>&nbsp;<b>{2}</b>\t</div><br/>'
+        '<script>var s = "<p>Nicht übersetzen</p>";</script></body></html>')
+
+
+def test_html_pieces_join_back_byte_for_byte_and_escape_the_translations():
+    from ctransformer.serve import html_text
+
+    doc = HTML.format("Ein Titel", "Ein Mann fährt Fahrrad.", "Zwei Hunde &amp; eine Katze")
+    pieces = html_text.split(doc)
+    assert "".join(raw for _, raw in pieces) == doc
+    words = html_text.texts(pieces)
+    assert [w for w in words if w] == ["Ein Titel", "Ein Mann fährt Fahrrad.", "Zwei Hunde & eine Katze"]
+    assert all(kind == "markup" for kind, raw in pieces if "Nicht" in raw or "not text" in raw or "color" in raw)
+    out = html_text.join(pieces, ["<T> & 'x'" if w else None for w in words])
+    assert out == HTML.format("&lt;T&gt; &amp; 'x'", "&lt;T&gt; &amp; 'x'", "&lt;T&gt; &amp; 'x'")
+    assert html_text.split("") == [] and html_text.split("just text") == [("text", "just text")]
+    assert html_text.join(html_text.split("a &lt; b"), ["c < d"]) == "c &lt; d"
+
+
+def test_libretranslate_html_translates_the_text_and_keeps_the_markup(engine, sentences, offline):
+    """format "html": each text between the tags is translated as its own sentence (as offline, alone), and
+    everything else comes back byte for byte: tags, attributes, entities in them, comments, the insides of <script>
+    and <style>, the whitespace around the words."""
+    from ctransformer.serve import html_text
+
+    app = create_app(engine, max_texts=8)   # the module's app takes 300 characters a text; a page has more
+    doc = HTML.format(*sentences[MARIAN][20:23])
+    answer = one(app, "POST", "/translate", json={"q": [doc, "<p></p>"], "source": "de", "target": "en",
+                                                  "format": "html"})
+    assert answer.status_code == 200, answer.text
+    got, empty = answer.json()["translatedText"]
+    pieces = html_text.split(doc)
+    expected = html_text.join(pieces, [offline(MARIAN, w) if w else None for w in html_text.texts(pieces)])
+    assert got == expected and empty == "<p></p>"
+    markup = lambda text: [raw for kind, raw in html_text.split(text) if kind == "markup"]  # noqa: E731
+    assert markup(got) == markup(doc)
+    too_many = one(app, "POST", "/translate", json={"q": "<p>a</p>" * 9, "target": "en", "format": "html"})
+    assert too_many.status_code == 413 and too_many.json()["error"].startswith("q: the HTML holds 9 texts")
 
 
 BAD = [   # (body as bytes or JSON, status, the start of the error message: the field at fault)

@@ -33,6 +33,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ctransformer import precision as _precision
+from ctransformer.serve import html_text
 from ctransformer.serve.engine import EngineClosed, QueueFull, UnknownModel
 
 __all__ = ["create_app"]
@@ -405,11 +406,24 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         for field in ("source", "target", "format"):
             if data.get(field) is not None and not isinstance(data[field], str):
                 raise HTTPError(400, f"{field}: expected a string, got {_describe(data[field])}")
-        if data.get("format", "text") not in ("text", ""):
-            raise HTTPError(400, f"format: only 'text' is supported, got {data['format']!r} (HTML is not parsed)")
+        fmt = data.get("format") or "text"
+        if fmt not in ("text", "html"):
+            raise HTTPError(400, f"format: expected 'text' or 'html', got {_describe(fmt)}")
         served = pick_model(data.get("source") or "auto", data.get("target"))
-        translations = await unless_disconnected(request, engine.translate, texts, model=served.name,
-                                                 precision=served.precision)
+        if fmt == "html":   # the text between the tags is translated, the markup kept as it came
+            documents = [html_text.split(text) for text in texts]
+            words = [html_text.texts(pieces) for pieces in documents]
+            sent = [w for each in words for w in each if w]
+            if len(sent) > max_texts:
+                raise HTTPError(413, f"q: the HTML holds {len(sent)} texts between its tags, more than the limit of "
+                                     f"{max_texts} per request")
+            done = iter(await unless_disconnected(request, engine.translate, sent, model=served.name,
+                                                  precision=served.precision))
+            translations = [html_text.join(pieces, [next(done) if w else None for w in each])
+                            for pieces, each in zip(documents, words)]
+        else:
+            translations = await unless_disconnected(request, engine.translate, texts, model=served.name,
+                                                     precision=served.precision)
         latency_of["/translate"].observe(time.perf_counter() - start)
         return JSONResponse({"translatedText": translations[0] if isinstance(data["q"], str) else translations})
 
