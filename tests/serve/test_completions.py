@@ -104,16 +104,37 @@ def test_nucleus_sampling_is_seeded(served):
     ({"prompt": "x", "top_k": -2}, 400, "top_k"),
     ({"prompt": "x", "seed": 2**64}, 400, "seed"),
     ({"prompt": "x", "n": 2}, 400, "n"),
-    ({"prompt": "x", "stop": "\n"}, 400, "stop"),
+    ({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
+    ({"prompt": "x", "stop": ""}, 400, "stop"),
+    ({"prompt": "x", "logprobs": 2}, 400, "logprobs"),
+    ({"prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty"),
+    ({"prompt": "x", "logit_bias": {"5": 10}}, 400, "logit_bias"),
+    ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
+    ({"prompt": "x", "frobnicate": 1}, 400, "frobnicate"),
     ({"prompt": ["a", "b"], "stream": True}, 400, "prompt"),
     ({"prompt": "x", "model": "other"}, 404, "model"),
     ({"prompt": "naïve"}, 400, "does not know"),
 ])
 def test_refusals_name_the_field(served, body, status, field):
+    """In OpenAI's shape, which its SDKs read: {"error": {"message", "type", "param", "code"}}, the field at fault
+    named first in the message and as the param."""
     app, _, _ = served
     (answer,) = post(app, body)
     assert answer.status_code == status, answer.text
-    assert field in answer.json()["error"]
+    error = answer.json()["error"]
+    assert field in error["message"] and set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error"
+    if field != "does not know":
+        assert error["message"].startswith(f"{field}:") and error["param"] == field
+    assert error["code"] == ("model_not_found" if status == 404 else None)
+
+
+def test_neutral_values_of_unsupported_fields_are_taken(served):
+    """What the SDKs send by default (logprobs null, penalties 0, user) is no refusal."""
+    app, _, _ = served
+    (answer,) = post(app, {"prompt": "ROMEO:", "max_tokens": 3, "temperature": 0, "logprobs": None, "echo": False,
+                           "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "user": "u1"})
+    assert answer.status_code == 200, answer.text
 
 
 def test_a_gpt2_directory_is_served(tmp_path):
@@ -144,3 +165,92 @@ def test_a_gpt2_directory_is_served(tmp_path):
     ids = list(ct.decode.generate(ct.quantize_dynamic(model), np.array([prompt]), 20, top_k=1)[0, len(prompt):])
     ids = ids[:ids.index(end)] if end in ids else ids
     assert answer.json()["choices"][0]["text"] == tokenizer.decode(ids)
+
+
+def test_stop_strings_cut_where_the_first_appears_and_hold_back_their_starts():
+    from ctransformer.serve.engine import held_back, stop_at, stop_strings
+
+    assert stop_strings(None) == () and stop_strings("\n") == ("\n",) and stop_strings(["a", "bc"]) == ("a", "bc")
+    for bad in ("", [], ["a"] * 5, ["a", ""], [3], {"a": 1}, 3):
+        with pytest.raises(ValueError, match="stop"):
+            stop_strings(bad)
+    assert stop_at("hello world", ("wor", "lo")) == 3 and stop_at("hello", ("x",)) is None
+    assert held_back("the end is ne", ("near",)) == 2 and held_back("the end", ("near",)) == 0
+    assert held_back("abcab", ("abd", "bcabx")) == 4 and held_back("xa", ("aa",)) == 1
+
+
+def completion_text(answer):
+    return answer.json()["choices"][0]["text"], answer.json()["choices"][0]["finish_reason"]
+
+
+def streamed_text(answer):
+    lines = [line[len("data: "):] for line in answer.text.split("\n") if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(line)["choices"][0] for line in lines[:-1]]
+    return [c["text"] for c in chunks], chunks[-1]["finish_reason"]
+
+
+def test_a_stop_string_ends_the_text_before_it_and_never_leaks_into_a_stream(served):
+    """The text ends before the first stop string to appear (finish_reason "stop"), whole or streamed; a stream never
+    sends a character of a stop string, wherever the string falls: here every 2- and 3-character stop taken from
+    the continuation at every position (the character tokenizer makes a piece of each character, so every boundary
+    is a cut). Without a stop string in it, the text is as generate makes it."""
+    app, model, tokenizer = served
+    sampling = {"prompt": "ROMEO:", "max_tokens": 30, "temperature": 0.8, "top_k": 10, "seed": 3}
+    full = generate(model, tokenizer, "ROMEO:", 30, 0.8, 10, 3)
+    stops = sorted({full[i:i + k] for k in (2, 3) for i in range(len(full) - k + 1)})
+    answers = []
+    for i in range(0, len(stops), 8):   # the queue holds 16
+        answers += post(app, *[body for stop in stops[i:i + 8] for body in
+                               ({**sampling, "stop": stop}, {**sampling, "stop": stop, "stream": True})])
+    for stop, whole, stream in zip(stops, answers[0::2], answers[1::2]):
+        cut = full[:full.find(stop)]
+        assert completion_text(whole) == (cut, "stop"), stop
+        pieces, reason = streamed_text(stream)
+        assert "".join(pieces) == cut and reason == "stop", stop
+    two = post(app, {**sampling, "stop": [full[20:22], full[5:7], "qqqq"]}, {**sampling, "stop": "qqqq"})
+    assert completion_text(two[0]) == (full[:min(full.find(full[20:22]), full.find(full[5:7]))], "stop")
+    assert completion_text(two[1]) == (full, "length")
+
+
+def test_chat_continues_the_conversation_as_its_prompt(served):
+    """A chat for a GPT without a template of its own is its messages as "Role: text" lines and "Assistant:", which
+    the model continues exactly as a completion of that prompt; streamed, the chunks give the role, then the
+    content, then the finish reason, then the usage (stream_options.include_usage)."""
+    from ctransformer.serve.app import chat_prompt
+
+    app, model, tokenizer = served
+    messages = [{"role": "system", "content": "Speak in verse."}, {"role": "user", "content": "Who art thou?"},
+                {"role": "assistant", "content": "A knight."}, {"role": "user", "content": [
+                    {"type": "text", "text": "Whence "}, {"type": "text", "text": "comest thou?"}]}]
+    prompt = chat_prompt([("System", "Speak in verse."), ("User", "Who art thou?"), ("Assistant", "A knight."),
+                          ("User", "Whence comest thou?")])
+    assert prompt == "System: Speak in verse.\nUser: Who art thou?\nAssistant: A knight.\nUser: Whence comest thou?\n" \
+                     "Assistant:"
+    expected = generate(model, tokenizer, prompt, 20, 0.7, 8, 4)
+    body = {"model": "bard", "messages": messages, "max_completion_tokens": 20, "temperature": 0.7, "top_k": 8,
+            "seed": 4}
+
+    async def run():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve.test",
+                                     timeout=HANG) as client:
+            return await asyncio.gather(
+                client.post("/v1/chat/completions", json=body),
+                client.post("/v1/chat/completions", json={**body, "stream": True,
+                                                          "stream_options": {"include_usage": True}}),
+                client.post("/v1/chat/completions", json={**body, "messages": [{"role": "tool", "content": "x"}]}))
+    whole, stream, bad = asyncio.run(asyncio.wait_for(run(), HANG))
+    answer = whole.json()
+    assert answer["object"] == "chat.completion" and answer["id"].startswith("chatcmpl-")
+    assert answer["choices"] == [{"index": 0, "message": {"role": "assistant", "content": expected}, "logprobs": None,
+                                  "finish_reason": "length"}]
+    assert answer["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": 20, "total_tokens": len(prompt) + 20}
+    lines = [line[len("data: "):] for line in stream.text.split("\n") if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(line) for line in lines[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[1:-1]) == expected
+    assert chunks[-2]["choices"][0]["delta"] == {} and chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == answer["usage"]
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages[0].role"

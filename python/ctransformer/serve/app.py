@@ -3,13 +3,15 @@ responses, our own routing).
 
 ``create_app(engine)`` answers:
 
-- ``POST /translate`` and ``GET /languages`` in LibreTranslate's shape, so its clients work unchanged;
+- ``POST /translate`` (text or HTML) and ``GET /languages`` in LibreTranslate's shape, so its clients work unchanged;
 - ``POST /v1/translate`` (JSON, optionally server-sent events) and ``GET /v1/models`` (OpenAI's list shape);
-- ``POST /v1/completions`` in OpenAI's shape, for a GPT (its continuations, optionally streamed);
+- ``POST /v1/completions`` and ``POST /v1/chat/completions`` in OpenAI's shape, for a GPT (its continuations,
+  optionally streamed, cut at stop strings), and a chat for a translator (the last user message translated);
 - ``GET /health``, ``GET /ready`` and ``GET /metrics`` (Prometheus) for a load balancer and a scraper;
 - ``GET /``, a one-page web UI (static/index.html).
 
-Every refusal is a JSON ``{"error": "..."}`` whose message names the field at fault. The engine does the
+Every refusal is a JSON ``{"error": "..."}`` whose message names the field at fault (OpenAI's
+``{"error": {"message", "type", "param", "code"}}`` on its endpoints). The engine does the
 translating; this module only checks, routes, streams and counts. See docs/serve.md.
 """
 import asyncio
@@ -34,24 +36,37 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ctransformer import precision as _precision
 from ctransformer.serve import html_text
-from ctransformer.serve.engine import EngineClosed, QueueFull, UnknownModel
+from ctransformer.serve.engine import EngineClosed, QueueFull, UnknownModel, stop_strings
 
 __all__ = ["create_app"]
 
 PRECISIONS = _precision.SERVING
-COMPLETION_FIELDS = ("prompt", "model", "precision", "max_tokens", "temperature", "top_p", "top_k", "seed", "stream",
-                     "n", "timeout_ms", "api_key")
+COMPLETION_FIELDS = ("prompt", "model", "precision", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
+                     "stream", "stream_options", "n", "user", "timeout_ms", "api_key")
+CHAT_FIELDS = ("messages", "model", "precision", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+               "seed", "stop", "stream", "stream_options", "n", "user", "timeout_ms", "api_key")
+# Fields OpenAI defines that this server does not honour yet: taken only with a value that asks for nothing (the
+# last one listed is named in the refusal), refused by name otherwise.
+NEUTRAL = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False),
+           "presence_penalty": (None, 0), "frequency_penalty": (None, 0), "logit_bias": (None, {}),
+           "best_of": (None, 1), "suffix": (None, ""), "tools": (None, []), "tool_choice": (None, "none"),
+           "response_format": (None, {"type": "text"}), "parallel_tool_calls": (None, False, True),
+           "store": (None, False), "metadata": (None, {}), "service_tier": (None, "auto", "default")}
+# A chat's roles and how the plain template (chat_prompt) names them.
+CHAT_ROLES = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
+# The endpoints in OpenAI's shape: their refusals are {"error": {"message", "type", "param", "code"}}.
+OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/models")
 V1_FIELDS = ("texts", "model", "precision", "beam_size", "max_decoding_length", "length_penalty", "stream",
              "timeout_ms", "api_key")
 # Paths that keep answering while the server loads or drains: a balancer and a scraper must see it go.
 ALWAYS_OPEN = ("/health", "/ready", "/metrics")
 # Paths whose requests wait in the engine's queue: refused with 429 before their body is read when it is full.
-QUEUED = ("/translate", "/v1/translate", "/v1/completions")
+QUEUED = ("/translate", "/v1/translate", "/v1/completions", "/v1/chat/completions")
 ENTERING = "ctransformer.entering"   # in a queued request's scope from the queue's check until it is sent
 # The metrics' endpoint label takes these values only (any other path is "other"), so a scan of random
 # paths cannot grow the label set without bound.
-ENDPOINTS = ("/", "/translate", "/languages", "/v1/translate", "/v1/models", "/v1/completions", "/health", "/ready",
-             "/metrics")
+ENDPOINTS = ("/", "/translate", "/languages", "/v1/translate", "/v1/models", "/v1/completions", "/v1/chat/completions",
+             "/health", "/ready", "/metrics")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # LibreTranslate's /languages names each code; the codes of a model without an entry here show as the code.
 LANGUAGE_NAMES = {
@@ -137,7 +152,8 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
     responses = Counter("ctransformer_http_responses", "HTTP responses by endpoint and status",
                         ["endpoint", "status"], registry=registry)
     # Each endpoint's child made once (shown from the start, at zero): labels() takes a lock and a lookup per call.
-    latency_of = {endpoint: latency.labels(endpoint) for endpoint in ("/translate", "/v1/translate", "/v1/completions")}
+    latency_of = {endpoint: latency.labels(endpoint)
+                  for endpoint in ("/translate", "/v1/translate", "/v1/completions", "/v1/chat/completions")}
     page = (STATIC / "index.html").read_text(encoding="utf-8")
 
     # --- reading and checking a request ---------------------------------------------------------------
@@ -475,54 +491,140 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
 
     async def completions(request):
         """OpenAI's legacy completions for a GPT: prompt (a string, or a list of them), max_tokens (16),
-        temperature (1), top_p (1), top_k (ours), seed, stream; answers its text_completion shape."""
+        temperature (1), top_p (1), top_k (ours), seed, stop, stream (with stream_options.include_usage); answers
+        its text_completion shape."""
         start = time.perf_counter()
         data = parse_json(await read_body(request))
         check_key(request, data)
-        unknown = sorted(set(data) - set(COMPLETION_FIELDS))
-        if unknown:
-            raise HTTPError(400, f"{unknown[0]}: not a field this server's /v1/completions takes "
-                                 f"(fields: {', '.join(COMPLETION_FIELDS)})")
+        check_fields(data, COMPLETION_FIELDS, "/v1/completions")
         if "prompt" not in data:
             raise HTTPError(400, "prompt: required (a string or a list of strings)")
         prompts = texts_of(data["prompt"], "prompt")
         if any(not p for p in prompts):
             raise HTTPError(400, "prompt: a prompt is empty (it needs one character at least)")
-        if data.get("n", 1) != 1 or isinstance(data.get("n"), bool):
-            raise HTTPError(400, f"n: only 1 completion per prompt is made, got {_describe(data.get('n'))}")
         options = options_of({k: v for k, v in data.items() if k in ("model", "precision", "timeout_ms")})
-        sampling = sampling_of(data)
-        stream = data.get("stream", False)
-        if not isinstance(stream, bool):
-            raise HTTPError(400, f"stream: expected true or false, got {_describe(stream)}")
         try:
             served = engine.model(options["model"], options["precision"], kind="generator")
         except UnknownModel as error:
             raise HTTPError(404, f"model: {error}") from None
-        call = dict(model=served.name, precision=served.precision, timeout_ms=options["timeout_ms"], **sampling)
-        ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        return await generated(request, data, start, served, options, prompts, "/v1/completions")
 
-        def chunk(text, index, finish_reason):
-            return {"id": ident, "object": "text_completion", "created": created, "model": served.name,
-                    "choices": [{"text": text, "index": index, "logprobs": None, "finish_reason": finish_reason}]}
+    async def chat_completions(request):
+        """OpenAI's chat completions. A GPT continues the conversation made a prompt (chat_prompt); a translator
+        translates the last user message, so any chat client can use a translator."""
+        start = time.perf_counter()
+        data = parse_json(await read_body(request))
+        check_key(request, data)
+        check_fields(data, CHAT_FIELDS, "/v1/chat/completions")
+        messages = messages_of(data.get("messages"))
+        options = options_of({k: v for k, v in data.items() if k in ("model", "precision", "timeout_ms")})
+        try:
+            served = engine.model(options["model"], options["precision"], kind="generator")
+        except UnknownModel:
+            try:
+                served = engine.model(options["model"], options["precision"], kind="translator")
+            except UnknownModel as error:
+                raise HTTPError(404, f"model: {error}") from None
+        if served.kind == "generator":
+            return await generated(request, data, start, served, options, [chat_prompt(messages)],
+                                   "/v1/chat/completions")
+        return await translated_chat(request, data, start, served, messages)
 
+    def check_fields(data, fields, endpoint):
+        """Every field is one this endpoint takes; a field OpenAI defines that this server cannot honour is refused
+        by name unless it asks for nothing (logprobs false, a penalty of 0), never ignored."""
+        for name in sorted(data):
+            if name in fields:
+                continue
+            if name in NEUTRAL and data[name] in NEUTRAL[name]:
+                continue
+            if name in NEUTRAL:
+                raise HTTPError(400, f"{name}: not supported by this server (only {_describe(NEUTRAL[name][-1])}), "
+                                     f"got {_describe(data[name])}")
+            raise HTTPError(400, f"{name}: not a field this server's {endpoint} takes (fields: {', '.join(fields)})")
+        if data.get("n", 1) != 1 or isinstance(data.get("n"), bool):
+            raise HTTPError(400, f"n: only 1 choice is made, got {_describe(data.get('n'))}")
+        user = data.get("user")
+        if user is not None and not isinstance(user, str):
+            raise HTTPError(400, f"user: expected a string, got {_describe(user)}")
+
+    def messages_of(messages):
+        """[(role, text)] of a chat request's messages: system (developer), user and assistant ones, whose content
+        is a string or a list of text parts."""
+        if not isinstance(messages, list) or not messages:
+            raise HTTPError(400, f"messages: expected a non-empty list of messages, got {_describe(messages)}")
+        out = []
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict):
+                raise HTTPError(400, f"messages[{i}]: expected an object, got {_describe(message)}")
+            role, content = message.get("role"), message.get("content")
+            if role not in CHAT_ROLES:
+                raise HTTPError(400, f"messages[{i}].role: expected one of {', '.join(CHAT_ROLES)}, got "
+                                     f"{_describe(role)}")
+            if isinstance(content, list):
+                if not all(isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+                           for part in content):
+                    raise HTTPError(400, f"messages[{i}].content: only text parts are read "
+                                         '([{"type": "text", "text": ...}])')
+                content = "".join(part["text"] for part in content)
+            if not isinstance(content, str):
+                raise HTTPError(400, f"messages[{i}].content: expected a string, got {_describe(content)}")
+            texts_of([content], f"messages[{i}].content")   # the limits of one text
+            out.append((CHAT_ROLES[role], content))
+        return out
+
+    def stop_of(data):
+        try:
+            return stop_strings(data.get("stop"))
+        except ValueError as error:
+            raise HTTPError(400, f"stop: expected a non-empty string or a list of 1 to 4, got "
+                                 f"{_describe(data.get('stop'))}") from error
+
+    def include_usage(data):
+        stream_options = data.get("stream_options")
+        if stream_options is None:
+            return False
+        if not isinstance(stream_options, dict) or set(stream_options) - {"include_usage"} or \
+                not isinstance(stream_options.get("include_usage", False), bool):
+            raise HTTPError(400, f"stream_options: expected {{\"include_usage\": true or false}}, got "
+                                 f"{_describe(stream_options)}")
+        if not data.get("stream"):
+            raise HTTPError(400, "stream_options: only with stream true")
+        return stream_options.get("include_usage", False)
+
+    async def generated(request, data, start, served, options, prompts, endpoint):
+        """A GPT's answer to a completion or a chat: each prompt continued (or streamed, one prompt), in the
+        endpoint's shape."""
+        chat = endpoint == "/v1/chat/completions"
+        if chat:   # max_completion_tokens is chat's newer name; without either, up to the server's limit
+            given = data.get("max_completion_tokens")
+            if given is not None and data.get("max_tokens") not in (None, given):
+                raise HTTPError(400, "max_completion_tokens: differs from max_tokens (give one of them)")
+            if given is None:
+                given = data.get("max_tokens") if data.get("max_tokens") is not None else max_new_tokens
+            data = {**data, "max_tokens": given}
+        sampling = sampling_of(data)
+        stops = stop_of(data)
+        usage_chunk = include_usage(data)
+        stream = data.get("stream", False)
+        if not isinstance(stream, bool):
+            raise HTTPError(400, f"stream: expected true or false, got {_describe(stream)}")
+        call = dict(model=served.name, precision=served.precision, timeout_ms=options["timeout_ms"], stop=stops or None,
+                    **sampling)
+        shape = _ChatShape(served.name) if chat else _CompletionShape(served.name)
         if not stream:
             try:
                 done = await unless_disconnected(request, lambda: asyncio.gather(
                     *(engine.complete(p, **call) for p in prompts)))
             except ValueError as error:   # the tokenizer's or an option's refusal, named
-                raise HTTPError(400, f"prompt: {error}") from None
-            latency_of["/v1/completions"].observe(time.perf_counter() - start)
-            usage = {"prompt_tokens": sum(d["prompt_tokens"] for d in done),
-                     "completion_tokens": sum(d["completion_tokens"] for d in done)}
-            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-            return JSONResponse({"id": ident, "object": "text_completion", "created": created, "model": served.name,
-                                 "choices": [chunk(d["text"], i, d["finish_reason"])["choices"][0]
-                                             for i, d in enumerate(done)], "usage": usage})
+                raise HTTPError(400, f"{'messages' if chat else 'prompt'}: {error}") from None
+            latency_of[endpoint].observe(time.perf_counter() - start)
+            return JSONResponse(shape.whole(done))
         if len(prompts) != 1:
             raise HTTPError(400, f"prompt: a stream takes exactly one prompt, got {len(prompts)}")
+        counts = {}   # the prompt's and the completion's tokens, at the end
         try:
-            pieces = engine.stream_completion(prompts[0], **call)
+            pieces = engine.stream_completion(prompts[0], counts=counts, **call)
 
             async def first_piece():
                 return await pieces.__anext__()
@@ -530,22 +632,62 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
             first = await unless_disconnected(request, first_piece)
         except ValueError as error:
             await _close(locals().get("pieces"))
-            raise HTTPError(400, f"prompt: {error}") from None
+            raise HTTPError(400, f"{'messages' if chat else 'prompt'}: {error}") from None
         except BaseException:
             await _close(locals().get("pieces"))
             raise
         first_token.observe(time.perf_counter() - start)
 
         async def events():
+            begin = shape.begin()
+            if begin is not None:
+                yield begin
             text, reason = first
-            yield chunk(text, 0, reason)
-            if reason is None:
-                async for text, reason in pieces:
-                    yield chunk(text, 0, reason)
-            latency_of["/v1/completions"].observe(time.perf_counter() - start)
+            while True:
+                if text:
+                    yield shape.piece(text)
+                if reason is not None:
+                    break
+                text, reason = await pieces.__anext__()
+            yield shape.end(reason)
+            if usage_chunk:
+                yield shape.usage([counts])
+            latency_of[endpoint].observe(time.perf_counter() - start)
             yield "[DONE]"
 
         return _EventStream(events(), pieces)
+
+    async def translated_chat(request, data, start, served, messages):
+        """A translator in a chat: the last user message translated, with the model's own options."""
+        unsupported = [name for name in ("max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
+                                         "stop") if data.get(name) is not None]
+        if unsupported:
+            raise HTTPError(400, f"{unsupported[0]}: a translator ({served.name}) takes no sampling options; it "
+                                 "translates the last user message")
+        users = [text for role, text in messages if role == "User"]
+        if not users:
+            raise HTTPError(400, "messages: a translator translates the last user message, and there is none")
+        stream = data.get("stream", False)
+        if not isinstance(stream, bool):
+            raise HTTPError(400, f"stream: expected true or false, got {_describe(stream)}")
+        usage_chunk = include_usage(data)
+        (translation,) = await unless_disconnected(request, engine.translate, [users[-1]], model=served.name,
+                                                   precision=served.precision)
+        latency_of["/v1/chat/completions"].observe(time.perf_counter() - start)
+        shape = _ChatShape(served.name)
+        if not stream:
+            return JSONResponse(shape.whole([{"text": translation, "finish_reason": "stop"}]))
+
+        async def events():
+            yield shape.begin()
+            if translation:
+                yield shape.piece(translation)
+            yield shape.end("stop")
+            if usage_chunk:
+                yield shape.usage([{}])
+            yield "[DONE]"
+
+        return _EventStream(events(), None)
 
     def sampling_of(data):
         def number(name, low, high, default):
@@ -557,7 +699,8 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
                 raise HTTPError(400, f"{name}: expected a number from {low} to {high}, got {_describe(value)}")
             return value
 
-        max_tokens = data.get("max_tokens", 16)
+        max_tokens = data.get("max_tokens")
+        max_tokens = 16 if max_tokens is None else max_tokens
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= max_new_tokens:
             raise HTTPError(400, f"max_tokens: expected an integer from 1 to {max_new_tokens}, got "
                                  f"{_describe(max_tokens)}")
@@ -618,6 +761,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         "/v1/translate": {"POST": translate_v1},
         "/v1/models": {"GET": list_models},
         "/v1/completions": {"GET": completions, "POST": completions},
+        "/v1/chat/completions": {"POST": chat_completions},
         "/health": {"GET": health},
         "/ready": {"GET": ready},
         "/metrics": {"GET": metrics},
@@ -658,7 +802,7 @@ class _App:
             refused = self.queue_full()
         if refused is not None:
             status = refused.status
-            await _error(refused)(scope, receive, send)
+            await _error(refused, path)(scope, receive, send)
         else:
             self.serving.in_flight += 1
             if path in QUEUED and method == "POST":   # its place is held until it is sent (unless_disconnected)
@@ -680,20 +824,20 @@ class _App:
         """Answers the request; returns the answer's status."""
         methods = self.routes.get(path)
         if methods is None:
-            response = _error(HTTPError(404, f"{path}: Not Found"))
+            response = _error(HTTPError(404, f"{path}: Not Found"), path)
         elif method not in methods and not (method == "HEAD" and "GET" in methods):
             allowed = ", ".join(sorted(set(methods) | ({"HEAD"} if "GET" in methods else set())))
-            response = _error(HTTPError(405, f"{path}: Method Not Allowed", {"Allow": allowed}))
+            response = _error(HTTPError(405, f"{path}: Method Not Allowed", {"Allow": allowed}), path)
         else:
             try:
                 response = await methods.get(method, methods.get("GET"))(Request(scope, receive))
             except HTTPError as error:
-                response = _error(error)
+                response = _error(error, path)
             except (ClientDisconnect, _Disconnected):   # nobody reads this answer; it only ends the request
                 response = Response(status_code=499)
             except Exception as error:  # noqa: BLE001 - a bug: still JSON, and the server keeps serving
                 print(f"ctransformer-serve: internal error on {path}: {error!r}", file=sys.stderr)
-                response = _error(HTTPError(500, "server: internal error (a bug; the server's log has it)"))
+                response = _error(HTTPError(500, "server: internal error (a bug; the server's log has it)"), path)
         await response(scope, receive, send)
         return response.status_code
 
@@ -730,9 +874,101 @@ class _App:
         return None
 
 
-def _error(error):
-    """The JSON answer of a refusal."""
-    return JSONResponse({"error": error.message}, status_code=error.status, headers=error.headers)
+def _error(error, path=None):
+    """The JSON answer of a refusal: {"error": message} (LibreTranslate's shape and ours), or on OpenAI's endpoints
+    OpenAI's {"error": {"message", "type", "param", "code"}}, which its SDKs read. The message starts with the field
+    at fault, which is the param when it is one of the request's."""
+    if path not in OPENAI_PATHS:
+        return JSONResponse({"error": error.message}, status_code=error.status, headers=error.headers)
+    field = error.message.partition(":")[0]
+    param = None if field in ("body", "queue", "server", "api_key") or field.startswith("/") or " " in field else field
+    kind = ("authentication_error" if error.status in (401, 403) else "rate_limit_error" if error.status == 429
+            else "server_error" if error.status >= 500 else "invalid_request_error")
+    code = {401: "invalid_api_key", 403: "invalid_api_key", 429: "rate_limit_exceeded", 504: "timeout"}.get(
+        error.status, "model_not_found" if error.status == 404 and field == "model" else None)
+    return JSONResponse({"error": {"message": error.message, "type": kind, "param": param, "code": code}},
+                        status_code=error.status, headers=error.headers)
+
+
+def chat_prompt(messages):
+    """A GPT's prompt of a chat that has no template of its own: each message a line "Role: text" (System, User,
+    Assistant), then "Assistant:", which the model continues. [(role, text)] as messages_of gives them."""
+    return "".join(f"{role}: {text}\n" for role, text in messages) + "Assistant:"
+
+
+def _usage(done):
+    """OpenAI's usage of finished choices, or None where the counts are not known (a translator's)."""
+    if not all("prompt_tokens" in d for d in done):
+        return None
+    usage = {"prompt_tokens": sum(d["prompt_tokens"] for d in done),
+             "completion_tokens": sum(d["completion_tokens"] for d in done)}
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return usage
+
+
+class _CompletionShape:
+    """OpenAI's text_completion answer, whole or as chunks."""
+
+    def __init__(self, model):
+        self.model, self.id, self.created = model, f"cmpl-{uuid.uuid4().hex}", int(time.time())
+
+    def _answer(self, choices, **extra):
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "choices": choices, **extra}
+
+    @staticmethod
+    def _choice(text, index, finish_reason):
+        return {"text": text, "index": index, "logprobs": None, "finish_reason": finish_reason}
+
+    def whole(self, done):
+        return self._answer([self._choice(d["text"], i, d["finish_reason"]) for i, d in enumerate(done)],
+                            usage=_usage(done))
+
+    def begin(self):
+        return None
+
+    def piece(self, text):
+        return self._answer([self._choice(text, 0, None)])
+
+    def end(self, reason):
+        return self._answer([self._choice("", 0, reason)])
+
+    def usage(self, done):
+        return self._answer([], usage=_usage(done))
+
+
+class _ChatShape:
+    """OpenAI's chat.completion answer, or its chat.completion.chunk stream: the role first, then content deltas,
+    then the finish reason in an empty delta."""
+
+    def __init__(self, model):
+        self.model, self.id, self.created = model, f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+
+    def _chunk(self, choices, **extra):
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": choices, **extra}
+
+    @staticmethod
+    def _delta(delta, finish_reason=None):
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+    def whole(self, done):
+        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
+                "choices": [{"index": i, "message": {"role": "assistant", "content": d["text"]}, "logprobs": None,
+                             "finish_reason": d["finish_reason"]} for i, d in enumerate(done)],
+                "usage": _usage(done)}
+
+    def begin(self):
+        return self._chunk([self._delta({"role": "assistant", "content": ""})])
+
+    def piece(self, text):
+        return self._chunk([self._delta({"content": text})])
+
+    def end(self, reason):
+        return self._chunk([self._delta({}, reason)])
+
+    def usage(self, done):
+        return self._chunk([], usage=_usage(done))
 
 
 class _EventStream:

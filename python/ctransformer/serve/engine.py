@@ -23,7 +23,7 @@ import ctransformer as ct
 from ctransformer import _core
 from ctransformer import precision as _precision
 
-__all__ = ["AsyncEngine", "EngineClosed", "QueueFull", "ServedModel", "UnknownModel", "PRECISIONS"]
+__all__ = ["AsyncEngine", "EngineClosed", "QueueFull", "ServedModel", "UnknownModel", "PRECISIONS", "stop_strings"]
 
 PRECISIONS = _precision.SERVING
 """The precisions a model is served in."""
@@ -412,21 +412,38 @@ class AsyncEngine:
         return served, ids, submit
 
     async def complete(self, prompt, model=None, precision=None, max_tokens=16, temperature=1.0, top_k=None, top_p=None,
-                       seed=None, timeout_ms=None):
+                       seed=None, timeout_ms=None, stop=None):
         """A GPT's continuation of `prompt`, as ``decode.generate`` makes it alone (temperature 0: the first maximum
         each step; else sampled among the top_k ids and the top_p nucleus, from a generator seeded with `seed`).
-        Returns {"text", "finish_reason" ("stop" at the end id, else "length"), "prompt_tokens",
+        stop: a string or up to 4; the text ends before the first of them to appear, and the decoding stops there.
+        Returns {"text", "finish_reason" ("stop" at the end id or a stop string, else "length"), "prompt_tokens",
         "completion_tokens"}."""
+        stops = stop_strings(stop)
+        if stops:   # the tokens are watched as they come, to stop at a stop string
+            pieces, ended = [], {}
+            async for piece, reason in self._stream_completion(prompt, model, precision, max_tokens, temperature,
+                                                               top_k, top_p, seed, timeout_ms, stops, ended):
+                pieces.append(piece)
+            return {"text": "".join(pieces), "finish_reason": reason, "prompt_tokens": ended["prompt_tokens"],
+                    "completion_tokens": ended["completion_tokens"]}
         served, ids, submit = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
                                                timeout_ms)
         made = await _Outcome(self, 1, _first).start(submit)
         return {"text": served.tokenizer.decode(made), "finish_reason": "length" if len(made) == max_tokens else "stop",
                 "prompt_tokens": len(ids), "completion_tokens": len(made)}
 
-    async def stream_completion(self, prompt, model=None, precision=None, max_tokens=16, temperature=1.0, top_k=None,
-                                top_p=None, seed=None, timeout_ms=None):
+    def stream_completion(self, prompt, model=None, precision=None, max_tokens=16, temperature=1.0, top_k=None,
+                          top_p=None, seed=None, timeout_ms=None, stop=None, counts=None):
         """complete() as it is made: (text piece, None) as tokens come (a piece never ends inside a character the
-        tokenizer has not finished), then ("", finish_reason). Closing the iterator frees the request's row."""
+        tokenizer has not finished, nor sends a part of a stop string before it is known not to be one), then
+        ("", finish_reason). Closing the iterator frees the request's row. counts: a dict that gets
+        prompt_tokens and completion_tokens at the end."""
+        return self._stream_completion(prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
+                                       timeout_ms, stop_strings(stop), {} if counts is None else counts)
+
+    async def _stream_completion(self, prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
+                                 timeout_ms, stops, ended):
+        """stream_completion's pieces; `ended` gets the prompt's and the completion's token counts at the end."""
         served, ids, submit = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
                                                timeout_ms, tokens=True)
         events = asyncio.Queue()
@@ -438,15 +455,30 @@ class AsyncEngine:
                 if kind == "token":
                     made.append(token)
                     text = served.tokenizer.decode(made)
-                    if not text.endswith("\ufffd") and text.startswith(sent) and len(text) > len(sent):
-                        yield text[len(sent):], None
-                        sent = text
+                    if text.endswith("\ufffd") or not text.startswith(sent):
+                        continue
+                    cut = stop_at(text, stops)
+                    if cut is not None:   # the rest is not wanted: the request ends here (its row freed below)
+                        if cut > len(sent):
+                            yield text[len(sent):cut], None
+                        ended.update(prompt_tokens=len(ids), completion_tokens=len(made))
+                        yield "", "stop"
+                        return
+                    safe = len(text) - held_back(text, stops)
+                    if safe > len(sent):
+                        yield text[len(sent):safe], None
+                        sent = text[:safe]
                 elif kind == "finished":
                     finished = True
                     text = served.tokenizer.decode(final)
+                    reason = "length" if len(final) == max_tokens else "stop"
+                    cut = stop_at(text, stops)
+                    if cut is not None:
+                        text, reason = text[:cut], "stop"
                     if text.startswith(sent) and len(text) > len(sent):
                         yield text[len(sent):], None
-                    yield "", "length" if len(final) == max_tokens else "stop"
+                    ended.update(prompt_tokens=len(ids), completion_tokens=len(final))
+                    yield "", reason
                     return
                 else:
                     raise _failure(kind, message)
@@ -530,6 +562,35 @@ def _arguments_tokenizer(tokenizer):
         if not callable(getattr(tokenizer, method, None)):
             raise TypeError(f"AsyncEngine.add_generator: tokenizer must have encode() and decode(), got "
                             f"{type(tokenizer).__name__}")
+
+
+def stop_strings(stop):
+    """A request's stop strings as a tuple (empty for none): None, a non-empty str, or a list of 1 to 4 of them, as
+    OpenAI takes them. ValueError naming stop."""
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, (list, tuple)) or not 1 <= len(stops) <= 4 or \
+            not all(isinstance(s, str) and s for s in stops):
+        raise ValueError("stop must be a non-empty string or a list of 1 to 4 of them")
+    return tuple(stops)
+
+
+def stop_at(text, stops):
+    """Where `text` is cut for the first stop string in it (the earliest start), or None."""
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(found) if found else None
+
+
+def held_back(text, stops):
+    """How many characters at the end of `text` may be the start of a stop string, and so are not sent yet."""
+    longest = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), longest, -1):
+            if text.endswith(s[:n]):
+                longest = n
+                break
+    return longest
 
 
 def _failure(kind, message):
