@@ -1074,7 +1074,8 @@ def test_the_command_line_refuses_bad_arguments(tmp_path, capsys):
                           (["--model", str(tmp_path), "--nice", "20"], "--nice must be from 0 to 19"),
                           (["--model", str(tmp_path), "--nice", "-1"], "--nice must be from 0 to 19"),
                           (["--model", str(tmp_path), "--languages", "de"], "--languages de: expected SRC:TGT"),
-                          (["--model", str(tmp_path), "--lane-rows", "-1"], "--lane-rows must be >= 0")):
+                          (["--model", str(tmp_path), "--lane-rows", "-1"], "--lane-rows must be >= 0"),
+                          (["--model", str(tmp_path), "--body-timeout", "0"], "--body-timeout must be above 0")):
         with pytest.raises(SystemExit) as stop:
             main(argv)
         assert stop.value.code == 2 and message in capsys.readouterr().err, argv
@@ -1127,8 +1128,44 @@ def test_libretranslate_clients_see_the_pairs_and_are_routed_by_them(tmp_path, m
             assert json.loads(refused.value.read())["error"].startswith(f"{field}:"), (source, target)
         with httpx.Client(base_url=running.url, timeout=HANG) as http:
             models = http.get("/v1/models").json()["data"]
+            settings = http.get("/frontend/settings").json()
         assert [(m["id"], m["source_language"], m["target_language"]) for m in models] == \
             [("de-en", "de", "en"), ("other", "fr", "en")]
+        assert settings == {"charLimit": 5000, "frontendTimeout": 500, "apiKeys": False, "keyRequired": False,
+                            "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+                            "language": {"source": {"code": "auto", "name": "Auto Detect"},
+                                         "target": {"code": "en", "name": "English"}}}
     finally:
         code = running.stop()
     assert code == 0, running.output()
+
+
+def test_a_body_that_stops_coming_gets_408_and_frees_its_place(engine):
+    """A request that declares 1,000 bytes and sends 2: after body_timeout without a part (nginx's
+    client_body_timeout) it gets 408 with Connection: close, and the place it held in the queue is free again.
+    What is asserted is that the answer comes, not when."""
+    app = create_app(engine, body_timeout=0.2)
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/translate", "raw_path": b"/v1/translate", "root_path": "", "query_string": b"",
+             "headers": [(b"host", b"serve.test"), (b"content-type", b"application/json"),
+                         (b"content-length", b"1000")], "client": ("127.0.0.1", 1), "server": None}
+
+    async def run():
+        parts = [{"type": "http.request", "body": b'{"', "more_body": True}]
+        sent = []
+
+        async def receive():
+            if parts:
+                return parts.pop()
+            await asyncio.Event().wait()   # the rest never comes
+
+        async def send(message):
+            sent.append(message)
+
+        await app(scope, receive, send)
+        return sent
+
+    sent = asyncio.run(asyncio.wait_for(run(), HANG))
+    assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"]
+    assert json.loads(sent[1]["body"])["error"].startswith("body: 2 bytes came, then nothing for 0.2 s")
+    assert app.state.serving.entering == 0

@@ -65,8 +65,8 @@ QUEUED = ("/translate", "/v1/translate", "/v1/completions", "/v1/chat/completion
 ENTERING = "ctransformer.entering"   # in a queued request's scope from the queue's check until it is sent
 # The metrics' endpoint label takes these values only (any other path is "other"), so a scan of random
 # paths cannot grow the label set without bound.
-ENDPOINTS = ("/", "/translate", "/languages", "/v1/translate", "/v1/models", "/v1/completions", "/v1/chat/completions",
-             "/health", "/ready", "/metrics")
+ENDPOINTS = ("/", "/translate", "/languages", "/frontend/settings", "/v1/translate", "/v1/models", "/v1/completions",
+             "/v1/chat/completions", "/health", "/ready", "/metrics")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # LibreTranslate's /languages names each code; the codes of a model without an entry here show as the code.
 LANGUAGE_NAMES = {
@@ -130,7 +130,7 @@ class _EngineCollector:
 
 
 def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body_bytes=1 << 20,
-               shutdown_timeout=30.0, max_beam_size=16, startup=None, max_new_tokens=1024):
+               shutdown_timeout=30.0, max_beam_size=16, startup=None, max_new_tokens=1024, body_timeout=60.0):
     """The ASGI application serving `engine` (a ``ctransformer.serve.engine.AsyncEngine``).
 
     api_key: when given, translation requests must carry it (the ``api_key`` field or ``Authorization: Bearer``).
@@ -138,6 +138,9 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
     shutdown_timeout: how long ``app.state.drain()`` waits for accepted requests by default.
     max_beam_size: the largest ``beam_size`` a request may ask for (400 beyond it).
     max_new_tokens: the largest ``max_tokens`` a completion may ask for (400 beyond it).
+    body_timeout: seconds a request's body may take between two of its parts (nginx's client_body_timeout): past it
+    the request gets 408 and its connection is closed, so a client that declares a body and never sends it does not
+    hold a connection and a place in the queue.
     startup: an async callable run in the background when the server starts (the command line loads the
     models with it); ``/ready`` answers 503 until it returns. Without one the app is ready at once.
     """
@@ -162,12 +165,33 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_body_bytes:
             raise HTTPError(413, f"body: {declared} bytes, more than the limit of {max_body_bytes}")
+        # A timer a part, which cancels this task when it fires (a heap entry, where wait_for would make a task a
+        # part: the server's Python per request is what limits it under load).
+        loop, task, expired = asyncio.get_running_loop(), asyncio.current_task(), []
+
+        def expire():
+            expired.append(True)
+            task.cancel()
+
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body_bytes:
-                raise HTTPError(413, f"body: more than the limit of {max_body_bytes} bytes")
-            chunks.append(chunk)
+        timer = loop.call_later(body_timeout, expire)
+        try:
+            async for chunk in request.stream():
+                timer.cancel()
+                timer = loop.call_later(body_timeout, expire)
+                size += len(chunk)
+                if size > max_body_bytes:
+                    raise HTTPError(413, f"body: more than the limit of {max_body_bytes} bytes")
+                chunks.append(chunk)
+        except asyncio.CancelledError:
+            if not expired:
+                raise
+            if hasattr(task, "uncancel"):   # Python 3.11+: the cancellation is handled here
+                task.uncancel()
+            raise HTTPError(408, f"body: {size} bytes came, then nothing for {body_timeout:g} s",
+                            {"Connection": "close"}) from None
+        finally:
+            timer.cancel()
         return b"".join(chunks)
 
     def as_text(body):
@@ -476,6 +500,20 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         return JSONResponse([{"code": src, "name": LANGUAGE_NAMES.get(src, src), "targets": sorted(pairs[src])}
                              for src in sorted(pairs)])
 
+    async def frontend_settings(request):
+        """LibreTranslate's settings for its web front end: the limits, whether a key is needed, and the languages
+        its menus start at (auto, when several sources are served)."""
+        pairs = sorted({languages_of(m) for m in engine.models if m.kind == "translator"} - {(None, None)})
+        sources = sorted({src for src, _ in pairs})
+        source = sources[0] if len(sources) == 1 else "auto"
+        target = pairs[0][1] if pairs else "en"
+        named = lambda code: {"code": code, "name": "Auto Detect" if code == "auto" else  # noqa: E731
+                              LANGUAGE_NAMES.get(code, code)}
+        return JSONResponse({"charLimit": max_text_chars, "frontendTimeout": 500, "apiKeys": api_key is not None,
+                             "keyRequired": api_key is not None, "suggestions": False, "filesTranslation": False,
+                             "supportedFilesFormat": [], "language": {"source": named(source),
+                                                                      "target": named(target)}})
+
     async def list_models(request):
         data = []
         for m in engine.models:
@@ -758,6 +796,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         "/": {"GET": index},
         "/translate": {"POST": libretranslate},
         "/languages": {"GET": list_languages},
+        "/frontend/settings": {"GET": frontend_settings},
         "/v1/translate": {"POST": translate_v1},
         "/v1/models": {"GET": list_models},
         "/v1/completions": {"GET": completions, "POST": completions},

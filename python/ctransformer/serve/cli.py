@@ -152,6 +152,9 @@ def build_parser():
                         help="characters in one text (default 5000)")
     parser.add_argument("--max-body-bytes", metavar="N", type=int, default=1 << 20,
                         help="bytes in one request body (default 1 MiB)")
+    parser.add_argument("--body-timeout", metavar="S", type=float, default=60.0,
+                        help="seconds a request body may pause before the request gets 408 and its connection is "
+                             "closed (default 60, as nginx's client_body_timeout)")
     parser.add_argument("--threads", metavar="N", type=int, default=None,
                         help="threads for the maths (default: all cores)")
     parser.add_argument("--nice", metavar="N", type=int, default=DEFAULT_NICE,
@@ -197,6 +200,8 @@ def main(argv=None):
             parser.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be from 0 to 65535, got {args.port}")
+    if not args.body_timeout > 0:
+        parser.error(f"--body-timeout must be above 0, got {args.body_timeout}")
     if args.lane_rows < 0:
         parser.error(f"--lane-rows must be >= 0, got {args.lane_rows}")
     if not 0 <= args.nice <= 19:
@@ -235,7 +240,7 @@ def main(argv=None):
 
     app = create_app(engine, api_key=api_key, max_texts=args.max_texts, max_text_chars=args.max_text_chars,
                      max_body_bytes=args.max_body_bytes, shutdown_timeout=args.shutdown_timeout,
-                     startup=load_models)
+                     startup=load_models, body_timeout=args.body_timeout)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
                             lifespan="on", timeout_graceful_shutdown=2)
     server = _server_class()(config, app, args.shutdown_timeout)
