@@ -275,6 +275,24 @@ def causal_lm_loss(model, input_ids, labels=None):
     return loss, logits
 
 
+def _chat_settings(path):
+    """(chat template or None, bos_token, eos_token) of a directory's tokenizer_config.json."""
+    try:
+        with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None, "", ""
+    if not isinstance(config, dict):
+        return None, "", ""
+    template = config.get("chat_template")
+    if isinstance(template, list):   # transformers' named templates: the one called "default"
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"),
+                        None)
+    token = lambda value: value.get("content", "") if isinstance(value, dict) else value or ""  # noqa: E731
+    return (template if isinstance(template, str) and template else None, token(config.get("bos_token")),
+            token(config.get("eos_token")))
+
+
 class GPT2Tokenizer:
     """GPT-2's byte-level BPE from a directory's ``vocab.json`` and ``merges.txt`` (or its ``tokenizer.json``),
     through the ``tokenizers`` package: ``encode(text)`` gives the ids ``transformers.GPT2Tokenizer`` gives,
@@ -299,6 +317,9 @@ class GPT2Tokenizer:
             raise FileNotFoundError(f"GPT2Tokenizer: {path} has neither vocab.json and merges.txt nor tokenizer.json")
         vocab_map = self._tokenizer.get_vocab()
         self.eos_token_id = vocab_map.get("<|endoftext|>")
+        # tokenizer_config.json's chat template (a Jinja text; a named list of them: "default"), and the special
+        # tokens it may name; None and "" without one.
+        self.chat_template, self.bos_token, self.eos_token = _chat_settings(path)
 
     def __len__(self):
         return self._tokenizer.get_vocab_size()

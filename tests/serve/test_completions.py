@@ -223,8 +223,8 @@ def test_chat_continues_the_conversation_as_its_prompt(served):
     messages = [{"role": "system", "content": "Speak in verse."}, {"role": "user", "content": "Who art thou?"},
                 {"role": "assistant", "content": "A knight."}, {"role": "user", "content": [
                     {"type": "text", "text": "Whence "}, {"type": "text", "text": "comest thou?"}]}]
-    prompt = chat_prompt([("System", "Speak in verse."), ("User", "Who art thou?"), ("Assistant", "A knight."),
-                          ("User", "Whence comest thou?")])
+    prompt = chat_prompt([("system", "Speak in verse."), ("user", "Who art thou?"), ("assistant", "A knight."),
+                          ("user", "Whence comest thou?")])
     assert prompt == "System: Speak in verse.\nUser: Who art thou?\nAssistant: A knight.\nUser: Whence comest thou?\n" \
                      "Assistant:"
     expected = generate(model, tokenizer, prompt, 20, 0.7, 8, 4)
@@ -254,3 +254,75 @@ def test_chat_continues_the_conversation_as_its_prompt(served):
     assert chunks[-2]["choices"][0]["delta"] == {} and chunks[-2]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == answer["usage"]
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages[0].role"
+
+
+CHAT_TEMPLATE = ("{{ bos_token }}{% if messages[0]['role'] == 'assistant' %}"
+                 "{{ raise_exception('the user speaks first') }}{% endif %}\n"
+                 "{% for message in messages %}\n"
+                 "  {% if message['role'] == 'system' %}[{{ message['content'] | trim }}]\n"
+                 "  {% else %}<{{ message['role'] }}> {{ message['content'] }}{{ eos_token }}\n"
+                 "  {% endif %}\n"
+                 "{% endfor %}\n"
+                 "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def test_a_gpt2_chat_goes_through_its_own_template_as_transformers_renders_it(tmp_path):
+    """A GPT-2 directory whose tokenizer_config.json has a chat_template: the chat's prompt is that template
+    rendered as transformers' apply_chat_template renders it (the reference: transformers itself, on the same
+    directory), and the answer is the model's greedy continuation of it (int8, bit for bit); what the template
+    refuses (raise_exception) is a 400 naming messages."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    from ctransformer.serve.cli import load_model
+
+    bpe = tokenizers.ByteLevelBPETokenizer()
+    bpe.train_from_iterator(["Now is the winter of our discontent. <user> <assistant> [ ]"] * 40, vocab_size=300,
+                            special_tokens=["<|endoftext|>"], show_progress=False)
+    bpe.save_model(str(tmp_path))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>",
+        "eos_token": "<|endoftext|>", "chat_template": CHAT_TEMPLATE}))
+    ct.manual_seed(3)
+    ct.nn.GPT(vocab_size=300, max_seq_len=96, n_layers=2, d_model=32, n_head=4, d_inner=64).save_pretrained(
+        str(tmp_path))
+    _, (model, tokenizer, end), _ = load_model(str(tmp_path))
+    assert tokenizer.chat_template == CHAT_TEMPLATE and tokenizer.eos_token == "<|endoftext|>"
+    messages = [{"role": "system", "content": "  Be brief. "}, {"role": "user", "content": "Now is the winter"}]
+    reference = transformers.AutoTokenizer.from_pretrained(str(tmp_path)).apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True)
+    assert reference.startswith("<|endoftext|>[Be brief.]") and reference.endswith("<assistant>")
+
+    engine = AsyncEngine(max_queue=8, max_rows=4)
+    engine.add_generator("gpt2", model, tokenizer, "int8", end_id=end)
+    app = create_app(engine, max_new_tokens=32)
+
+    async def run():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve.test",
+                                     timeout=HANG) as client:
+            return await asyncio.gather(*(client.post("/v1/chat/completions", json=body) for body in (
+                {"messages": messages, "max_tokens": 12, "temperature": 0},
+                {"messages": [{"role": "assistant", "content": "Hi"}], "max_tokens": 2})))
+    try:
+        chat, refused = asyncio.run(asyncio.wait_for(run(), HANG))
+    finally:
+        engine.close()
+    prompt = tokenizer.encode(reference)
+    ids = list(ct.decode.generate(ct.quantize_dynamic(model), np.array([prompt]), 12, top_k=1)[0, len(prompt):])
+    ids = ids[:ids.index(end)] if end in ids else ids
+    assert chat.status_code == 200, chat.text
+    assert chat.json()["choices"][0]["message"]["content"] == tokenizer.decode(ids)
+    assert chat.json()["usage"]["prompt_tokens"] == len(prompt)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages"
+    assert refused.json()["error"]["message"] == "messages: the user speaks first"
+
+
+def test_chat_settings_read_named_templates_and_token_objects(tmp_path):
+    """tokenizer_config.json as older transformers wrote it too: special tokens as objects, and named templates
+    (the one called "default" is the chat's); a directory without one has no template."""
+    from ctransformer.gpt2 import _chat_settings
+
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": {"__type": "AddedToken", "content": "<s>"}, "eos_token": "</s>",
+        "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]}))
+    assert _chat_settings(str(tmp_path)) == ("D", "<s>", "</s>")
+    assert _chat_settings(str(tmp_path / "nowhere")) == (None, "", "")

@@ -70,7 +70,7 @@ def test_sync_completions_and_chat(server, bard):
     assert cut.choices[0].text == full[:full.find(stop)] and cut.choices[0].finish_reason == "stop"
 
     messages = [{"role": "system", "content": "Speak."}, {"role": "user", "content": "Who art thou?"}]
-    prompt = chat_prompt([("System", "Speak."), ("User", "Who art thou?")])
+    prompt = chat_prompt([("system", "Speak."), ("user", "Who art thou?")])
     chat = sdk.chat.completions.create(model="bard", messages=messages, max_tokens=20, temperature=0.7, seed=5,
                                        extra_body={"top_k": 8})
     assert chat.object == "chat.completion" and chat.choices[0].message.role == "assistant"
@@ -101,12 +101,12 @@ def test_streams_join_to_the_whole_answer(server, bard):
     chunks = list(sdk.chat.completions.create(
         model="bard", messages=[{"role": "user", "content": "JULIET:"}], max_tokens=25, temperature=0.9, seed=7,
         stop=stop, stream=True, stream_options={"include_usage": True}, extra_body={"top_k": 6}))
-    said = continuation(bard, chat_prompt([("User", "JULIET:")]), 25, 0.9, 6, 7)
+    said = continuation(bard, chat_prompt([("user", "JULIET:")]), 25, 0.9, 6, 7)
     cut = said[:said.find(stop)] if stop in said else said
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == cut
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == ("stop" if stop in said else "length")
-    assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == len(chat_prompt([("User", "JULIET:")]))
+    assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == len(chat_prompt([("user", "JULIET:")]))
 
 
 def test_async_client(server, bard):
@@ -122,7 +122,7 @@ def test_async_client(server, bard):
             return whole, [chunk async for chunk in streamed]
 
     whole, chunks = asyncio.run(asyncio.wait_for(run(), HANG))
-    expected = continuation(bard, chat_prompt([("User", "Speak!")]), 15, 0.5, 4, 11)
+    expected = continuation(bard, chat_prompt([("user", "Speak!")]), 15, 0.5, 4, 11)
     assert whole.choices[0].message.content == expected
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected
 

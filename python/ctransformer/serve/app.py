@@ -35,7 +35,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ctransformer import precision as _precision
-from ctransformer.serve import html_text
+from ctransformer.serve import chat_template, html_text
 from ctransformer.serve.engine import EngineClosed, QueueFull, UnknownModel, stop_strings
 
 __all__ = ["create_app"]
@@ -52,8 +52,9 @@ NEUTRAL = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (Non
            "best_of": (None, 1), "suffix": (None, ""), "tools": (None, []), "tool_choice": (None, "none"),
            "response_format": (None, {"type": "text"}), "parallel_tool_calls": (None, False, True),
            "store": (None, False), "metadata": (None, {}), "service_tier": (None, "auto", "default")}
-# A chat's roles and how the plain template (chat_prompt) names them.
-CHAT_ROLES = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
+# A chat's roles (developer is OpenAI's newer name for system), and how the plain template (chat_prompt) names them.
+CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLE_NAMES = {"system": "System", "user": "User", "assistant": "Assistant"}
 # The endpoints in OpenAI's shape: their refusals are {"error": {"message", "type", "param", "code"}}.
 OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/models")
 V1_FIELDS = ("texts", "model", "precision", "beam_size", "max_decoding_length", "length_penalty", "stream",
@@ -564,8 +565,16 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
             except UnknownModel as error:
                 raise HTTPError(404, f"model: {error}") from None
         if served.kind == "generator":
-            return await generated(request, data, start, served, options, [chat_prompt(messages)],
-                                   "/v1/chat/completions")
+            template = getattr(served.tokenizer, "chat_template", None)
+            if template is None:
+                prompt = chat_prompt(messages)
+            else:   # the model's own (tokenizer_config.json), as transformers' apply_chat_template renders it
+                try:
+                    prompt = chat_template.render(template, [{"role": r, "content": t} for r, t in messages],
+                                                  served.tokenizer.bos_token, served.tokenizer.eos_token)
+                except chat_template.TemplateRefusal as error:
+                    raise HTTPError(400, f"messages: {error}") from None
+            return await generated(request, data, start, served, options, [prompt], "/v1/chat/completions")
         return await translated_chat(request, data, start, served, messages)
 
     def check_fields(data, fields, endpoint):
@@ -702,7 +711,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         if unsupported:
             raise HTTPError(400, f"{unsupported[0]}: a translator ({served.name}) takes no sampling options; it "
                                  "translates the last user message")
-        users = [text for role, text in messages if role == "User"]
+        users = [text for role, text in messages if role == "user"]
         if not users:
             raise HTTPError(400, "messages: a translator translates the last user message, and there is none")
         stream = data.get("stream", False)
@@ -931,8 +940,9 @@ def _error(error, path=None):
 
 def chat_prompt(messages):
     """A GPT's prompt of a chat that has no template of its own: each message a line "Role: text" (System, User,
-    Assistant), then "Assistant:", which the model continues. [(role, text)] as messages_of gives them."""
-    return "".join(f"{role}: {text}\n" for role, text in messages) + "Assistant:"
+    Assistant), then "Assistant:", which the model continues. [(role, text)] as messages_of gives them (roles
+    system, user, assistant)."""
+    return "".join(f"{ROLE_NAMES[role]}: {text}\n" for role, text in messages) + "Assistant:"
 
 
 def _usage(done):
