@@ -67,7 +67,8 @@ if [[ $which == all || $which == thread ]]; then
   # halt_on_error=0: collect every race of the run into the logs (the run fails on any of them).
   export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
   # --noconftest: tests/conftest.py imports torch, whose OpenMP threads TSan cannot see through;
-  # these files need neither torch nor the conftest (the last: the serving engine's thread beside Python's).
+  # these files need neither torch nor the conftest (the last: the serving engine's thread beside Python's); the
+  # runtime fixtures (tests/runtime_fixtures.py: thread counts put back) come as a plugin.
   run_under thread build/tsan "$(g++ -print-file-name=libtsan.so)" --noconftest -p runtime_fixtures \
     tests/runtime/test_thread_pool.py tests/training/test_threads_training.py tests/serve/test_engine_threads.py \
     tests/decode/test_lanes_threads.py

@@ -16,7 +16,7 @@ from waiting import HANG
 
 pytestmark = pytest.mark.threads   # threads, the serving engine or the server: make test-stress runs it under load
 
-TASKS = 40_000   # about 15 s on a 2-core Zen 3
+TASKS = 40_000   # 5 s on one busy core of a Zen 3 (make test-stress): thousands of tasks of every piece count
 
 STRESS = textwrap.dedent(f"""
     import numpy as np

@@ -103,7 +103,9 @@ def test_nucleus_sampling_is_seeded(served):
     ({"prompt": "x", "top_p": 0}, 400, "top_p"),
     ({"prompt": "x", "top_k": -2}, 400, "top_k"),
     ({"prompt": "x", "seed": 2**64}, 400, "seed"),
-    ({"prompt": "x", "n": 2}, 400, "n"),
+    ({"prompt": "x", "n": 0}, 400, "n"),
+    ({"prompt": "x", "n": 17}, 400, "n"),
+    ({"prompt": "x", "echo": "yes"}, 400, "echo"),
     ({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
     ({"prompt": "x", "stop": ""}, 400, "stop"),
     ({"prompt": "x", "logprobs": 2}, 400, "logprobs"),
@@ -130,10 +132,11 @@ def test_refusals_name_the_field(served, body, status, field):
 
 
 def test_neutral_values_of_unsupported_fields_are_taken(served):
-    """What the SDKs send by default (logprobs null, penalties 0, user) is no refusal."""
+    """What the SDKs send by default (logprobs null, penalties 0, user; n and stream null) is no refusal."""
     app, _, _ = served
     (answer,) = post(app, {"prompt": "ROMEO:", "max_tokens": 3, "temperature": 0, "logprobs": None, "echo": False,
-                           "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "user": "u1"})
+                           "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "user": "u1",
+                           "n": None, "stream": None})
     assert answer.status_code == 200, answer.text
 
 
@@ -326,3 +329,27 @@ def test_chat_settings_read_named_templates_and_token_objects(tmp_path):
         "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]}))
     assert _chat_settings(str(tmp_path)) == ("D", "<s>", "</s>")
     assert _chat_settings(str(tmp_path / "nowhere")) == (None, "", "")
+
+
+def test_n_choices_sample_from_seed_plus_their_index_and_echo_leads_with_the_prompt(served):
+    """n: each prompt's choices, prompt by prompt; choice i of a request with a seed is generate alone after
+    manual_seed(seed + i), and the prompt's tokens count once in the usage. echo: the text starts with the prompt,
+    whole or streamed. A stream makes one choice."""
+    app, model, tokenizer = served
+    body = {"prompt": ["ROMEO:", "KING"], "max_tokens": 10, "temperature": 0.9, "top_k": 12, "seed": 2**63 - 2,
+            "n": 3}
+    many, echoed, stream, refused = post(
+        app, body, {"prompt": "ROMEO:", "max_tokens": 10, "temperature": 0.9, "seed": 5, "echo": True},
+        {"prompt": "ROMEO:", "max_tokens": 10, "temperature": 0.9, "seed": 5, "echo": True, "stream": True},
+        {"prompt": "ROMEO:", "n": 2, "stream": True})
+    choices = many.json()["choices"]
+    seeds = [2**63 - 2, 2**63 - 1, -2**63]   # seed + i, wrapped as a seed must be
+    assert [c["index"] for c in choices] == list(range(6))
+    assert [c["text"] for c in choices] == [generate(model, tokenizer, p, 10, 0.9, 12, s % 2**64)
+                                            for p in ("ROMEO:", "KING") for s in seeds]
+    assert many.json()["usage"]["prompt_tokens"] == len("ROMEO:") + len("KING")
+    assert many.json()["usage"]["completion_tokens"] == 60
+    continued = generate(model, tokenizer, "ROMEO:", 10, 0.9, None, 5)
+    assert completion_text(echoed)[0] == "ROMEO:" + continued
+    assert "".join(streamed_text(stream)[0]) == "ROMEO:" + continued
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "n"

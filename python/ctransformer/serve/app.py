@@ -42,12 +42,13 @@ __all__ = ["create_app"]
 
 PRECISIONS = _precision.SERVING
 COMPLETION_FIELDS = ("prompt", "model", "precision", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
-                     "stream", "stream_options", "n", "user", "timeout_ms", "api_key")
+                     "echo", "stream", "stream_options", "n", "user", "timeout_ms", "api_key")
+MAX_CHOICES = 16   # n: the choices of one request (each a request in the engine's queue)
 CHAT_FIELDS = ("messages", "model", "precision", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
                "seed", "stop", "stream", "stream_options", "n", "user", "timeout_ms", "api_key")
 # Fields OpenAI defines that this server does not honour yet: taken only with a value that asks for nothing (the
 # last one listed is named in the refusal), refused by name otherwise.
-NEUTRAL = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False),
+NEUTRAL = {"logprobs": (None, False, 0), "top_logprobs": (None, 0),
            "presence_penalty": (None, 0), "frequency_penalty": (None, 0), "logit_bias": (None, {}),
            "best_of": (None, 1), "suffix": (None, ""), "tools": (None, []), "tool_choice": (None, "none"),
            "response_format": (None, {"type": "text"}), "parallel_tool_calls": (None, False, True),
@@ -589,8 +590,9 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
                 raise HTTPError(400, f"{name}: not supported by this server (only {_describe(NEUTRAL[name][-1])}), "
                                      f"got {_describe(data[name])}")
             raise HTTPError(400, f"{name}: not a field this server's {endpoint} takes (fields: {', '.join(fields)})")
-        if data.get("n", 1) != 1 or isinstance(data.get("n"), bool):
-            raise HTTPError(400, f"n: only 1 choice is made, got {_describe(data.get('n'))}")
+        n = data.get("n")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES):
+            raise HTTPError(400, f"n: expected an integer from 1 to {MAX_CHOICES}, got {_describe(n)}")
         user = data.get("user")
         if user is not None and not isinstance(user, str):
             raise HTTPError(400, f"user: expected a string, got {_describe(user)}")
@@ -653,22 +655,35 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         sampling = sampling_of(data)
         stops = stop_of(data)
         usage_chunk = include_usage(data)
-        stream = data.get("stream", False)
+        stream = False if data.get("stream") is None else data["stream"]   # null: the default
         if not isinstance(stream, bool):
             raise HTTPError(400, f"stream: expected true or false, got {_describe(stream)}")
         call = dict(model=served.name, precision=served.precision, timeout_ms=options["timeout_ms"], stop=stops or None,
                     **sampling)
         shape = _ChatShape(served.name) if chat else _CompletionShape(served.name)
+        n = data.get("n") or 1
+        echo = data.get("echo")   # the legacy completions' echo: the prompt, then its continuation
+        if echo is not None and not isinstance(echo, bool):
+            raise HTTPError(400, f"echo: expected true or false, got {_describe(echo)}")
         if not stream:
+            # n choices a prompt, prompt by prompt; choice i of a request with a seed samples from seed + i
+            seeds = [None if sampling["seed"] is None else _seed_plus(sampling["seed"], i) for i in range(n)]
             try:
                 done = await unless_disconnected(request, lambda: asyncio.gather(
-                    *(engine.complete(p, **call) for p in prompts)))
+                    *(engine.complete(p, **{**call, "seed": seed}) for p in prompts for seed in seeds)))
             except ValueError as error:   # the tokenizer's or an option's refusal, named
                 raise HTTPError(400, f"{'messages' if chat else 'prompt'}: {error}") from None
+            if echo:
+                done = [{**d, "text": p + d["text"]} for p, d in zip((p for p in prompts for _ in seeds), done)]
             latency_of[endpoint].observe(time.perf_counter() - start)
-            return JSONResponse(shape.whole(done))
+            answer = shape.whole(done)
+            answer["usage"]["prompt_tokens"] = sum(d["prompt_tokens"] for d in done[::n])   # a prompt counts once
+            answer["usage"]["total_tokens"] = answer["usage"]["prompt_tokens"] + answer["usage"]["completion_tokens"]
+            return JSONResponse(answer)
         if len(prompts) != 1:
             raise HTTPError(400, f"prompt: a stream takes exactly one prompt, got {len(prompts)}")
+        if n != 1:
+            raise HTTPError(400, f"n: a stream makes one choice, got {n}")
         counts = {}   # the prompt's and the completion's tokens, at the end
         try:
             pieces = engine.stream_completion(prompts[0], counts=counts, **call)
@@ -689,6 +704,8 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
             begin = shape.begin()
             if begin is not None:
                 yield begin
+            if echo:
+                yield shape.piece(prompts[0])
             text, reason = first
             while True:
                 if text:
@@ -707,14 +724,15 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
     async def translated_chat(request, data, start, served, messages):
         """A translator in a chat: the last user message translated, with the model's own options."""
         unsupported = [name for name in ("max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
-                                         "stop") if data.get(name) is not None]
+                                         "stop") if data.get(name) is not None] + (["n"] if data.get("n") not in
+                                                                                   (None, 1) else [])
         if unsupported:
             raise HTTPError(400, f"{unsupported[0]}: a translator ({served.name}) takes no sampling options; it "
                                  "translates the last user message")
         users = [text for role, text in messages if role == "user"]
         if not users:
             raise HTTPError(400, "messages: a translator translates the last user message, and there is none")
-        stream = data.get("stream", False)
+        stream = False if data.get("stream") is None else data["stream"]   # null: the default
         if not isinstance(stream, bool):
             raise HTTPError(400, f"stream: expected true or false, got {_describe(stream)}")
         usage_chunk = include_usage(data)
@@ -936,6 +954,11 @@ def _error(error, path=None):
         error.status, "model_not_found" if error.status == 404 and field == "model" else None)
     return JSONResponse({"error": {"message": error.message, "type": kind, "param": param, "code": code}},
                         status_code=error.status, headers=error.headers)
+
+
+def _seed_plus(seed, i):
+    """seed + i, wrapped into [-2**63, 2**63) as a seed must be."""
+    return (seed + i + 2**63) % 2**64 - 2**63
 
 
 def chat_prompt(messages):
