@@ -31,8 +31,9 @@ const char* kind_name(Event::Kind k) {
 void bind_serve(py::module_& m) {
     py::register_exception<ct::serve::QueueFull>(m, "QueueFull", PyExc_RuntimeError);
     py::class_<Engine>(m, "Engine",
-                       "Continuous batching of translation requests on a thread of its own: submit() sources, poll() "
-                       "events (tokens as greedy requests make them, finished translations). ctransformer.serve."
+                       "Continuous batching of translation and generation requests on a thread of its own: submit() "
+                       "sources or prompts, poll() events (tokens as streamed requests make them, finished outputs). "
+                       "ctransformer.serve."
                        "AsyncEngine is the Python face of it.")
         .def(py::init([](Int max_queue, Int max_rows, Int max_batch_tokens, Int nice, Int lane_rows) {
                  ct::serve::EngineOptions o;

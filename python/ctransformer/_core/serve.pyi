@@ -10,7 +10,7 @@ class QueueFull(RuntimeError):
     pass
 class Engine:
     """
-    Continuous batching of translation requests on a thread of its own: submit() sources, poll() events (tokens as greedy requests make them, finished translations). ctransformer.serve.AsyncEngine is the Python face of it.
+    Continuous batching of translation and generation requests on a thread of its own: submit() sources or prompts, poll() events (tokens as streamed requests make them, finished outputs). ctransformer.serve.AsyncEngine is the Python face of it.
     """
     def __init__(self, max_queue: typing.SupportsInt | typing.SupportsIndex = 256, max_rows: typing.SupportsInt | typing.SupportsIndex = 64, max_batch_tokens: typing.SupportsInt | typing.SupportsIndex = 4096, nice: typing.SupportsInt | typing.SupportsIndex = 0, lane_rows: typing.SupportsInt | typing.SupportsIndex = 16) -> None:
         """

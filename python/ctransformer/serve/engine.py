@@ -1,10 +1,10 @@
 """The continuous-batching engine from asyncio: ``AsyncEngine`` puts the C++ engine (``ct._core.serve.Engine``) behind
-awaitable ``translate`` and an async iterator ``stream``, for the server (``ctransformer.serve.app``) or any asyncio
-program.
+awaitable ``translate`` and ``complete`` and the async iterators ``stream`` and ``stream_completion``, for the server
+(``ctransformer.serve.app``) or any asyncio program.
 
 The C++ engine decodes on a thread of its own without the GIL; it merges every request it holds into one batch per
 model, each sequence at its own position (``cpp/include/ctransformer/serve/engine.hpp``). Here, one poller thread
-collects its events (a greedy request's tokens as they come, each finished translation) and hands each to the
+collects its events (a streamed request's tokens as they come, each finished output) and hands each to the
 asyncio loop of the request that waits for it. Tokenising and detokenising stay in Python, on the caller's loop.
 
 A translation through the engine equals ``Translator.translate([text], ...)`` of that text alone with the same

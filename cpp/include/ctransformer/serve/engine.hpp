@@ -1,4 +1,5 @@
-// Engine: continuous batching of translation requests for a server, on a thread of its own (no Python in it).
+// Engine: continuous batching for a server of translation and generation requests (a Transformer's translations, a
+// GPT's continuations of prompts), on a thread of its own (no Python in it).
 //
 // It owns the models it serves, keyed by name (the server's "name/precision"), a bounded queue of requests
 // waiting, and per model a decode::ContinuousBatch of the requests being decoded (a TranslationBatch for an
@@ -68,7 +69,7 @@ struct Event {
     enum class Kind { Token, Finished, Failed, Cancelled, TimedOut };
     std::uint64_t request = 0;
     Kind kind = Kind::Token;
-    std::int64_t token = 0;              // Token: the new token of a greedy request
+    std::int64_t token = 0;              // Token: a streamed request's new token (greedy translation, or a GPT's)
     std::vector<std::int64_t> ids;       // Finished: the translation's ids, start and end symbols removed
     double score = 0.0;                  // Finished: the hypothesis' score (beam search; 0 for greedy)
     std::string message;                 // Failed: why
