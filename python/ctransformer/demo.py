@@ -98,7 +98,7 @@ def attention_svg(weights, source, output):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m ctransformer.demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=800, help="training steps (default 800)")
+    parser.add_argument("--steps", type=int, default=1200, help="training steps (default 1200)")
     parser.add_argument("--batch-size", type=int, default=64, help="sequences a step (default 64)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--picture", default=os.path.join(tempfile.gettempdir(), "ctransformer-attention.svg"),
