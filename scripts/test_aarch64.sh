@@ -161,7 +161,7 @@ cat > "$wrapper.tmp" <<EOF
 # Written by scripts/test_aarch64.sh: python3.11 of the arm64 tree under qemu-user (QEMU_CPU, default neoverse-n1).
 # -0 "\$0": the guest's argv[0], hence sys.executable, is this script, so child interpreters come back here.
 # PYTHONHOME: the guest's /usr, which -L maps to the tree.
-export QEMU_LD_PREFIX='$tree' PYTHONHOME=/usr PYTHONPATH='$build/pkg:$site'
+export QEMU_LD_PREFIX='$tree' PYTHONHOME=/usr PYTHONPATH='$build/pkg:$site:$PWD/tests'
 exec qemu-aarch64 -cpu "\${QEMU_CPU:-neoverse-n1}" -0 "\$0" '$tree/usr/bin/python3.11' "\$@"
 EOF
 chmod +x "$wrapper.tmp"
@@ -222,8 +222,9 @@ if [ ${#shard_b[@]} -gt 0 ]; then
     run_pytest neoverse-n1 "${shard_b[@]}" || status=1
     run_pytest max,sme=off,sve256=on "${sve_tests[@]}" || status=1
     # An ARMv8.0 CPU without SDOT: the NEON int8 kernel, chosen by itself, against the exact reference. Without
-    # conftest.py, which imports torch: the aarch64 torch wheel does not run on a Cortex-A72.
-    run_pytest cortex-a72 --noconftest tests/ops/test_ops_int8.py || status=1
+    # conftest.py, which imports torch: the aarch64 torch wheel does not run on a Cortex-A72. Its thread-count
+    # fixtures come as a plugin (tests/ is on the wrapper's PYTHONPATH, as conftest.py puts it on sys.path).
+    run_pytest cortex-a72 --noconftest -p runtime_fixtures tests/ops/test_ops_int8.py || status=1
     exit $status ) > "$build/pytest-shard-b.log" 2>&1 &
   shard_b_pid=$!
 fi
