@@ -108,9 +108,15 @@ def test_nucleus_sampling_is_seeded(served):
     ({"prompt": "x", "echo": "yes"}, 400, "echo"),
     ({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
     ({"prompt": "x", "stop": ""}, 400, "stop"),
-    ({"prompt": "x", "logprobs": 2}, 400, "logprobs"),
-    ({"prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty"),
-    ({"prompt": "x", "logit_bias": {"5": 10}}, 400, "logit_bias"),
+    ({"prompt": "x", "logprobs": 21}, 400, "logprobs"),
+    ({"prompt": "x", "logprobs": True}, 400, "logprobs"),
+    ({"prompt": "x", "logprobs": 2, "echo": True}, 400, "echo"),
+    ({"prompt": "x", "presence_penalty": 2.5}, 400, "presence_penalty"),
+    ({"prompt": "x", "frequency_penalty": "1"}, 400, "frequency_penalty"),
+    ({"prompt": "x", "logit_bias": {"five": 10}}, 400, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"5": 101}}, 400, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"500": 1}}, 400, "logit_bias"),
+    ({"prompt": "x", "best_of": 2}, 400, "best_of"),
     ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
     ({"prompt": "x", "frobnicate": 1}, 400, "frobnicate"),
     ({"prompt": ["a", "b"], "stream": True}, 400, "prompt"),
@@ -132,10 +138,11 @@ def test_refusals_name_the_field(served, body, status, field):
 
 
 def test_neutral_values_of_unsupported_fields_are_taken(served):
-    """What the SDKs send by default (logprobs null, penalties 0, user; n and stream null) is no refusal."""
+    """What the SDKs send by default (logprobs null, penalties 0, best_of 1, user; n and stream null) is no
+    refusal."""
     app, _, _ = served
     (answer,) = post(app, {"prompt": "ROMEO:", "max_tokens": 3, "temperature": 0, "logprobs": None, "echo": False,
-                           "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "user": "u1",
+                           "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "best_of": 1, "user": "u1",
                            "n": None, "stream": None})
     assert answer.status_code == 200, answer.text
 
@@ -353,3 +360,19 @@ def test_n_choices_sample_from_seed_plus_their_index_and_echo_leads_with_the_pro
     assert completion_text(echoed)[0] == "ROMEO:" + continued
     assert "".join(streamed_text(stream)[0]) == "ROMEO:" + continued
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "n"
+
+
+def test_logit_bias_and_the_penalties_reach_the_engine(served):
+    """The fields as the engine reads them. The model's initial weights are N(0, 0.02), so its logits lie within a
+    few tenths of each other: a bias of 100 on "x" makes every greedy token "x", and a penalty of 2 (presence or
+    frequency) on each id already chosen makes 20 greedy tokens all different, far from any tie either way."""
+    app, _, tokenizer = served
+    (x,) = tokenizer.encode("x")
+    biased, presence, frequency = post(
+        app, {"prompt": "ROMEO:", "max_tokens": 20, "temperature": 0, "logit_bias": {str(x): 100}},
+        {"prompt": "ROMEO:", "max_tokens": 20, "temperature": 0, "presence_penalty": 2},
+        {"prompt": "ROMEO:", "max_tokens": 20, "temperature": 0, "frequency_penalty": 2.0})
+    assert biased.json()["choices"][0]["text"] == "x" * 20
+    for answer in (presence, frequency):
+        text = answer.json()["choices"][0]["text"]
+        assert len(text) == 20 and len(set(text)) == 20, text

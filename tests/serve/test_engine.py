@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import ctransformer as ct
+from ctransformer._core.serve import SequenceOptions
 from test_beam_search import BEAM_MARGIN, SCORE_TOL, traced_beam_search
 from test_decode import GREEDY_MARGIN, START, VOCAB, assert_same_greedy_ids, post_norm_model, pre_norm_model
 from waiting import HANG
@@ -52,17 +53,17 @@ def run_engine(model, srcs, max_len, end, beam_size=1, waves=(4, 3, 5), max_rows
     deadline = time.monotonic() + HANG
 
     def collect(events):
-        for request, kind, _, ids, score, message in events:
-            s = ids_of[request]
-            assert kind in ("token", "finished", "cancelled"), (kind, message)
-            if kind == "finished":
-                results[s] = (ids, score)
-            elif kind == "cancelled":
+        for event in events:
+            s = ids_of[event.request]
+            assert event.kind in ("token", "finished", "cancelled"), (event.kind, event.message)
+            if event.kind == "finished":
+                results[s] = (event.ids, event.score)
+            elif event.kind == "cancelled":
                 cancelled.add(s)
 
     for wave in waves:
         for s in pending[:wave]:
-            ids_of[engine.submit("m", srcs[s], max_len=max_len, beam_size=beam_size)] = s
+            ids_of[engine.submit("m", srcs[s], SequenceOptions(max_len=max_len, beam_size=beam_size))] = s
         pending = pending[wave:]
         steps = engine.stats()["steps_total"]
         while (engine.stats()["steps_total"] < steps + 3 and len(results) + len(cancelled) < len(ids_of)
@@ -72,7 +73,7 @@ def run_engine(model, srcs, max_len, end, beam_size=1, waves=(4, 3, 5), max_rows
             if s in cancel and s not in results and s not in cancelled:
                 engine.cancel(request)
     for s in pending:
-        ids_of[engine.submit("m", srcs[s], max_len=max_len, beam_size=beam_size)] = s
+        ids_of[engine.submit("m", srcs[s], SequenceOptions(max_len=max_len, beam_size=beam_size))] = s
     while len(results) + len(cancelled) < len(srcs) and time.monotonic() < deadline:
         collect(engine.poll(0.05))
     stats = engine.stats()
@@ -126,15 +127,15 @@ def test_float32_requests_in_lanes_equal_each_decoded_alone(num_threads):
         pytest.skip(f"the pool runs {ct.get_num_threads()} threads, not 2")
     engine = ct._core.serve.Engine(max_queue=64, max_rows=48, max_batch_tokens=1024, lane_rows=1)
     engine.add_model("m", model, START, end)
-    leader = engine.submit("m", srcs[0], max_len=max_len, beam_size=2)
-    source_of = {engine.submit("m", src, max_len=max_len): s for s, src in enumerate(srcs)}
+    leader = engine.submit("m", srcs[0], SequenceOptions(max_len=max_len, beam_size=2))
+    source_of = {engine.submit("m", src, SequenceOptions(max_len=max_len)): s for s, src in enumerate(srcs)}
     results = {}
     deadline = time.monotonic() + HANG
     while len(results) < len(srcs) + 1 and time.monotonic() < deadline:
-        for request, kind, _, ids, score, message in engine.poll(0.05):
-            assert kind in ("token", "finished"), (kind, message)
-            if kind == "finished":
-                results[source_of.get(request, "leader")] = ids
+        for event in engine.poll(0.05):
+            assert event.kind in ("token", "finished"), (event.kind, event.message)
+            if event.kind == "finished":
+                results[source_of.get(event.request, "leader")] = event.ids
     stats = engine.stats()
     engine.stop()
     assert len(results) == len(srcs) + 1, f"{len(results)} of {len(srcs) + 1} requests ended in {HANG} s"
@@ -195,24 +196,27 @@ def test_engine_refuses_bad_requests_by_name():
     engine = ct._core.serve.Engine(max_queue=2, max_rows=4, max_batch_tokens=32)
     engine.add_model("m", model, START, 3)
     with pytest.raises(ValueError, match="no model named 'x'"):
-        engine.submit("x", [5, SOURCE_END], max_len=5)
+        engine.submit("x", [5, SOURCE_END], SequenceOptions(max_len=5))
     with pytest.raises(IndexError, match="src"):
-        engine.submit("m", [VOCAB, SOURCE_END], max_len=5)
+        engine.submit("m", [VOCAB, SOURCE_END], SequenceOptions(max_len=5))
     with pytest.raises(ValueError, match="empty"):
-        engine.submit("m", [], max_len=5)
+        engine.submit("m", [], SequenceOptions(max_len=5))
     with pytest.raises(ValueError, match="max_len"):
-        engine.submit("m", [5, SOURCE_END], max_len=10**6)
+        engine.submit("m", [5, SOURCE_END], SequenceOptions(max_len=10**6))
     with pytest.raises(ValueError, match="beam_size"):
-        engine.submit("m", [5, SOURCE_END], max_len=5, beam_size=5)
+        engine.submit("m", [5, SOURCE_END], SequenceOptions(max_len=5, beam_size=5))
     with pytest.raises(ValueError, match="max_batch_tokens"):
-        engine.submit("m", [5] * 40 + [SOURCE_END], max_len=5)
+        engine.submit("m", [5] * 40 + [SOURCE_END], SequenceOptions(max_len=5))
     with pytest.raises(ValueError, match="beam_size"):
-        engine.submit("m", [5, SOURCE_END], max_len=5, beam_size=2**64)
+        engine.submit("m", [5, SOURCE_END], SequenceOptions(max_len=5, beam_size=2**64))
+    for generation_only in (dict(logprobs=True), dict(presence_penalty=0.5), dict(logit_bias={5: 1.0})):
+        with pytest.raises(ValueError, match="a generation's options"):
+            engine.submit("m", [5, SOURCE_END], SequenceOptions(max_len=5, **generation_only))
     with pytest.raises(ValueError, match="served already"):
         engine.add_model("m", model, START, 3)
     engine.stop()
     with pytest.raises(RuntimeError, match="stopped"):
-        engine.submit("m", [5, SOURCE_END], max_len=5)
+        engine.submit("m", [5, SOURCE_END], SequenceOptions(max_len=5))
 
 
 def test_a_full_queue_refuses_and_stop_cancels_what_is_left():
@@ -225,15 +229,15 @@ def test_a_full_queue_refuses_and_stop_cancels_what_is_left():
     ids, refused = [], 0
     for _ in range(20):
         try:
-            ids.append(engine.submit("m", [5, 6, SOURCE_END], max_len=40))
+            ids.append(engine.submit("m", [5, 6, SOURCE_END], SequenceOptions(max_len=40)))
         except ct._core.serve.QueueFull as error:
             assert "queue is full" in str(error)
             refused += 1
     assert refused > 0 and engine.stats()["rejected_total"] == refused
     engine.stop()
     kinds = {}
-    for request, kind, *_ in engine.poll(0.5):
-        kinds.setdefault(request, []).append(kind)
+    for event in engine.poll(0.5):
+        kinds.setdefault(event.request, []).append(event.kind)
     assert all(kinds.get(r, ["?"])[-1] in ("finished", "cancelled") for r in ids), kinds
 
 
@@ -241,15 +245,15 @@ def test_timeouts_and_cancellations_free_their_rows():
     model = post_norm_model("prj-tied")
     engine = ct._core.serve.Engine(max_queue=16, max_rows=2, max_batch_tokens=64)
     engine.add_model("m", model, START, 3)
-    slow = engine.submit("m", [5, 6, SOURCE_END], max_len=200, timeout=0.001)
-    kept = engine.submit("m", [7, 8, SOURCE_END], max_len=200)
+    slow = engine.submit("m", [5, 6, SOURCE_END], SequenceOptions(max_len=200), timeout=0.001)
+    kept = engine.submit("m", [7, 8, SOURCE_END], SequenceOptions(max_len=200))
     assert engine.cancel(kept)
     done = {}
     deadline = time.monotonic() + HANG
     while len(done) < 2 and time.monotonic() < deadline:
-        for request, kind, *_ in engine.poll(0.05):
-            if kind != "token":
-                done[request] = kind
+        for event in engine.poll(0.05):
+            if event.kind != "token":
+                done[event.request] = event.kind
     assert done == {slow: "timed_out", kept: "cancelled"}
     assert engine.stats()["rows_in_use"] == 0 and not engine.cancel(kept)
     engine.stop()
@@ -265,15 +269,15 @@ def test_each_request_leaves_by_its_own_deadline():
     for i in range(12):   # the short ones last: their deadlines come first all the same
         timeout = 0.001 if i >= 8 else 60.0
         # a long one decodes to max_len (this model's ends come late): the short ones wait hundreds of steps
-        request = engine.submit("m", [5 + i % 4, 6, SOURCE_END], max_len=100, timeout=timeout)
+        request = engine.submit("m", [5 + i % 4, 6, SOURCE_END], SequenceOptions(max_len=100), timeout=timeout)
         (short if timeout < 1 else long_).append(request)
     final = {}
     deadline = time.monotonic() + HANG
     while len(final) < 12 and time.monotonic() < deadline:
-        for request, kind, *_ in engine.poll(0.05):
-            if kind != "token":
-                assert request not in final, f"a second final event for {request}: {kind}"
-                final[request] = kind
+        for event in engine.poll(0.05):
+            if event.kind != "token":
+                assert event.request not in final, f"a second final event for {event.request}: {event.kind}"
+                final[event.request] = event.kind
     assert all(final.get(r) == "finished" for r in long_), final
     assert all(final.get(r) in ("timed_out", "finished") for r in short), final
     stats = engine.stats()
@@ -309,17 +313,17 @@ def test_int8_marian_beams_search_as_transformers_rules_alone(early_stopping):
     ids_of, results = {}, {}
     for wave in (srcs[:3], srcs[3:6], srcs[6:]):
         for src in wave:
-            ids_of[engine.submit("m", src, max_len=max_len, beam_size=beams, alpha=0.6, search="hf",
-                                 early_stopping=early_stopping)] = len(ids_of)
-        for request, kind, _, ids, score, _ in engine.poll(0.02):
-            if kind == "finished":
-                results[ids_of[request]] = (ids, score)
+            ids_of[engine.submit("m", src, SequenceOptions(
+                max_len=max_len, beam_size=beams, alpha=0.6, search="hf", early_stopping=early_stopping))] = len(ids_of)
+        for event in engine.poll(0.02):
+            if event.kind == "finished":
+                results[ids_of[event.request]] = (event.ids, event.score)
     deadline = time.monotonic() + HANG
     while len(results) < len(srcs) and time.monotonic() < deadline:
-        for request, kind, _, ids, score, message in engine.poll(0.05):
-            assert kind in ("token", "finished"), message
-            if kind == "finished":
-                results[ids_of[request]] = (ids, score)
+        for event in engine.poll(0.05):
+            assert event.kind in ("token", "finished"), event.message
+            if event.kind == "finished":
+                results[ids_of[event.request]] = (event.ids, event.score)
     engine.stop()
     ended = 0
     for s, src in enumerate(srcs):
@@ -331,3 +335,48 @@ def test_int8_marian_beams_search_as_transformers_rules_alone(early_stopping):
         ended += len(results[s][0]) < max_len - 2
     assert 0 < ended, "some searches should end before the length limit"
 
+
+
+def finished_events(engine, submitted):
+    """The finished event of each submitted request id, polled until all have ended."""
+    done, deadline = {}, time.monotonic() + HANG
+    while len(done) < len(submitted) and time.monotonic() < deadline:
+        for event in engine.poll(0.05):
+            assert event.kind in ("token", "finished"), event.message
+            if event.kind == "finished":
+                done[event.request] = event
+    assert len(done) == len(submitted), f"{len(done)} of {len(submitted)} requests ended in {HANG} s"
+    return [done[r] for r in submitted]
+
+
+@pytest.mark.parametrize("search", ["gnmt", "hf"])
+def test_int8_n_best_equals_each_search_alone(search):
+    """A beam's n best (n_best 3 of a beam of 4), int8, requests batched together: the translation and its two
+    alternatives, ids and scores, equal beam_search (GNMT's rules) or hf_beam_search (transformers') of that source
+    alone with n_best=3, bit for bit (the int8 products are exact; the rest is row by row)."""
+    model = ct.quantize_dynamic(post_norm_model("prj-tied", seed=3))
+    srcs, max_len, pad = sources(model, 8, seed=4), 12, model.config.trg_pad_idx
+    end = end_symbol(model, srcs, max_len)
+    engine = ct._core.serve.Engine(max_queue=16, max_rows=16, max_batch_tokens=256)
+    engine.add_model("m", model, START, end)
+    submitted = [engine.submit("m", src, SequenceOptions(max_len=max_len, beam_size=4, n_best=3, search=search),
+                               tokens=False) for src in srcs]
+    events = finished_events(engine, submitted)
+    engine.stop()
+    for src, event in zip(srcs, events):
+        if search == "gnmt":
+            ids, scores = ct.decode.beam_search(model, np.array([src]), None, max_len, START, end, beam_size=4,
+                                                n_best=3)
+        else:
+            ids, scores = ct.decode.hf_beam_search(model, np.array([src]), None, max_len, START, end, num_beams=4,
+                                                   length_penalty=0.6, n_best=3)
+        got = [event.ids, *event.alternatives]
+        assert len(got) == 3 and len(event.alternative_scores) == 2
+        for k in range(3):
+            np.testing.assert_array_equal(padded_row(got[k], max_len, pad, end), ids[0, k], err_msg=f"hypothesis {k}")
+        assert [event.score, *event.alternative_scores] == list(scores[0])
+    engine = ct._core.serve.Engine()
+    engine.add_model("m", model, START, end)
+    with pytest.raises(ValueError, match="n_best must be between 1 and beam_size = 2, got 3"):
+        engine.submit("m", srcs[0], SequenceOptions(max_len=max_len, beam_size=2, n_best=3))
+    engine.stop()

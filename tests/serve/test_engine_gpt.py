@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import ctransformer as ct
+from ctransformer._core.serve import SequenceOptions
 from reference.gpt_pairs import SMALL, make_pair, prompts
 from reference.gpt_reference import greedy
 from waiting import HANG
@@ -30,16 +31,16 @@ def run(model, requests, max_rows=4, end=None):
     deadline = time.monotonic() + HANG
 
     def collect(events):
-        for request, kind, _, ids, _, message in events:
-            assert kind in ("token", "finished"), message
-            if kind == "finished":
-                out[index[request]] = ids
+        for event in events:
+            assert event.kind in ("token", "finished"), event.message
+            if event.kind == "finished":
+                out[index[event.request]] = event.ids
 
     for wave in (range(0, len(requests), 3), range(1, len(requests), 3), range(2, len(requests), 3)):
         for i in wave:
             prompt, n, temperature, top_k, seed = requests[i]
-            request = engine.submit("gpt", [int(t) for t in prompt], max_len=len(prompt) + n,
-                                    temperature=temperature, top_k=top_k, seed=seed)
+            request = engine.submit("gpt", [int(t) for t in prompt], SequenceOptions(
+                max_len=len(prompt) + n, temperature=temperature, top_k=top_k, seed=seed))
             index[request] = i
         steps = engine.stats()["steps_total"]
         while engine.stats()["steps_total"] < steps + 3 and len(out) < len(index) and time.monotonic() < deadline:
@@ -94,15 +95,15 @@ def test_generation_ends_at_its_end_symbol_and_refuses_bad_prompts():
     engine = ct._core.serve.Engine()
     engine.add_model("gpt", model)
     with pytest.raises(IndexError, match="prompt holds token id 50"):
-        engine.submit("gpt", [1, 50], max_len=5)
+        engine.submit("gpt", [1, 50], SequenceOptions(max_len=5))
     with pytest.raises(ValueError, match="prompt is empty"):
-        engine.submit("gpt", [], max_len=5)
+        engine.submit("gpt", [], SequenceOptions(max_len=5))
     with pytest.raises(ValueError, match="room for one new id"):
-        engine.submit("gpt", [1, 2], max_len=2)
+        engine.submit("gpt", [1, 2], SequenceOptions(max_len=2))
     with pytest.raises(ValueError, match="temperature"):
-        engine.submit("gpt", [1, 2], max_len=5, temperature=-1.0)
+        engine.submit("gpt", [1, 2], SequenceOptions(max_len=5, temperature=-1.0))
     with pytest.raises(ValueError, match="beam_size 1"):
-        engine.submit("gpt", [1, 2], max_len=5, beam_size=2)
+        engine.submit("gpt", [1, 2], SequenceOptions(max_len=5, beam_size=2))
     with pytest.raises(TypeError, match="ct.nn.Transformer or a ct.nn.GPT"):
         engine.add_model("x", "not a model")
     engine.stop()
@@ -147,6 +148,102 @@ def test_async_completion_of_a_shakespeare_checkpoint(tmp_path):
     ct.manual_seed(11)
     int8 = ct.quantize_dynamic(loaded)   # a copy: the generator's state is left as it was
     expected = ct.decode.generate(int8, np.array([tokenizer.encode("ROMEO:")]), 25, 0.9, 8)[0, 6:]
-    assert done["text"] == tokenizer.decode(expected)
-    assert done["finish_reason"] == "length" and done["completion_tokens"] == 25 and done["prompt_tokens"] == 6
-    assert "".join(text for text, _ in pieces) == done["text"] and pieces[-1] == ("", "length")
+    assert done.text == tokenizer.decode(expected)
+    assert done.finish_reason == "length" and done.completion_tokens == 25 and done.prompt_tokens == 6
+    assert "".join(p.text for p in pieces) == done.text and pieces[-1] == ("", "length", None)
+
+
+def run_events(model, prompt, options):
+    """One request's token events, in order (logprobs asked for: they come with them)."""
+    engine = ct._core.serve.Engine(max_queue=4, max_rows=2, max_batch_tokens=64)
+    engine.add_model("gpt", model)
+    request = engine.submit("gpt", [int(t) for t in prompt], options, tokens=False)
+    tokens, ended, deadline = [], False, time.monotonic() + HANG
+    while not ended and time.monotonic() < deadline:
+        for event in engine.poll(0.05):
+            assert event.request == request and event.kind in ("token", "finished"), event.message
+            if event.kind == "token":
+                tokens.append(event)
+            ended = ended or event.kind == "finished"
+    engine.stop()
+    assert ended, f"the request did not end in {HANG} s"
+    return tokens
+
+
+@torch.no_grad()
+def adjusted_greedy(tm, prompt, n, bias, presence, frequency):
+    """The torch reference's arg-max loop over OpenAI's adjusted logits, logit + bias - presence * (c > 0) -
+    frequency * c (c: the times the id was chosen so far), with each step's log_softmax of the raw logits and the
+    gap between the two best adjusted logits."""
+    idx, made, steps = torch.tensor([prompt]), [], []
+    for _ in range(n):
+        logits = tm(idx[:, -tm.max_seq_len:])[0][0, -1]
+        adjusted = logits.clone()
+        for token, b in bias.items():
+            adjusted[token] += b
+        for token in set(made):
+            adjusted[token] -= presence + made.count(token) * frequency
+        top2 = torch.topk(adjusted, 2).values
+        word = int(adjusted.argmax())
+        steps.append((word, torch.log_softmax(logits, -1), float(top2[0] - top2[1])))
+        made.append(word)
+        idx = torch.cat((idx, torch.tensor([[word]])), dim=1)
+    return steps
+
+
+@pytest.mark.parametrize("bias,presence,frequency", [({}, 0.0, 0.0), ({3: 2.5, 7: -100.0}, 0.0, 0.0),
+                                                     ({}, 0.8, 0.0), ({}, 0.0, 0.6), ({11: 1.5}, -0.4, 1.1)])
+def test_logit_bias_penalties_and_logprobs_equal_the_reference(bias, presence, frequency):
+    """Greedy float32 generation with logit_bias and the presence and frequency penalties (OpenAI's definitions)
+    chooses the ids of the torch reference's loop over the adjusted logits (every step's best adjusted logit at
+    least 1e-3 above the second: off the knife edge), over 30 new ids (a window of 16 that slides). Each token's
+    logprob is the raw logits' log_softmax; the 5 alternatives are the likeliest ids with theirs. Tolerance 2e-5:
+    the two sides' logits differ by float32 rounding of sums over 32 to 64 terms (a few 1e-6 at these sizes), and
+    the log-sum-exp adds a rounding of its own."""
+    tm, model = make_pair(SMALL, sharp=True)
+    prompt = [int(t) for t in prompts(SMALL, 1, 6, seed=40)[0]]
+    options = SequenceOptions(max_len=len(prompt) + 30, logit_bias=bias, presence_penalty=presence,
+                              frequency_penalty=frequency, logprobs=True, top_logprobs=5)
+    events = run_events(model, prompt, options)
+    steps = adjusted_greedy(tm, prompt, 30, bias, presence, frequency)
+    assert min(gap for *_, gap in steps) > 1e-3, "near-tie in the reference: the comparison would be fragile"
+    assert [e.token for e in events] == [word for word, *_ in steps]
+    if bias.get(7) == -100.0:
+        assert 7 not in [e.token for e in events]
+    for event, (word, logprobs, _) in zip(events, steps):
+        assert event.logprob == pytest.approx(float(logprobs[word]), abs=2e-5)
+        top = event.top_logprobs
+        assert len(top) == 5 and [lp for _, lp in top] == sorted((lp for _, lp in top), reverse=True)
+        for token, lp in top:
+            assert lp == pytest.approx(float(logprobs[token]), abs=2e-5)
+        # nothing left out that is clearly likelier than the last one listed
+        assert float(torch.topk(logprobs, 6).values[5]) <= top[-1][1] + 1e-4
+
+
+def test_the_penalties_change_what_greedy_generation_repeats():
+    """The check that the penalties act at all (the parity test above holds for any adjustment both sides skip): a
+    frequency penalty of 2 makes greedy decoding repeat fewer of its ids than none does."""
+    _, model = make_pair(SMALL, sharp=True)
+    prompt = [int(t) for t in prompts(SMALL, 1, 6, seed=40)[0]]
+    plain = [e.token for e in run_events(model, prompt, SequenceOptions(max_len=36, logprobs=True))]
+    penalised = [e.token for e in run_events(model, prompt, SequenceOptions(max_len=36, logprobs=True,
+                                                                            frequency_penalty=2.0))]
+    assert len(set(penalised)) > len(set(plain))
+
+
+def test_generation_options_are_checked_by_name():
+    tm, model = make_pair(SMALL, sharp=True)
+    engine = ct._core.serve.Engine()
+    engine.add_model("gpt", model)
+    for options, match in [(dict(logit_bias={50: 1.0}), "logit_bias names token id 50"),
+                           (dict(logit_bias={3: 101.0}), "logit_bias of token id 3"),
+                           (dict(presence_penalty=2.5), "presence_penalty must be in"),
+                           (dict(frequency_penalty=float("nan")), "frequency_penalty must be in"),
+                           (dict(logprobs=True, top_logprobs=21), "top_logprobs must be at most 20")]:
+        with pytest.raises(ValueError, match=match):
+            engine.submit("gpt", [1, 2], SequenceOptions(max_len=5, **options))
+    with pytest.raises(TypeError, match="logit_bias must be a dict"):
+        SequenceOptions(max_len=5, logit_bias=[(1, 2.0)])
+    with pytest.raises(ValueError, match="top_k"):
+        SequenceOptions(max_len=5, top_k=-1)
+    engine.stop()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import ctransformer as ct
+from ctransformer._core.serve import SequenceOptions
 from waiting import HANG
 
 pytestmark = pytest.mark.threads   # threads, the serving engine or the server: make test-stress runs it under load
@@ -34,14 +35,14 @@ def submit_cancel_and_poll(engine, submit, count=30):
 
     def poller():
         while not stop.is_set():
-            for request, kind, *_ in engine.poll(0.01):
-                if kind in ("finished", "cancelled", "timed_out"):
+            for event in engine.poll(0.01):
+                if event.kind in ("finished", "cancelled", "timed_out"):
                     with lock:
-                        assert request not in ends, f"request {request} ended twice"
-                        ends[request] = kind
+                        assert event.request not in ends, f"event.request {event.request} ended twice"
+                        ends[event.request] = event.kind
                         all_ended.notify_all()
                 else:
-                    assert kind == "token"
+                    assert event.kind == "token"
 
     threads = [threading.Thread(target=client, args=(s,)) for s in range(3)] + [threading.Thread(target=poller)]
     for t in threads:
@@ -72,8 +73,8 @@ def test_submit_cancel_and_poll_from_threads():
     def submit(rng, i):
         source = [int(t) for t in rng.integers(3, 40, int(rng.integers(1, 10)))]
         if i % 3 == 0:
-            return engine.submit("g", source, max_len=len(source) + 8, temperature=0.9, seed=i)
-        return engine.submit("t", source + [2], max_len=12, beam_size=1 + i % 3)
+            return engine.submit("g", source, SequenceOptions(max_len=len(source) + 8, temperature=0.9, seed=i))
+        return engine.submit("t", source + [2], SequenceOptions(max_len=12, beam_size=1 + i % 3))
 
     submit_cancel_and_poll(engine, submit)
 
@@ -104,7 +105,8 @@ def test_submit_cancel_and_poll_while_lanes_step(precision, num_threads):
     def submit(rng, i):
         source = [int(t) for t in rng.integers(3, 40, int(rng.integers(1, 10)))] + [2]
         # some time out (waiting, or while decoding), beams of 2 and 3 too
-        return engine.submit("t", source, max_len=40, beam_size=1 + i % 3, timeout=0.005 if i % 7 == 3 else 0.0)
+        return engine.submit("t", source, SequenceOptions(max_len=40, beam_size=1 + i % 3),
+                             timeout=0.005 if i % 7 == 3 else 0.0)
 
     stats = submit_cancel_and_poll(engine, submit, count=40)
     assert stats["lane_runs_total"] >= 1, "lane_rows=1 and beams of 2 rows: the batch must have split into lanes"
@@ -120,11 +122,11 @@ def test_lane_rows_zero_never_splits_and_is_checked(num_threads):
     set_threads_or_skip(num_threads)
     engine = ct._core.serve.Engine(max_queue=64, max_rows=48, max_batch_tokens=1024, lane_rows=0)
     engine.add_model("t", model, 1, 2)
-    requests = {engine.submit("t", [5 + i % 30, 6, 2], max_len=20, beam_size=3) for i in range(16)}
+    requests = {engine.submit("t", [5 + i % 30, 6, 2], SequenceOptions(max_len=20, beam_size=3)) for i in range(16)}
     ended = set()
     deadline = time.monotonic() + HANG
     while ended != requests and time.monotonic() < deadline:
-        ended |= {r for r, kind, *_ in engine.poll(0.05) if kind == "finished"}
+        ended |= {e.request for e in engine.poll(0.05) if e.kind == "finished"}
     stats = engine.stats()
     engine.stop()
     assert ended == requests and stats["lane_runs_total"] == 0
@@ -136,8 +138,8 @@ def test_int8_rows_split_over_threads_are_bit_for_bit(num_threads):
     """An int8 model's batch split into one batch a thread, each stepped on its own thread (lanes, serve/engine.cpp):
     40 greedy requests and 14 beams of 3 (42 rows) at once, on 2 threads, each equal to its source decoded alone, ids
     and scores exactly (the int8 products are exact; the rest is row by row, in whichever lane, through the split
-    into lanes and the merge back). lane_rows=1 forces the split (below). The end symbol is the target id the sources' greedy decodes reach least, and
-    max_len is 60, so the requests live for many steps, in whichever lane admitted them."""
+    into lanes and the merge back). lane_rows=1 forces the split (below). The end symbol is the target id the
+    sources' greedy decodes reach least, and max_len is 60, so the requests live for many steps, in whichever lane admitted them."""
     ct.manual_seed(1)
     model = ct.quantize_dynamic(ct.nn.Transformer(40, 40, 0, 0, d_word_vec=32, d_model=32, d_inner=64, n_layers=2,
                                                   n_head=4, d_k=8, d_v=8, dropout=0.0).eval())
@@ -153,13 +155,14 @@ def test_int8_rows_split_over_threads_are_bit_for_bit(num_threads):
     for round_ in ([(0, 2)] + [(s, 1) for s in range(40)], [(s, 3) for s in range(14)]):
         engine = ct._core.serve.Engine(max_queue=64, max_rows=48, max_batch_tokens=1024, lane_rows=1)
         engine.add_model("t", model, 1, end)
-        request_of = {engine.submit("t", srcs[s], max_len=max_len, beam_size=beam): (s, beam) for s, beam in round_}
+        request_of = {engine.submit("t", srcs[s], SequenceOptions(max_len=max_len, beam_size=beam)): (s, beam)
+                      for s, beam in round_}
         results, deadline = {}, time.monotonic() + HANG
         while len(results) < len(round_) and time.monotonic() < deadline:
-            for request, kind, _, ids, score, message in engine.poll(0.05):
-                assert kind in ("token", "finished"), (kind, message)
-                if kind == "finished":
-                    results[request_of[request]] = (list(ids), score)
+            for event in engine.poll(0.05):
+                assert event.kind in ("token", "finished"), (event.kind, event.message)
+                if event.kind == "finished":
+                    results[request_of[event.request]] = (list(event.ids), event.score)
         stats = engine.stats()
         engine.stop()
         assert len(results) == len(round_), f"{len(results)} of {len(round_)} requests ended in {HANG} s"
@@ -185,13 +188,13 @@ def test_stop_while_another_thread_polls():
                                    d_k=8, d_v=8, dropout=0.0).eval()
     engine = ct._core.serve.Engine(max_queue=64, max_rows=2, max_batch_tokens=64)
     engine.add_model("t", translator, 1, 2)
-    submitted = [engine.submit("t", [5, 6, 7, 2], max_len=150) for _ in range(8)]
+    submitted = [engine.submit("t", [5, 6, 7, 2], SequenceOptions(max_len=150)) for _ in range(8)]
     seen = []
 
     def poller():
         deadline = time.monotonic() + 20
         while len(seen) < len(submitted) and time.monotonic() < deadline:
-            seen.extend(kind for _, kind, *_ in engine.poll(1.0) if kind != "token")
+            seen.extend(e.kind for e in engine.poll(1.0) if e.kind != "token")
 
     thread = threading.Thread(target=poller)
     thread.start()
@@ -209,6 +212,7 @@ import os, time
 os.nice(2)   # first, so every thread inherits it; the engine's threads go `nice` levels above the thread making it
 import numpy as np
 import ctransformer as ct
+from ctransformer._core.serve import SequenceOptions
 
 def nices():   # {thread name: [nice values]} of this process's threads; stat's 19th field is the nice value
     out = {}
@@ -232,8 +236,8 @@ def settled(workers):
         time.sleep(0.01)
 
 def step(engine):   # one request through the engine, so that the pool's workers run
-    request = engine.submit("t", [5, 6, 7, 2], max_len=6)
-    while not any(r == request and kind == "finished" for r, kind, *_ in engine.poll(1.0)):
+    request = engine.submit("t", [5, 6, 7, 2], SequenceOptions(max_len=6))
+    while not any(e.request == request and e.kind == "finished" for e in engine.poll(1.0)):
         pass
 
 ct.manual_seed(0)

@@ -133,8 +133,40 @@ def test_refusals_raise_the_sdks_own_errors(server):
         sdk.chat.completions.create(model="nobody", messages=[{"role": "user", "content": "x"}])
     assert missing.value.code == "model_not_found" and missing.value.param == "model"
     with pytest.raises(openai.BadRequestError) as refused:
-        sdk.completions.create(model="bard", prompt="x", logprobs=2)
-    assert refused.value.param == "logprobs" and "not supported" in refused.value.message
+        sdk.completions.create(model="bard", prompt="x", best_of=2)
+    assert refused.value.param == "best_of" and "not supported" in refused.value.message
     with pytest.raises(openai.BadRequestError) as empty:
         sdk.chat.completions.create(model="bard", messages=[])
     assert empty.value.param == "messages" and empty.value.type == "invalid_request_error"
+
+
+def test_logprobs_in_completions_and_chat_whole_and_streamed(server):
+    """logprobs through the SDK's own types: each token's text, in order, makes the choice's text (text_offset says
+    where each starts); greedy decoding chose each token, so its logprob is the first of its alternatives' (the same
+    number: exact). The numbers themselves are proven against PyTorch in tests/serve/test_engine_gpt.py."""
+    sdk = client(server)
+    whole = sdk.completions.create(model="bard", prompt="ROMEO:", max_tokens=12, temperature=0, logprobs=3,
+                                   stop=["zz"])
+    choice = whole.choices[0]
+    lp = choice.logprobs
+    assert "".join(lp.tokens) == choice.text and len(lp.tokens) == whole.usage.completion_tokens
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert len(top) <= 3 and logprob == max(top.values()) and top[token] == logprob and logprob < 0
+
+    chat = sdk.chat.completions.create(model="bard", messages=[{"role": "user", "content": "Speak!"}], max_tokens=10,
+                                       temperature=0, logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == chat.choices[0].message.content
+    for t in content:
+        assert len(t.top_logprobs) == 2 and t.top_logprobs[0].token == t.token
+        assert t.top_logprobs[0].logprob == t.logprob and bytes(t.bytes).decode() == t.token
+
+    chunks = list(sdk.chat.completions.create(model="bard", messages=[{"role": "user", "content": "Speak!"}],
+                                              max_tokens=10, temperature=0, logprobs=True, top_logprobs=2,
+                                              stream=True))
+    streamed = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in content]
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.chat.completions.create(model="bard", messages=[{"role": "user", "content": "x"}], top_logprobs=2)
+    assert refused.value.param == "top_logprobs"

@@ -274,6 +274,32 @@ def test_libretranslate_shape_json_and_forms(app, sentences, offline):
     assert answers[6].json()["error"].startswith("q")
 
 
+def test_libretranslate_alternatives_come_from_the_beams_n_best(app, sentences):
+    """alternatives: n asks the beam for its n + 1 best (AsyncEngine.hypotheses, whose ids and scores equal the
+    offline search's n-best bit for bit in int8: tests/serve/test_engine.py): the best is translatedText, the rest
+    the alternatives, in LibreTranslate's shape (a list, or a list a text); a form sends the count as a string."""
+    text, other = sentences[MARIAN][20:22]
+    answers = call(app,
+                   ("POST", "/translate", {"json": {"q": text, "source": "de", "target": "en", "alternatives": 2}}),
+                   ("POST", "/translate", {"json": {"q": [text, other], "source": "de", "target": "en",
+                                                    "alternatives": 2}}),
+                   ("POST", "/translate", {"data": {"q": text, "source": "de", "target": "en", "alternatives": "2"}}),
+                   ("POST", "/translate", {"json": {"q": text, "source": "de", "target": "en", "alternatives": -1}}),
+                   ("POST", "/translate", {"json": {"q": text, "source": "de", "target": "en", "alternatives": 2,
+                                                    "format": "html"}}),
+                   ("POST", "/translate", {"json": {"q": text, "source": "de", "target": "en", "alternatives": 0}}))
+    assert [a.status_code for a in answers] == [200, 200, 200, 400, 400, 200]
+    single, both, form = (a.json() for a in answers[:3])
+    assert isinstance(single["translatedText"], str) and len(single["alternatives"]) == 2
+    assert all(isinstance(t, str) for t in single["alternatives"])
+    # Shapes only: the requests run in float32 batches of whichever rows, so equal texts across them would assert
+    # the summation order (the numbers are proven in int8 at the engine).
+    assert isinstance(form["translatedText"], str) and len(form["alternatives"]) == 2
+    assert len(both["translatedText"]) == 2 and [len(a) for a in both["alternatives"]] == [2, 2]
+    assert answers[3].json()["error"].startswith("alternatives") and "html" in answers[4].json()["error"]
+    assert "alternatives" not in answers[5].json()
+
+
 HTML = ('<!DOCTYPE html>\n<html lang="de"><head><meta charset="utf-8"><title>{0}</title>'
         '<style>p {{ color: red }}</style></head>\n<body><p class="a" data-x=\'1 &amp; 2\'>  {1}</p>\n'
         '<!-- a comment: <p>not text</p> -->\n<div>&nbsp;<b>{2}</b>\t</div><br/>'
@@ -314,6 +340,42 @@ def test_libretranslate_html_translates_the_text_and_keeps_the_markup(engine, se
     assert markup(got) == markup(doc)
     too_many = one(app, "POST", "/translate", json={"q": "<p>a</p>" * 9, "target": "en", "format": "html"})
     assert too_many.status_code == 413 and too_many.json()["error"].startswith("q: the HTML holds 9 texts")
+
+
+def test_translate_file_translates_txt_line_by_line_and_html_as_a_page(engine, sentences, offline):
+    """LibreTranslate's /translate_file: a .txt file's lines each translated as offline (blank lines and line ends
+    kept: CRLF, none at the end), more lines than one request's limit; an .html file as format html; the answer's
+    translatedFileUrl fetches the file, named as it came. Refusals name the field."""
+    from ctransformer.serve import html_text
+
+    app = create_app(engine, max_texts=2)   # three lines: two of the engine's requests
+    a, b, c = sentences[MARIAN][23:26]
+    txt = f"{a}\r\n\n{b}\n  \n{c}"
+    page = HTML.format(a, b, c)
+    answers = call(app, ("POST", "/translate_file", {"data": {"source": "de", "target": "en"},
+                                                     "files": {"file": ("notes.txt", txt.encode())}}),
+                   ("POST", "/translate_file", {"data": {"target": "en"},
+                                                "files": {"file": ("dir/Seite.HTML", page.encode())}}))
+    assert [x.status_code for x in answers] == [200, 200], [x.text for x in answers]
+    got = []
+    for answer, name in zip(answers, ("notes.txt", "Seite.HTML")):
+        url = answer.json()["translatedFileUrl"]
+        assert url.startswith("http://serve.test/download_file/") and url.endswith("/" + name)
+        fetched = one(app, "GET", url[len("http://serve.test"):])
+        assert fetched.status_code == 200 and name in fetched.headers["content-disposition"]
+        got.append(fetched.content.decode())
+    t = lambda text: offline(MARIAN, text)  # noqa: E731
+    assert got[0] == f"{t(a)}\r\n\n{t(b)}\n  \n{t(c)}"
+    pieces = html_text.split(page)
+    assert got[1] == html_text.join(pieces, [t(w) if w else None for w in html_text.texts(pieces)])
+    refused = call(app, ("POST", "/translate_file", {"data": {"target": "en"}}),
+                   ("POST", "/translate_file", {"data": {"target": "en"}, "files": {"file": ("a.pdf", b"%PDF")}}),
+                   ("POST", "/translate_file", {"json": {"target": "en"}}),
+                   ("POST", "/translate_file", {"data": {"target": "fr"}, "files": {"file": ("a.txt", b"Hallo")}}),
+                   ("GET", "/download_file/nothing/a.txt", {}))
+    assert [x.status_code for x in refused] == [400, 400, 400, 400, 404]
+    assert all(x.json()["error"].startswith(f) for x, f in zip(refused, ("file", "file", "file", "source", "file")))
+    assert one(app, "GET", "/frontend/settings").json()["supportedFilesFormat"] == [".txt", ".html", ".htm"]
 
 
 BAD = [   # (body as bytes or JSON, status, the start of the error message: the field at fault)
@@ -1132,7 +1194,8 @@ def test_libretranslate_clients_see_the_pairs_and_are_routed_by_them(tmp_path, m
         assert [(m["id"], m["source_language"], m["target_language"]) for m in models] == \
             [("de-en", "de", "en"), ("other", "fr", "en")]
         assert settings == {"charLimit": 5000, "frontendTimeout": 500, "apiKeys": False, "keyRequired": False,
-                            "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+                            "suggestions": False, "filesTranslation": True,
+                            "supportedFilesFormat": [".txt", ".html", ".htm"],
                             "language": {"source": {"code": "auto", "name": "Auto Detect"},
                                          "target": {"code": "en", "name": "English"}}}
     finally:

@@ -5,7 +5,9 @@
 #include <cstring>
 
 #include "ctransformer/decode/kv_cache.hpp"
+#include "ctransformer/decode/logit_adjustment.hpp"
 #include "ctransformer/decode/sampling.hpp"
+#include "ctransformer/decode/token_logprobs.hpp"
 #include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/runtime/random.hpp"
 #include "../kernels/simd/search.hpp"
@@ -20,6 +22,8 @@ struct GenerationBatch::Sequence {
     nn::gpt::GPT::Cache cache;
     std::optional<Generator> generator;
     std::vector<float> pending;          // logits computed outside the batched step (the prompt, a rebuilt window)
+    TokenCounts counts;                  // the ids made so far, counted (only when a penalty reads them)
+    std::vector<float> adjusted;         // the step's logits after the request's bias and penalties
     std::size_t rows() const { return 1; }
 };
 
@@ -42,7 +46,8 @@ void GenerationBatch::check(const std::vector<std::int64_t>& prompt, const Seque
         if (prompt[i] < 0 || prompt[i] >= std::int64_t(model_.vocab_size))
             throw IndexError(what + ": the prompt holds token id " + std::to_string(prompt[i]) + " at " + std::to_string(i) +
                              ", outside the vocabulary [0, " + std::to_string(model_.vocab_size) + ")");
-    if (options.beam_size != 1) throw ValueError(what + ": a GPT generates one sequence per request (beam_size 1)");
+    if (options.beam_size != 1 || options.n_best != 1)
+        throw ValueError(what + ": a GPT generates one sequence per request (beam_size 1, n_best 1)");
     if (options.max_len <= prompt.size())
         throw ValueError(what + ": max_len (the prompt's " + std::to_string(prompt.size()) +
                          " ids and the new ones) must leave room for one new id at least, got " +
@@ -51,6 +56,10 @@ void GenerationBatch::check(const std::vector<std::int64_t>& prompt, const Seque
         throw ValueError(what + ": top_p must be in (0, 1], got " + std::to_string(options.top_p));
     if (!std::isfinite(options.temperature) || options.temperature < 0.0f)
         throw ValueError(what + ": temperature must be a finite number >= 0, got " + std::to_string(options.temperature));
+    check_logit_adjustment(options, model_.vocab_size, what);
+    if (options.top_logprobs > max_top_logprobs)
+        throw ValueError(what + ": top_logprobs must be at most " + std::to_string(max_top_logprobs) + ", got " +
+                         std::to_string(options.top_logprobs));
 }
 
 namespace {
@@ -149,17 +158,27 @@ ContinuousBatch::StepResult GenerationBatch::step() {
     std::vector<std::unique_ptr<Sequence>> still;
     for (std::size_t si = 0; si < sequences_.size(); ++si) {
         auto& s = sequences_[si];
-        const float* row = rows[si] ? rows[si] : s->pending.data();
+        const float* logits_row = rows[si] ? rows[si] : s->pending.data();
         const SequenceOptions& o = s->options;
+        const float* row = adjusts_logits(o) ? adjust_logits(logits_row, V, o, s->counts, s->adjusted) : logits_row;
         const std::int64_t word =
             o.temperature > 0.0f
                 ? sample_top_k_top_p(row, V, o.temperature, o.top_k ? std::min(o.top_k, V) : V, o.top_p,
                                      *s->generator)
                 : std::int64_t(first_max(row, V));
-        s->pending.clear();
         s->ids.push_back(word);
+        if (o.presence_penalty != 0.0f || o.frequency_penalty != 0.0f) ++s->counts[word];
         const bool ended = end_symbol_ && word == *end_symbol_;
-        if (!ended) result.tokens.push_back({s->id, word});
+        if (!ended) {
+            Token token{s->id, word};
+            if (o.logprobs) {   // the model's own (logits_row), not the adjusted row's
+                TokenLogprobs lp = token_logprobs(logits_row, V, word, o.top_logprobs);
+                token.logprob = lp.chosen;
+                token.top = std::move(lp.top);
+            }
+            result.tokens.push_back(std::move(token));
+        }
+        s->pending.clear();
         if (ended || s->ids.size() >= o.max_len) {
             std::vector<std::int64_t> made(s->ids.begin() + std::ptrdiff_t(s->prompt), s->ids.end());
             if (ended) made.pop_back();

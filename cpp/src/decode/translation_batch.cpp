@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ctransformer/decode/kv_cache.hpp"
+#include "ctransformer/decode/logit_adjustment.hpp"
 #include "ctransformer/runtime/autograd.hpp"
 #include "decode_checks.hpp"
 #include "hf_beam.hpp"
@@ -32,9 +33,24 @@ struct TranslationBatch::Sequence {
 namespace {
 
 // A finished hypothesis as the batch's output: its ids without the start symbol, nor the end symbol if it ended.
+// A hypothesis' output ids: no start symbol, no end symbol.
+std::vector<std::int64_t> output_ids(const Hypothesis& h) {
+    std::vector<std::int64_t> ids(h.ids.begin() + 1, h.ids.end());
+    if (h.ended && !ids.empty()) ids.pop_back();
+    return ids;
+}
+
 ContinuousBatch::Finished output(std::uint64_t id, const Hypothesis& h) {
-    ContinuousBatch::Finished f{id, std::vector<std::int64_t>(h.ids.begin() + 1, h.ids.end()), h.score, h.ended};
-    if (h.ended && !f.ids.empty()) f.ids.pop_back();
+    return {id, output_ids(h), h.score, h.ended, {}, {}};
+}
+
+// The best of `best` (best first, at least one), the rest as its alternatives.
+ContinuousBatch::Finished output(std::uint64_t id, const std::vector<Hypothesis>& best) {
+    ContinuousBatch::Finished f = output(id, best.front());
+    for (std::size_t i = 1; i < best.size(); ++i) {
+        f.alternatives.push_back(output_ids(best[i]));
+        f.alternative_scores.push_back(best[i].score);
+    }
     return f;
 }
 
@@ -73,6 +89,12 @@ void TranslationBatch::check(const std::vector<std::int64_t>& source, const Sequ
     if (options.max_len < 2 || options.max_len - 1 > c.n_position)
         throw ValueError(what + ": max_len (target positions, the start symbol counted) must be in [2, n_position + 1 = " +
                          std::to_string(c.n_position + 1) + "], got " + std::to_string(options.max_len));
+    if (options.n_best < 1 || options.n_best > options.beam_size)
+        throw ValueError(what + ": n_best must be between 1 and beam_size = " + std::to_string(options.beam_size) +
+                         ", got " + std::to_string(options.n_best));
+    if (adjusts_logits(options) || options.logprobs || options.top_logprobs)
+        throw ValueError(what + ": logit_bias, presence_penalty, frequency_penalty and logprobs are a generation's "
+                                "options; a translation takes none of them");
 }
 
 void TranslationBatch::admit(const std::vector<std::uint64_t>& ids, const std::vector<std::vector<std::int64_t>>& sources,
@@ -160,7 +182,7 @@ TranslationBatch::StepResult TranslationBatch::step() {
         if (s->hf) {   // Hugging Face's search: as hf_beam_search, this sequence's rows only
             const std::vector<std::size_t> parents = s->hf->advance(rows, V);
             if (s->hf->done()) {
-                result.finished.push_back(output(s->id, s->hf->best(1).front()));
+                result.finished.push_back(output(s->id, s->hf->best(s->options.n_best)));
                 continue;
             }
             for (auto& layer : s->cache.layers) select_rows_in_place(layer.self, parents);
@@ -176,14 +198,14 @@ TranslationBatch::StepResult TranslationBatch::step() {
             }
         } else {   // beam search: as beam_search, this sequence's rows only
             const SequenceOptions& o = s->options;
-            const detail::BeamSettings settings{o.beam_size, 1, o.max_len, end_symbol_, o.alpha,
+            const detail::BeamSettings settings{o.beam_size, o.n_best, o.max_len, end_symbol_, o.alpha,
                                                 length_penalty(o.max_len - 1, o.alpha)};
             best.compute(rows, s->rows(), V, o.beam_size, rules_, rules_.force_end && last_position, end_symbol_);
             std::vector<std::size_t> parents;
             detail::advance_beam(s->live, s->finished, best, 0, t, settings, candidates, parents);
             if (s->live.empty()) {
-                detail::keep_best(s->finished, 1);
-                result.finished.push_back(output(s->id, s->finished.front()));
+                detail::keep_best(s->finished, o.n_best);
+                result.finished.push_back(output(s->id, s->finished));
                 continue;
             }
             for (auto& layer : s->cache.layers) {

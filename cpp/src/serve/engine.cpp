@@ -173,7 +173,7 @@ std::uint64_t Engine::submit(const std::string& name, std::vector<std::int64_t> 
     r->model = name;
     r->source = std::move(source);
     r->options = options;
-    r->tokens = tokens;
+    r->tokens = tokens || options.logprobs;
     if (timeout_seconds > 0.0) {
         r->deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
         deadlines_.emplace(*r->deadline, r->id);
@@ -404,15 +404,17 @@ void Engine::record(Model& m, std::size_t lane, decode::ContinuousBatch::StepRes
         l.rows_reserved = l.tokens = 0;
         l.batch = m.make_batch();
     }
-    for (const auto& t : result.tokens) {
+    for (auto& t : result.tokens) {
         ++stats_.tokens_total;
         const auto it = requests_.find(t.id);
-        if (it != requests_.end() && it->second->tokens) push({t.id, Event::Kind::Token, t.token, {}, 0.0, {}});
+        if (it != requests_.end() && it->second->tokens)
+            push({t.id, Event::Kind::Token, t.token, {}, 0.0, {}, t.logprob, std::move(t.top)});
     }
     for (auto& f : result.finished) {
         const auto it = requests_.find(f.id);
         if (it != requests_.end()) l.release(*it->second);
-        push({f.id, Event::Kind::Finished, 0, std::move(f.ids), f.score, {}});
+        push({f.id, Event::Kind::Finished, 0, std::move(f.ids), f.score, {}, 0.0f, {}, std::move(f.alternatives),
+              std::move(f.alternative_scores)});
         forget(f.id);
         ++stats_.finished_total;
     }

@@ -5,9 +5,74 @@ Continuous batching of translation requests for a server.
 from __future__ import annotations
 import collections.abc
 import typing
-__all__: list[str] = ['Engine', 'QueueFull']
+__all__: list[str] = ['Engine', 'Event', 'QueueFull', 'SequenceOptions']
 class QueueFull(RuntimeError):
     pass
+class SequenceOptions:
+    """
+    What one request asks of the engine: its length limit, its search (a translation) or its sampling, logit adjustments and log-probabilities (a generation). Checked here by type and name, and against the model by Engine.submit.
+    """
+    def __init__(self, *, max_len: typing.SupportsInt | typing.SupportsIndex, beam_size: typing.SupportsInt | typing.SupportsIndex = 1, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, search: str = 'gnmt', early_stopping: typing.Any = False, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.0, top_k: typing.SupportsInt | typing.SupportsIndex = 0, top_p: typing.SupportsFloat | typing.SupportsIndex = 1.0, seed: typing.SupportsInt | typing.SupportsIndex = 0, logit_bias: typing.Any = None, presence_penalty: typing.SupportsFloat | typing.SupportsIndex = 0.0, frequency_penalty: typing.SupportsFloat | typing.SupportsIndex = 0.0, logprobs: bool = False, top_logprobs: typing.SupportsInt | typing.SupportsIndex = 0, n_best: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        max_len: target positions, the start symbol counted (a GPT: the prompt and the new ids). A translation: search 'gnmt' (decode.beam_search's rules; beam_size 1 is greedy) or 'hf' (decode.hf_beam_search's, beam_size its num_beams, alpha its length_penalty, with early_stopping), ending with its n_best best hypotheses (1 to beam_size). A generation: temperature 0 takes the first maximum, > 0 samples among the top_k ids (0: all) and the top_p nucleus from a generator seeded with seed (top_p 1: as decode.generate after manual_seed(seed)); logit_bias {id: bias} and the presence and frequency penalties adjust the logits first (OpenAI's definitions); logprobs: each token's log-probability in its event, with the top_logprobs likeliest ids' (0-20).
+        """
+    @property
+    def beam_size(self) -> int:
+        ...
+    @property
+    def logprobs(self) -> bool:
+        ...
+    @property
+    def max_len(self) -> int:
+        ...
+    @property
+    def n_best(self) -> int:
+        ...
+    @property
+    def seed(self) -> int:
+        ...
+    @property
+    def temperature(self) -> float:
+        ...
+    @property
+    def top_logprobs(self) -> int:
+        ...
+class Event:
+    """
+    One of a request's events: kind 'token' (a streamed token, with its logprob and top_logprobs when asked), 'finished' (ids, score; a beam's n_best - 1 next best as alternatives and alternative_scores), 'failed' (message), 'cancelled' or 'timed_out'.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def alternative_scores(self) -> list[float]:
+        ...
+    @property
+    def alternatives(self) -> list[list[int]]:
+        ...
+    @property
+    def ids(self) -> list[int]:
+        ...
+    @property
+    def kind(self) -> str:
+        ...
+    @property
+    def logprob(self) -> float:
+        ...
+    @property
+    def message(self) -> str:
+        ...
+    @property
+    def request(self) -> int:
+        ...
+    @property
+    def score(self) -> float:
+        ...
+    @property
+    def token(self) -> int:
+        ...
+    @property
+    def top_logprobs(self) -> list[tuple[int, float]]:
+        ...
 class Engine:
     """
     Continuous batching of translation and generation requests on a thread of its own: submit() sources or prompts, poll() events (tokens as streamed requests make them, finished outputs). ctransformer.serve.AsyncEngine is the Python face of it.
@@ -24,7 +89,7 @@ class Engine:
         ...
     def poll(self, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0, max_events: typing.SupportsInt | typing.SupportsIndex = 4096) -> list:
         """
-        Events since the last call as (request, kind, token, ids, score, message) tuples, kind one of 'token', 'finished', 'failed', 'cancelled', 'timed_out'; waits up to `timeout` seconds for the first.
+        Events since the last call (Event objects, each a request's); waits up to `timeout` seconds for the first.
         """
     def stats(self) -> dict:
         ...
@@ -32,9 +97,9 @@ class Engine:
         """
         End the loop; every request not finished gets a 'cancelled' event.
         """
-    def submit(self, model: str, source: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_len: typing.SupportsInt | typing.SupportsIndex, beam_size: typing.SupportsInt | typing.SupportsIndex = 1, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0, search: str = 'gnmt', early_stopping: typing.Any = False, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.0, top_k: typing.SupportsInt | typing.SupportsIndex = 0, top_p: typing.SupportsFloat | typing.SupportsIndex = 1.0, seed: typing.SupportsInt | typing.SupportsIndex = 0, tokens: bool = True) -> int:
+    def submit(self, model: str, source: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], options: SequenceOptions, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0, tokens: bool = True) -> int:
         """
-        Queue a request (source ids, end of sentence included; a GPT's prompt ids) and return its id; QueueFull when the queue is full. max_len: target positions, the start symbol counted (a GPT: the prompt and the new ids). tokens: send its tokens as they come ('token' events), else its end only. search 'gnmt' (decode.beam_search's rules; beam_size 1 is greedy) or 'hf' (decode.hf_beam_search's, beam_size its num_beams, alpha its length_penalty, with early_stopping). A GPT's request: temperature 0 takes the first maximum, > 0 samples among the top_k ids (0: all) and the top_p nucleus from a generator seeded with seed (top_p 1: as decode.generate after manual_seed(seed)).
+        Queue a request (source ids, end of sentence included; a GPT's prompt ids) with its SequenceOptions and return its id; QueueFull when the queue is full. timeout: seconds (0: none). tokens: send its tokens as they come ('token' events), else its end only (a request with logprobs gets its token events anyway).
         """
     @property
     def model_names(self) -> list[str]:

@@ -3,10 +3,12 @@ responses, our own routing).
 
 ``create_app(engine)`` answers:
 
-- ``POST /translate`` (text or HTML) and ``GET /languages`` in LibreTranslate's shape, so its clients work unchanged;
+- ``POST /translate`` (text or HTML, with the beam's alternatives), ``POST /translate_file`` (.txt, .html), ``GET
+  /languages`` and ``GET /frontend/settings`` in LibreTranslate's shape, so its clients work unchanged;
 - ``POST /v1/translate`` (JSON, optionally server-sent events) and ``GET /v1/models`` (OpenAI's list shape);
 - ``POST /v1/completions`` and ``POST /v1/chat/completions`` in OpenAI's shape, for a GPT (its continuations,
-  optionally streamed, cut at stop strings), and a chat for a translator (the last user message translated);
+  optionally streamed, cut at stop strings, with logprobs, logit_bias and the penalties), and a chat for a
+  translator (the last user message translated);
 - ``GET /health``, ``GET /ready`` and ``GET /metrics`` (Prometheus) for a load balancer and a scraper;
 - ``GET /``, a one-page web UI (static/index.html).
 
@@ -36,21 +38,23 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ctransformer import precision as _precision
 from ctransformer.serve import chat_template, html_text
-from ctransformer.serve.engine import EngineClosed, QueueFull, UnknownModel, stop_strings
+from ctransformer.serve.engine import (MAX_LOGPROBS, Completion, EngineClosed, QueueFull, Sampling, UnknownModel,
+                                       stop_strings)
 
 __all__ = ["create_app"]
 
 PRECISIONS = _precision.SERVING
-COMPLETION_FIELDS = ("prompt", "model", "precision", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
-                     "echo", "stream", "stream_options", "n", "user", "timeout_ms", "api_key")
+# The sampling fields both of OpenAI's endpoints take (their meanings: AsyncEngine's Sampling).
+SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "logit_bias", "presence_penalty",
+                   "frequency_penalty", "logprobs")
+COMPLETION_FIELDS = ("prompt", "model", "precision", *SAMPLING_FIELDS, "echo", "stream", "stream_options", "n", "user",
+                     "timeout_ms", "api_key")
 MAX_CHOICES = 16   # n: the choices of one request (each a request in the engine's queue)
-CHAT_FIELDS = ("messages", "model", "precision", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
-               "seed", "stop", "stream", "stream_options", "n", "user", "timeout_ms", "api_key")
-# Fields OpenAI defines that this server does not honour yet: taken only with a value that asks for nothing (the
-# last one listed is named in the refusal), refused by name otherwise.
-NEUTRAL = {"logprobs": (None, False, 0), "top_logprobs": (None, 0),
-           "presence_penalty": (None, 0), "frequency_penalty": (None, 0), "logit_bias": (None, {}),
-           "best_of": (None, 1), "suffix": (None, ""), "tools": (None, []), "tool_choice": (None, "none"),
+CHAT_FIELDS = ("messages", "model", "precision", *SAMPLING_FIELDS, "max_completion_tokens", "top_logprobs", "stream",
+               "stream_options", "n", "user", "timeout_ms", "api_key")
+# Fields OpenAI defines that this server does not honour: taken only with a value that asks for nothing (the last one
+# listed is named in the refusal), refused by name otherwise.
+NEUTRAL = {"best_of": (None, 1), "suffix": (None, ""), "tools": (None, []), "tool_choice": (None, "none"),
            "response_format": (None, {"type": "text"}), "parallel_tool_calls": (None, False, True),
            "store": (None, False), "metadata": (None, {}), "service_tier": (None, "auto", "default")}
 # A chat's roles (developer is OpenAI's newer name for system), and how the plain template (chat_prompt) names them.
@@ -63,12 +67,14 @@ V1_FIELDS = ("texts", "model", "precision", "beam_size", "max_decoding_length", 
 # Paths that keep answering while the server loads or drains: a balancer and a scraper must see it go.
 ALWAYS_OPEN = ("/health", "/ready", "/metrics")
 # Paths whose requests wait in the engine's queue: refused with 429 before their body is read when it is full.
-QUEUED = ("/translate", "/v1/translate", "/v1/completions", "/v1/chat/completions")
+QUEUED = ("/translate", "/translate_file", "/v1/translate", "/v1/completions", "/v1/chat/completions")
 ENTERING = "ctransformer.entering"   # in a queued request's scope from the queue's check until it is sent
 # The metrics' endpoint label takes these values only (any other path is "other"), so a scan of random
 # paths cannot grow the label set without bound.
-ENDPOINTS = ("/", "/translate", "/languages", "/frontend/settings", "/v1/translate", "/v1/models", "/v1/completions",
-             "/v1/chat/completions", "/health", "/ready", "/metrics")
+ENDPOINTS = ("/", "/translate", "/translate_file", "/download_file/", "/languages", "/frontend/settings",
+             "/v1/translate", "/v1/models", "/v1/completions", "/v1/chat/completions", "/health", "/ready", "/metrics")
+# Routes that take every path under them (their rest is an argument).
+PREFIXES = ("/download_file/",)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # LibreTranslate's /languages names each code; the codes of a model without an entry here show as the code.
 LANGUAGE_NAMES = {
@@ -78,6 +84,10 @@ LANGUAGE_NAMES = {
     "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
 }
 STATIC = pathlib.Path(__file__).resolve().parent / "static"
+# /translate_file's formats (by the file name's suffix) and their media types; the translated files kept.
+FILE_FORMATS = {".txt": "text/plain; charset=utf-8", ".html": "text/html; charset=utf-8",
+                ".htm": "text/html; charset=utf-8"}
+FILES_KEPT = 64
 
 
 class HTTPError(Exception):
@@ -160,6 +170,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
     latency_of = {endpoint: latency.labels(endpoint)
                   for endpoint in ("/translate", "/v1/translate", "/v1/completions", "/v1/chat/completions")}
     page = (STATIC / "index.html").read_text(encoding="utf-8")
+    translated_files = {}   # key -> (name, bytes, media type): /translate_file's, the oldest dropped first
 
     # --- reading and checking a request ---------------------------------------------------------------
 
@@ -214,23 +225,27 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
             raise HTTPError(400, f"body: expected a JSON object, got {type(data).__name__}")
         return data
 
-    def parse_form(body, content_type):
+    def parse_form(body, content_type, files=None):
         """LibreTranslate's form bodies: url-encoded, or multipart (its web page sends FormData). A field
-        given twice (q) becomes a list."""
+        given twice (q) becomes a list. files: a dict that gets each multipart file part as name -> (filename,
+        bytes); without it, file parts are read as text fields."""
         fields = {}
         if content_type.startswith("multipart/form-data"):
             try:   # the standard library's MIME parser, so the extra needs no multipart package
                 message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
                     b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
-                parts = [(part.get_param("name", header="content-disposition"), part.get_payload(decode=True))
+                parts = [(part.get_param("name", header="content-disposition"), part.get_filename(),
+                          part.get_payload(decode=True))
                          for part in message.iter_parts()] if message.is_multipart() else None
             except Exception:   # noqa: BLE001 - any malformed body is the client's fault
                 parts = None
             if parts is None:
                 raise HTTPError(400, "body: not a valid multipart/form-data body")
             pairs = []
-            for name, payload in parts:
-                if isinstance(name, str) and isinstance(payload, bytes):
+            for name, filename, payload in parts:
+                if files is not None and isinstance(name, str) and filename is not None and isinstance(payload, bytes):
+                    files[name] = (filename, payload)
+                elif isinstance(name, str) and isinstance(payload, bytes):
                     pairs.append((name, as_text(payload)))
         else:
             try:
@@ -451,23 +466,99 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         fmt = data.get("format") or "text"
         if fmt not in ("text", "html"):
             raise HTTPError(400, f"format: expected 'text' or 'html', got {_describe(fmt)}")
+        alternatives = data.get("alternatives")
+        if isinstance(alternatives, str) and alternatives.isdigit():   # a form's fields are strings
+            alternatives = int(alternatives)
+        if alternatives is not None and (isinstance(alternatives, bool) or not isinstance(alternatives, int)
+                                         or not 0 <= alternatives < max_beam_size):
+            raise HTTPError(400, f"alternatives: expected an integer from 0 to {max_beam_size - 1}, got "
+                                 f"{_describe(alternatives)}")
+        if alternatives and fmt == "html":
+            raise HTTPError(400, "alternatives: not with format html (a page's texts are translated apart)")
         served = pick_model(data.get("source") or "auto", data.get("target"))
         if fmt == "html":   # the text between the tags is translated, the markup kept as it came
-            documents = [html_text.split(text) for text in texts]
-            words = [html_text.texts(pieces) for pieces in documents]
-            sent = [w for each in words for w in each if w]
-            if len(sent) > max_texts:
-                raise HTTPError(413, f"q: the HTML holds {len(sent)} texts between its tags, more than the limit of "
-                                     f"{max_texts} per request")
-            done = iter(await unless_disconnected(request, engine.translate, sent, model=served.name,
-                                                  precision=served.precision))
-            translations = [html_text.join(pieces, [next(done) if w else None for w in each])
-                            for pieces, each in zip(documents, words)]
+            translations = [await translated_html(request, served, text, "q") for text in texts]
+        elif alternatives:   # the beam's n best: the first is the translation, the rest its alternatives
+            best = await unless_disconnected(request, engine.hypotheses, texts, alternatives + 1, model=served.name,
+                                             precision=served.precision)
+            translations, others = [b[0] for b in best], [b[1:] for b in best]
+            latency_of["/translate"].observe(time.perf_counter() - start)
+            single = isinstance(data["q"], str)
+            return JSONResponse({"translatedText": translations[0] if single else translations,
+                                 "alternatives": others[0] if single else others})
         else:
             translations = await unless_disconnected(request, engine.translate, texts, model=served.name,
                                                      precision=served.precision)
         latency_of["/translate"].observe(time.perf_counter() - start)
         return JSONResponse({"translatedText": translations[0] if isinstance(data["q"], str) else translations})
+
+    async def translated_html(request, served, page, field, limit=None):
+        """An HTML document with the text between its tags translated and its markup kept as it came."""
+        pieces = html_text.split(page)
+        words = html_text.texts(pieces)
+        sent = [w for w in words if w]
+        limit = max_texts if limit is None else limit
+        if len(sent) > limit:
+            raise HTTPError(413, f"{field}: the HTML holds {len(sent)} texts between its tags, more than the limit of "
+                                 f"{limit}")
+        done = iter(await unless_disconnected(request, engine.translate, sent, model=served.name,
+                                              precision=served.precision))
+        return html_text.join(pieces, [next(done) if w else None for w in words])
+
+    async def translate_file(request):
+        """LibreTranslate's file translation: a multipart body with `file` (.txt: each line translated, blank lines
+        kept; .html/.htm: as format html), `source`, `target` (and api_key). Answers {"translatedFileUrl"}, where
+        GET fetches the translated file (kept in memory, the last FILES_KEPT of them)."""
+        start = time.perf_counter()
+        body = await read_body(request)
+        content_type = request.headers.get("content-type", "").lower()
+        if not content_type.startswith("multipart/form-data"):
+            raise HTTPError(400, "file: expected a multipart/form-data body with the file (as LibreTranslate takes it)")
+        files = {}
+        data = parse_form(body, content_type, files)
+        check_key(request, data)
+        if "file" not in files:
+            raise HTTPError(400, "file: required (a .txt or .html file part)")
+        filename, payload = files["file"]
+        name = pathlib.PurePosixPath(filename.replace("\\", "/")).name or "file"
+        suffix = pathlib.PurePosixPath(name).suffix.lower()
+        if suffix not in FILE_FORMATS:
+            raise HTTPError(400, f"file: expected one of {', '.join(FILE_FORMATS)}, got {_describe(name)}")
+        text = as_text(payload)
+        for field in ("source", "target"):
+            if data.get(field) is not None and not isinstance(data[field], str):
+                raise HTTPError(400, f"{field}: expected a string, got {_describe(data[field])}")
+        served = pick_model(data.get("source") or "auto", data.get("target"))
+        if suffix == ".txt":   # line by line, each line's ending kept
+            lines = text.splitlines(keepends=True)
+            bodies = [line.rstrip("\r\n") for line in lines]
+            sent = [b for b in bodies if b.strip()]
+            if any(len(b) > max_text_chars for b in sent):
+                raise HTTPError(413, f"file: a line holds more than the limit of {max_text_chars} characters")
+            done = []
+            for i in range(0, len(sent), max_texts):   # the engine's limit of one request, a batch at a time
+                done += await unless_disconnected(request, engine.translate, sent[i:i + max_texts], model=served.name,
+                                                  precision=served.precision)
+            done = iter(done)
+            out = "".join((next(done) if b.strip() else b) + line[len(b):] for b, line in zip(bodies, lines))
+        else:
+            out = await translated_html(request, served, text, "file", limit=max_texts * 16)
+        key = uuid.uuid4().hex
+        translated_files[key] = (name, out.encode("utf-8"), FILE_FORMATS[suffix])
+        while len(translated_files) > FILES_KEPT:
+            translated_files.pop(next(iter(translated_files)))
+        latency_of["/translate"].observe(time.perf_counter() - start)
+        base = str(request.base_url).rstrip("/")
+        return JSONResponse({"translatedFileUrl": f"{base}/download_file/{key}/{urllib.parse.quote(name)}"})
+
+    async def download_file(request):
+        _, _, key, *_ = request.url.path.split("/") + [""]
+        found = translated_files.get(key)
+        if found is None:
+            raise HTTPError(404, "file: not found (translated files are kept for a while only)")
+        name, content, media_type = found
+        return Response(content, media_type=media_type, headers={
+            "Content-Disposition": f"attachment; filename*=UTF-8''{urllib.parse.quote(name)}"})
 
     def pick_model(source, target):
         """The model that translates source to target, when models declare their languages (as LibreTranslate
@@ -512,8 +603,8 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         named = lambda code: {"code": code, "name": "Auto Detect" if code == "auto" else  # noqa: E731
                               LANGUAGE_NAMES.get(code, code)}
         return JSONResponse({"charLimit": max_text_chars, "frontendTimeout": 500, "apiKeys": api_key is not None,
-                             "keyRequired": api_key is not None, "suggestions": False, "filesTranslation": False,
-                             "supportedFilesFormat": [], "language": {"source": named(source),
+                             "keyRequired": api_key is not None, "suggestions": False, "filesTranslation": True,
+                             "supportedFilesFormat": list(FILE_FORMATS), "language": {"source": named(source),
                                                                       "target": named(target)}})
 
     async def list_models(request):
@@ -665,6 +756,11 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         echo = data.get("echo")   # the legacy completions' echo: the prompt, then its continuation
         if echo is not None and not isinstance(echo, bool):
             raise HTTPError(400, f"echo: expected true or false, got {_describe(echo)}")
+        outside = [token for token in sampling["logit_bias"] if token >= served.vocab_size]
+        if outside:
+            raise HTTPError(400, f"logit_bias: token id {outside[0]} is outside the vocabulary [0, {served.vocab_size})")
+        if echo and sampling["logprobs"] is not None:
+            raise HTTPError(400, "echo: not with logprobs (the prompt's log-probabilities are not computed)")
         if not stream:
             # n choices a prompt, prompt by prompt; choice i of a request with a seed samples from seed + i
             seeds = [None if sampling["seed"] is None else _seed_plus(sampling["seed"], i) for i in range(n)]
@@ -674,10 +770,10 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
             except ValueError as error:   # the tokenizer's or an option's refusal, named
                 raise HTTPError(400, f"{'messages' if chat else 'prompt'}: {error}") from None
             if echo:
-                done = [{**d, "text": p + d["text"]} for p, d in zip((p for p in prompts for _ in seeds), done)]
+                done = [d._replace(text=p + d.text) for p, d in zip((p for p in prompts for _ in seeds), done)]
             latency_of[endpoint].observe(time.perf_counter() - start)
             answer = shape.whole(done)
-            answer["usage"]["prompt_tokens"] = sum(d["prompt_tokens"] for d in done[::n])   # a prompt counts once
+            answer["usage"]["prompt_tokens"] = sum(d.prompt_tokens for d in done[::n])   # a prompt counts once
             answer["usage"]["total_tokens"] = answer["usage"]["prompt_tokens"] + answer["usage"]["completion_tokens"]
             return JSONResponse(answer)
         if len(prompts) != 1:
@@ -706,16 +802,16 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
                 yield begin
             if echo:
                 yield shape.piece(prompts[0])
-            text, reason = first
+            piece = first
             while True:
-                if text:
-                    yield shape.piece(text)
-                if reason is not None:
+                if piece.text:
+                    yield shape.piece(piece.text, piece.tokens)
+                if piece.finish_reason is not None:
                     break
-                text, reason = await pieces.__anext__()
-            yield shape.end(reason)
+                piece = await pieces.__anext__()
+            yield shape.end(piece.finish_reason)
             if usage_chunk:
-                yield shape.usage([counts])
+                yield shape.usage([Completion("", "", counts["prompt_tokens"], counts["completion_tokens"])])
             latency_of[endpoint].observe(time.perf_counter() - start)
             yield "[DONE]"
 
@@ -723,9 +819,8 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
 
     async def translated_chat(request, data, start, served, messages):
         """A translator in a chat: the last user message translated, with the model's own options."""
-        unsupported = [name for name in ("max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
-                                         "stop") if data.get(name) is not None] + (["n"] if data.get("n") not in
-                                                                                   (None, 1) else [])
+        unsupported = [name for name in (*SAMPLING_FIELDS, "max_completion_tokens", "top_logprobs")
+                       if data.get(name) not in (None, False)] + (["n"] if data.get("n") not in (None, 1) else [])
         if unsupported:
             raise HTTPError(400, f"{unsupported[0]}: a translator ({served.name}) takes no sampling options; it "
                                  "translates the last user message")
@@ -741,7 +836,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         latency_of["/v1/chat/completions"].observe(time.perf_counter() - start)
         shape = _ChatShape(served.name)
         if not stream:
-            return JSONResponse(shape.whole([{"text": translation, "finish_reason": "stop"}]))
+            return JSONResponse(shape.whole([_Translated(translation)]))
 
         async def events():
             yield shape.begin()
@@ -749,7 +844,7 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
                 yield shape.piece(translation)
             yield shape.end("stop")
             if usage_chunk:
-                yield shape.usage([{}])
+                yield shape.usage([_Translated(translation)])
             yield "[DONE]"
 
         return _EventStream(events(), None)
@@ -778,8 +873,31 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
         top_p = number("top_p", 0, 1, 1.0)
         if top_p == 0:
             raise HTTPError(400, "top_p: expected a number above 0 to 1, got 0")
+        bias = data.get("logit_bias")
+        try:   # the engine's own check, its message prefixed by the field
+            bias = Sampling(logit_bias=bias).logit_bias
+        except ValueError as error:
+            raise HTTPError(400, f"logit_bias: {str(error).partition(': ')[2] or error}") from None
         return dict(max_tokens=max_tokens, temperature=number("temperature", 0, 2, 1.0), top_k=top_k, top_p=top_p,
-                    seed=seed)
+                    seed=seed, logit_bias=bias, presence_penalty=number("presence_penalty", -2, 2, 0.0),
+                    frequency_penalty=number("frequency_penalty", -2, 2, 0.0), logprobs=logprobs_of(data))
+
+    def logprobs_of(data):
+        """The alternatives a token's logprobs list, or None for no logprobs: completions' logprobs (an integer),
+        or chat's logprobs (true or false) with top_logprobs."""
+        given, top = data.get("logprobs"), data.get("top_logprobs")
+        if "messages" not in data:   # the legacy completions: logprobs is the count itself
+            if given is not None and (isinstance(given, bool) or not isinstance(given, int)
+                                      or not 0 <= given <= MAX_LOGPROBS):
+                raise HTTPError(400, f"logprobs: expected an integer from 0 to {MAX_LOGPROBS}, got {_describe(given)}")
+            return given
+        if given is not None and not isinstance(given, bool):
+            raise HTTPError(400, f"logprobs: expected true or false, got {_describe(given)}")
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_LOGPROBS):
+            raise HTTPError(400, f"top_logprobs: expected an integer from 0 to {MAX_LOGPROBS}, got {_describe(top)}")
+        if top is not None and not given:
+            raise HTTPError(400, "top_logprobs: only with logprobs true")
+        return (top or 0) if given else None
 
     async def health(request):
         return JSONResponse({"status": "ok"})
@@ -822,6 +940,8 @@ def create_app(engine, api_key=None, max_texts=64, max_text_chars=5000, max_body
     routes = {
         "/": {"GET": index},
         "/translate": {"POST": libretranslate},
+        "/translate_file": {"POST": translate_file},
+        "/download_file/": {"GET": download_file},   # a prefix: /download_file/KEY/NAME
         "/languages": {"GET": list_languages},
         "/frontend/settings": {"GET": frontend_settings},
         "/v1/translate": {"POST": translate_v1},
@@ -859,6 +979,9 @@ class _App:
                 await send({"type": "websocket.close", "code": 1008})
             return
         path, method = scope["path"], scope["method"]
+        for prefix in PREFIXES:
+            if path.startswith(prefix):
+                path = prefix
         refused = None
         if path not in ALWAYS_OPEN and (self.serving.draining or not self.serving.ready):
             why = "shutting down" if self.serving.draining else "loading its models"
@@ -968,18 +1091,28 @@ def chat_prompt(messages):
     return "".join(f"{ROLE_NAMES[role]}: {text}\n" for role, text in messages) + "Assistant:"
 
 
+class _Translated:
+    """A translator's chat answer, in a completion's terms (its token counts are not known)."""
+    __slots__ = ("text",)
+    finish_reason, prompt_tokens, tokens = "stop", None, None
+
+    def __init__(self, text):
+        self.text = text
+
+
 def _usage(done):
     """OpenAI's usage of finished choices, or None where the counts are not known (a translator's)."""
-    if not all("prompt_tokens" in d for d in done):
+    if any(d.prompt_tokens is None for d in done):
         return None
-    usage = {"prompt_tokens": sum(d["prompt_tokens"] for d in done),
-             "completion_tokens": sum(d["completion_tokens"] for d in done)}
+    usage = {"prompt_tokens": sum(d.prompt_tokens for d in done),
+             "completion_tokens": sum(d.completion_tokens for d in done)}
     usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
     return usage
 
 
 class _CompletionShape:
-    """OpenAI's text_completion answer, whole or as chunks."""
+    """OpenAI's text_completion answer, whole or as chunks. Its logprobs: tokens, token_logprobs, top_logprobs (a
+    {text: logprob} a token) and text_offset (where each token's text starts in the choice's text)."""
 
     def __init__(self, model):
         self.model, self.id, self.created = model, f"cmpl-{uuid.uuid4().hex}", int(time.time())
@@ -989,24 +1122,39 @@ class _CompletionShape:
                 "choices": choices, **extra}
 
     @staticmethod
-    def _choice(text, index, finish_reason):
-        return {"text": text, "index": index, "logprobs": None, "finish_reason": finish_reason}
+    def _choice(text, index, finish_reason, tokens=None):
+        logprobs = None if tokens is None else {
+            "tokens": [t.text for t in tokens], "token_logprobs": [t.logprob for t in tokens],
+            "top_logprobs": [dict(t.top) for t in tokens], "text_offset": [t.offset for t in tokens]}
+        return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish_reason}
 
     def whole(self, done):
-        return self._answer([self._choice(d["text"], i, d["finish_reason"]) for i, d in enumerate(done)],
+        return self._answer([self._choice(d.text, i, d.finish_reason, d.tokens) for i, d in enumerate(done)],
                             usage=_usage(done))
 
     def begin(self):
         return None
 
-    def piece(self, text):
-        return self._answer([self._choice(text, 0, None)])
+    def piece(self, text, tokens=None):
+        return self._answer([self._choice(text, 0, None, tokens)])
 
     def end(self, reason):
         return self._answer([self._choice("", 0, reason)])
 
     def usage(self, done):
         return self._answer([], usage=_usage(done))
+
+
+def _chat_logprobs(tokens):
+    """A chat choice's logprobs: {"content": [{token, logprob, bytes, top_logprobs}]} (None when not asked for)."""
+    if tokens is None:
+        return None
+
+    def entry(text, logprob):
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+    return {"content": [{**entry(t.text, t.logprob), "top_logprobs": [entry(*alt) for alt in t.top]} for t in tokens],
+            "refusal": None}
 
 
 class _ChatShape:
@@ -1021,20 +1169,21 @@ class _ChatShape:
                 "choices": choices, **extra}
 
     @staticmethod
-    def _delta(delta, finish_reason=None):
-        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    def _delta(delta, finish_reason=None, tokens=None):
+        return {"index": 0, "delta": delta, "logprobs": _chat_logprobs(tokens), "finish_reason": finish_reason}
 
     def whole(self, done):
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-                "choices": [{"index": i, "message": {"role": "assistant", "content": d["text"]}, "logprobs": None,
-                             "finish_reason": d["finish_reason"]} for i, d in enumerate(done)],
+                "choices": [{"index": i, "message": {"role": "assistant", "content": d.text},
+                             "logprobs": _chat_logprobs(d.tokens), "finish_reason": d.finish_reason}
+                            for i, d in enumerate(done)],
                 "usage": _usage(done)}
 
     def begin(self):
         return self._chunk([self._delta({"role": "assistant", "content": ""})])
 
-    def piece(self, text):
-        return self._chunk([self._delta({"content": text})])
+    def piece(self, text, tokens=None):
+        return self._chunk([self._delta({"content": text}, None, tokens)])
 
     def end(self, reason):
         return self._chunk([self._delta({}, reason)])

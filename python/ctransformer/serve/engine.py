@@ -14,19 +14,24 @@ by the translator's rules: GNMT's, or transformers' for a pretrained Marian mode
 """
 import asyncio
 import atexit
+import math
 import os
 import threading
 import time
 import weakref
+from typing import NamedTuple, Optional
 
 import ctransformer as ct
 from ctransformer import _core
 from ctransformer import precision as _precision
 
-__all__ = ["AsyncEngine", "EngineClosed", "QueueFull", "ServedModel", "UnknownModel", "PRECISIONS", "stop_strings"]
+__all__ = ["AsyncEngine", "Completion", "EngineClosed", "Piece", "QueueFull", "Sampling", "ServedModel", "Token",
+           "UnknownModel", "PRECISIONS", "stop_strings"]
 
 PRECISIONS = _precision.SERVING
 """The precisions a model is served in."""
+MAX_LOGPROBS = 20
+"""The most alternatives a token's logprobs may list (OpenAI's top_logprobs limit; the engine's too)."""
 
 
 class QueueFull(Exception):
@@ -48,15 +53,72 @@ class EngineClosed(RuntimeError):
     """The engine is draining or closed: it takes no new request."""
 
 
+class Token(NamedTuple):
+    """One generated token with its log-probability (a request's logprobs): its text alone, its logprob (the model's,
+    before the request's adjustments and temperature), the likeliest alternatives as (text, logprob), most likely
+    first, and where its text starts in the completion's (characters)."""
+    text: str
+    logprob: float
+    top: tuple
+    offset: int
+
+
+class Piece(NamedTuple):
+    """A streamed completion's piece: its text, the finish reason (None until the last piece, whose text is ""), and
+    the Tokens it brought (None unless logprobs were asked for)."""
+    text: str
+    finish_reason: Optional[str]
+    tokens: Optional[tuple] = None
+
+
+class Completion(NamedTuple):
+    """complete()'s answer: the text, the finish reason ("stop" at the end id or a stop string, else "length"), the
+    prompt's and the completion's token counts, and the Tokens (None unless logprobs were asked for)."""
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    tokens: Optional[list] = None
+
+
+class Sampling:
+    """A completion's options, checked once (ValueError naming the option): max_tokens (16), temperature (1; 0 takes
+    the first maximum), top_k (0: every id), top_p (1), seed (None: a random one), stop (a string or up to 4),
+    logit_bias ({token id: -100 to 100}), presence_penalty and frequency_penalty (-2 to 2, OpenAI's definitions),
+    logprobs (None; n: each token's log-probability with the n likeliest, 0 to 20)."""
+    __slots__ = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "logit_bias", "presence_penalty",
+                 "frequency_penalty", "logprobs")
+
+    def __init__(self, max_tokens=16, temperature=1.0, top_k=None, top_p=None, seed=None, stop=None, logit_bias=None,
+                 presence_penalty=None, frequency_penalty=None, logprobs=None):
+        self.max_tokens = _check_int(max_tokens, "max_tokens", 1)
+        self.temperature = _check_real(temperature, "temperature", 0)
+        self.top_k = 0 if top_k is None else _check_int(top_k, "top_k", 0)
+        self.top_p = 1.0 if top_p is None else _check_real(top_p, "top_p", 0)
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**63):
+            raise ValueError(f"seed must be an integer in [-2**63, 2**63), got {seed!r}")
+        self.seed = seed   # as OpenAI's: no seed, no promise of the same text twice
+        self.stop = stop_strings(stop)
+        self.logit_bias = _logit_bias(logit_bias)
+        self.presence_penalty = _penalty(presence_penalty, "presence_penalty")
+        self.frequency_penalty = _penalty(frequency_penalty, "frequency_penalty")
+        if logprobs is not None and (_check_int(logprobs, "logprobs", 0) > MAX_LOGPROBS):
+            raise ValueError(f"logprobs must be an integer from 0 to {MAX_LOGPROBS}, got {logprobs!r}")
+        self.logprobs = logprobs
+
+
 class ServedModel:
     """One model the engine serves: a name, a precision, and its kind: "translator" (the Translator whose vocabulary
     and options it uses) or "generator" (a GPT with its tokenizer: text continued)."""
 
     def __init__(self, name, precision, translator, key, source_language=None, target_language=None, kind="translator",
-                 tokenizer=None, end_id=None, max_seq_len=None):
+                 tokenizer=None, end_id=None, max_seq_len=None, vocab_size=None):
         self.name, self.precision, self.translator, self.key = name, precision, translator, key
         self.source_language, self.target_language = source_language, target_language
         self.kind, self.tokenizer, self.end_id, self.max_seq_len = kind, tokenizer, end_id, max_seq_len
+        self.vocab_size = vocab_size   # a generator's: the ids a logit_bias may name
 
     def __repr__(self):
         return f"ServedModel({self.name!r}, {self.precision!r})"
@@ -99,9 +161,9 @@ class _Outcome:
         future = self.future
         if future.done():
             return
-        _, kind, _, ids, _, message = event
+        kind = event.kind
         if kind == "finished":
-            self.ends[i] = ids
+            self.ends[i] = event
             self.left -= 1
             if not self.left:
                 try:
@@ -110,7 +172,7 @@ class _Outcome:
                     future.set_exception(error)
         elif kind != "token":
             self.ends[i] = ()   # ended: nothing to cancel
-            future.set_exception(_failure(kind, message))
+            future.set_exception(_failure(kind, event.message))
             self.engine._cancel_unfinished(self.rids, self.ends, counted=False)
 
     def start(self, submit):
@@ -217,7 +279,7 @@ class AsyncEngine:
         key = f"{name}/{precision}"
         self._engine.add_model(key, model, end_symbol=end_id, bf16=precision == "bfloat16")
         served = ServedModel(name, precision, None, key, kind="generator", tokenizer=tokenizer, end_id=end_id,
-                             max_seq_len=model.max_seq_len)
+                             max_seq_len=model.max_seq_len, vocab_size=model.vocab_size)
         self._models[(name, precision)] = served
         return served
 
@@ -259,21 +321,25 @@ class AsyncEngine:
             _check_int(max_decoding_length, "max_decoding_length", 1)
         return beam_size, alpha, max_decoding_length, _timeout(timeout_ms)
 
-    def _submit(self, served, source, beam_size, alpha, max_len, timeout, deliver, index=0, tokens=False, **sampling):
-        """Sends one sequence to the engine; its events go to deliver(index, event) on the running loop. Returns its
-        id."""
+    @staticmethod
+    def _translation_options(served, source, beam_size, alpha, max_decoding_length, n_best=1):
+        """A translation's SequenceOptions: a beam searches by the translator's rules (GNMT's, or transformers' for
+        a pretrained Marian model), as Translator.translate does; a beam of one is greedy decoding under either."""
+        t = served.translator
+        hf = t.search == "hf" and beam_size > 1
+        return _core.serve.SequenceOptions(max_len=t.max_len(len(source), max_decoding_length), beam_size=beam_size,
+                                           alpha=alpha, search="hf" if hf else "gnmt",
+                                           early_stopping=t.early_stopping if hf else False, n_best=n_best)
+
+    def _submit(self, served, source, options, timeout, deliver, index=0, tokens=False):
+        """Sends one sequence (its SequenceOptions) to the engine; its events go to deliver(index, event) on the
+        running loop. Returns its id."""
         if self._draining or self._closed.is_set():
             raise EngineClosed("the engine is draining: it takes no new request")
         request = _Request(asyncio.get_running_loop(), deliver, index)
         with self._lock:   # registered before the engine can answer it
             try:
-                # A beam searches by the translator's rules (GNMT's, or transformers' for a pretrained Marian model),
-                # as Translator.translate does; a beam of one is greedy decoding under either.
-                hf = served.kind == "translator" and served.translator.search == "hf" and beam_size > 1
-                rid = self._engine.submit(served.key, source, beam_size=beam_size, alpha=alpha, max_len=max_len,
-                                          timeout=timeout, search="hf" if hf else "gnmt",
-                                          early_stopping=served.translator.early_stopping if hf else False,
-                                          tokens=tokens, **sampling)
+                rid = self._engine.submit(served.key, source, options, timeout=timeout, tokens=tokens)
             except _core.serve.QueueFull as error:
                 self._counts["rejected_total"] += 1
                 raise QueueFull(str(error), retry_after=self._retry_after()) from None
@@ -326,21 +392,38 @@ class AsyncEngine:
 
         A Future, not a coroutine: awaited through a task, a request's coroutine, task and context would live as
         long as it waits, for the garbage collector to walk."""
+        return self._translate(texts, model, precision, beam_size, max_decoding_length, length_penalty, timeout_ms)
+
+    def _translate(self, texts, model, precision, beam_size, max_decoding_length, length_penalty, timeout_ms,
+                   n_best=None):
+        """translate()'s Future, or with n_best hypotheses()'."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise ValueError("texts must be a list of str")
         served = self.model(model, precision)
         beam_size, alpha, max_decoding_length, timeout = self._options(served, beam_size, max_decoding_length,
                                                                        length_penalty, timeout_ms)
+        if n_best is not None:
+            beam_size = max(beam_size, n_best)
         t = served.translator
         keep = [i for i, text in enumerate(texts) if text.strip()]
         if not keep:
             done = asyncio.get_running_loop().create_future()
-            done.set_result([""] * len(texts))
+            done.set_result([""] * len(texts) if n_best is None else [[""] for _ in texts])
             return done
         sources = [list(ids) + [t.end_id] for ids in t.encode([texts[i] for i in keep], [i + 1 for i in keep])]
-        return _Outcome(self, len(keep), _translations, t, keep, len(texts)).start(
-            lambda k, outcome: self._submit(served, sources[k], beam_size, alpha,
-                                            t.max_len(len(sources[k]), max_decoding_length), timeout, outcome, k))
+        finish = _translations if n_best is None else _hypotheses
+        return _Outcome(self, len(keep), finish, t, keep, len(texts)).start(
+            lambda k, outcome: self._submit(
+                served, sources[k], self._translation_options(served, sources[k], beam_size, alpha,
+                                                              max_decoding_length, n_best or 1), timeout, outcome, k))
+
+    def hypotheses(self, texts, n_best, model=None, precision=None, beam_size=None, max_decoding_length=None,
+                   length_penalty=None, timeout_ms=None):
+        """translate(), with each text's `n_best` best translations, best first (a list a text), as the beam search
+        of that text alone with n_best gives them (``decode.beam_search``, or ``decode.hf_beam_search`` for a
+        pretrained Marian model). The beam is at least n_best wide."""
+        return self._translate(texts, model, precision, beam_size, max_decoding_length, length_penalty, timeout_ms,
+                               _check_int(n_best, "n_best", 1))
 
     async def stream(self, text, model=None, precision=None, max_decoding_length=None, timeout_ms=None):
         """Greedy translation of one text, as pieces of text while it is decoded: each piece ends where a word does
@@ -355,13 +438,15 @@ class AsyncEngine:
             return
         source = list(t.encode([text])[0]) + [t.end_id]
         events = asyncio.Queue()
-        rid = self._submit(served, source, 1, t.alpha, t.max_len(len(source), max_decoding_length), timeout,
-                           _into(events), tokens=True)
+        rid = self._submit(served, source, self._translation_options(served, source, 1, t.alpha, max_decoding_length),
+                           timeout, _into(events), tokens=True)
         ids, sent, finished, cut = [], "", False, False
         try:
             while True:
-                _, kind, token, final, _, message = await events.get()
+                event = await events.get()
+                kind = event.kind
                 if kind == "token":
+                    token = event.token
                     # The translation ends at the first end or pad id, as Translator cuts it: later tokens are not
                     # part of it (the engine decodes on to its own end).
                     cut = cut or token in (t.end_id, t.pad_id)
@@ -374,114 +459,114 @@ class AsyncEngine:
                         sent = stable
                 elif kind == "finished":
                     finished = True
-                    full = _decode(t, [_cut(final, t)])[0]
+                    full = _decode(t, [_cut(event.ids, t)])[0]
                     if full.startswith(sent) and len(full) > len(sent):
                         yield full[len(sent):]
                     return
                 else:
-                    raise _failure(kind, message)
+                    raise _failure(kind, event.message)
         finally:
             self._release(rid, finished)
 
     # -- generation ------------------------------------------------------------------------------------------------
-    def _completion(self, prompt, model, precision, max_tokens, temperature, top_k, top_p, seed, timeout_ms,
-                    tokens=False):
-        """The checked prompt: (served model, its ids, submit(index, deliver) sending it to the engine)."""
+    def _completion(self, prompt, model, precision, options, timeout_ms):
+        """The checked prompt: (served model, its ids, its Sampling, submit(index, deliver) sending it to the
+        engine)."""
         if not isinstance(prompt, str) or not prompt:
             raise ValueError("prompt must be a non-empty str")
         served = self.model(model, precision, kind="generator")
-        _check_int(max_tokens, "max_tokens", 1)
-        temperature = _check_real(temperature, "temperature", 0)
-        top_k = 0 if top_k is None else _check_int(top_k, "top_k", 0)
-        top_p = 1.0 if top_p is None else _check_real(top_p, "top_p", 0)
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-        if seed is None:   # as OpenAI's: no seed, no promise of the same text twice
-            seed = int.from_bytes(os.urandom(8), "little") >> 1
-        elif isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**63:
-            raise ValueError(f"seed must be an integer in [-2**63, 2**63), got {seed!r}")
+        sampling = Sampling(**options)
         timeout = _timeout(timeout_ms)
         ids = list(served.tokenizer.encode(prompt))
         if not ids:
             raise ValueError("prompt must hold at least one token")
+        seed = sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        sequence = _core.serve.SequenceOptions(
+            max_len=len(ids) + sampling.max_tokens, temperature=sampling.temperature, top_k=sampling.top_k,
+            top_p=sampling.top_p, seed=seed, logit_bias=sampling.logit_bias or None,
+            presence_penalty=sampling.presence_penalty, frequency_penalty=sampling.frequency_penalty,
+            logprobs=sampling.logprobs is not None, top_logprobs=sampling.logprobs or 0)
 
-        def submit(index, deliver):
-            return self._submit(served, ids, 1, 0.0, len(ids) + max_tokens, timeout, deliver, index, tokens=tokens,
-                                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        def submit(index, deliver, tokens=False):
+            return self._submit(served, ids, sequence, timeout, deliver, index, tokens=tokens)
 
-        return served, ids, submit
+        return served, ids, sampling, submit
 
-    async def complete(self, prompt, model=None, precision=None, max_tokens=16, temperature=1.0, top_k=None, top_p=None,
-                       seed=None, timeout_ms=None, stop=None):
+    async def complete(self, prompt, model=None, precision=None, timeout_ms=None, **options):
         """A GPT's continuation of `prompt`, as ``decode.generate`` makes it alone (temperature 0: the first maximum
-        each step; else sampled among the top_k ids and the top_p nucleus, from a generator seeded with `seed`).
-        stop: a string or up to 4; the text ends before the first of them to appear, and the decoding stops there.
-        Returns {"text", "finish_reason" ("stop" at the end id or a stop string, else "length"), "prompt_tokens",
-        "completion_tokens"}."""
-        stops = stop_strings(stop)
-        if stops:   # the tokens are watched as they come, to stop at a stop string
-            pieces, ended = [], {}
-            async for piece, reason in self._stream_completion(prompt, model, precision, max_tokens, temperature,
-                                                               top_k, top_p, seed, timeout_ms, stops, ended):
-                pieces.append(piece)
-            return {"text": "".join(pieces), "finish_reason": reason, "prompt_tokens": ended["prompt_tokens"],
-                    "completion_tokens": ended["completion_tokens"]}
-        served, ids, submit = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
-                                               timeout_ms)
+        each step; else sampled among the top_k ids and the top_p nucleus, from a generator seeded with `seed`);
+        options: Sampling's fields (max_tokens, temperature, top_k, top_p, seed, stop, logit_bias, presence_penalty,
+        frequency_penalty, logprobs). stop: the text ends before the first stop string to appear, and the decoding
+        stops there. Returns a Completion."""
+        pieces, tokens = [], []
+        served, ids, sampling, submit = self._completion(prompt, model, precision, options, timeout_ms)
+        if sampling.stop or sampling.logprobs is not None:   # the tokens are watched as they come
+            ended = {}
+            async for piece in self._pieces(served, ids, sampling, submit, ended):
+                pieces.append(piece.text)
+                tokens.extend(piece.tokens or ())
+                reason = piece.finish_reason
+            return Completion("".join(pieces), reason, ended["prompt_tokens"], ended["completion_tokens"],
+                              tokens if sampling.logprobs is not None else None)
         made = await _Outcome(self, 1, _first).start(submit)
-        return {"text": served.tokenizer.decode(made), "finish_reason": "length" if len(made) == max_tokens else "stop",
-                "prompt_tokens": len(ids), "completion_tokens": len(made)}
+        return Completion(served.tokenizer.decode(made), "length" if len(made) == sampling.max_tokens else "stop",
+                          len(ids), len(made))
 
-    def stream_completion(self, prompt, model=None, precision=None, max_tokens=16, temperature=1.0, top_k=None,
-                          top_p=None, seed=None, timeout_ms=None, stop=None, counts=None):
-        """complete() as it is made: (text piece, None) as tokens come (a piece never ends inside a character the
-        tokenizer has not finished, nor sends a part of a stop string before it is known not to be one), then
-        ("", finish_reason). Closing the iterator frees the request's row. counts: a dict that gets
-        prompt_tokens and completion_tokens at the end."""
-        return self._stream_completion(prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
-                                       timeout_ms, stop_strings(stop), {} if counts is None else counts)
+    def stream_completion(self, prompt, model=None, precision=None, timeout_ms=None, counts=None, **options):
+        """complete() as it is made, as Piece objects: (text, None, tokens) as tokens come (a piece never ends
+        inside a character the tokenizer has not finished, nor sends a part of a stop string before it is known not
+        to be one), then ("", finish_reason, ()). tokens: the Tokens that came since the last piece (logprobs asked
+        for; else None). Closing the iterator frees the request's row. counts: a dict that gets prompt_tokens and
+        completion_tokens at the end."""
+        served, ids, sampling, submit = self._completion(prompt, model, precision, options, timeout_ms)
+        return self._pieces(served, ids, sampling, submit, {} if counts is None else counts)
 
-    async def _stream_completion(self, prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
-                                 timeout_ms, stops, ended):
+    async def _pieces(self, served, ids, sampling, submit, ended):
         """stream_completion's pieces; `ended` gets the prompt's and the completion's token counts at the end."""
-        served, ids, submit = self._completion(prompt, model, precision, max_tokens, temperature, top_k, top_p, seed,
-                                               timeout_ms, tokens=True)
         events = asyncio.Queue()
-        rid = submit(0, _into(events))
-        made, sent, finished = [], "", False
+        rid = submit(0, _into(events), tokens=True)
+        decode, stops, want = served.tokenizer.decode, sampling.stop, sampling.logprobs is not None
+        made, sent, finished, tokens, text = [], "", False, [], ""
         try:
             while True:
-                _, kind, token, final, _, message = await events.get()
+                event = await events.get()
+                kind = event.kind
                 if kind == "token":
-                    made.append(token)
-                    text = served.tokenizer.decode(made)
+                    offset = len(text.rstrip("\ufffd"))   # where this token's text starts
+                    made.append(event.token)
+                    text = decode(made)
+                    if want:
+                        tokens.append(Token(decode([event.token]), event.logprob,
+                                            tuple((decode([i]), lp) for i, lp in event.top_logprobs), offset))
                     if text.endswith("\ufffd") or not text.startswith(sent):
                         continue
                     cut = stop_at(text, stops)
                     if cut is not None:   # the rest is not wanted: the request ends here (its row freed below)
                         if cut > len(sent):
-                            yield text[len(sent):cut], None
+                            yield Piece(text[len(sent):cut], None, _before(tokens, cut) if want else None)
                         ended.update(prompt_tokens=len(ids), completion_tokens=len(made))
-                        yield "", "stop"
+                        yield Piece("", "stop", () if want else None)
                         return
                     safe = len(text) - held_back(text, stops)
                     if safe > len(sent):
-                        yield text[len(sent):safe], None
+                        yield Piece(text[len(sent):safe], None, _before(tokens, safe) if want else None)
+                        tokens = [t for t in tokens if t.offset >= safe]
                         sent = text[:safe]
                 elif kind == "finished":
                     finished = True
-                    text = served.tokenizer.decode(final)
-                    reason = "length" if len(final) == max_tokens else "stop"
+                    final = event.ids
+                    text = decode(final)
+                    reason = "length" if len(final) == sampling.max_tokens else "stop"
                     cut = stop_at(text, stops)
                     if cut is not None:
                         text, reason = text[:cut], "stop"
                     if text.startswith(sent) and len(text) > len(sent):
-                        yield text[len(sent):], None
+                        yield Piece(text[len(sent):], None, _before(tokens, len(text)) if want else None)
                     ended.update(prompt_tokens=len(ids), completion_tokens=len(final))
-                    yield "", reason
+                    yield Piece("", reason, () if want else None)
                     return
                 else:
-                    raise _failure(kind, message)
+                    raise _failure(kind, event.message)
         finally:
             self._release(rid, finished)
 
@@ -531,10 +616,10 @@ class AsyncEngine:
             batches = {}
             with self._lock:
                 for event in events:
-                    request = self._waiting.get(event[0])
+                    request = self._waiting.get(event.request)
                     if request is not None:
-                        if event[1] != "token":   # the request's last event: no one waits for more
-                            del self._waiting[event[0]]
+                        if event.kind != "token":   # the request's last event: no one waits for more
+                            del self._waiting[event.request]
                         batches.setdefault(request.loop, []).append((request, event))
             for loop, batch in batches.items():
                 try:
@@ -542,9 +627,9 @@ class AsyncEngine:
                 except RuntimeError:   # its loop has closed: no one waits any more
                     for _, event in batch:
                         with self._lock:
-                            self._waiting.pop(event[0], None)
-                        if event[1] == "token":
-                            self._engine.cancel(event[0])
+                            self._waiting.pop(event.request, None)
+                        if event.kind == "token":
+                            self._engine.cancel(event.request)
 
 
 # Engines still open when the interpreter exits are stopped first: their C++ thread must not outlive it.
@@ -576,6 +661,40 @@ def stop_strings(stop):
     return tuple(stops)
 
 
+def _before(tokens, end):
+    """The Tokens whose text starts before character `end`."""
+    return tuple(t for t in tokens if t.offset < end)
+
+
+def _logit_bias(bias):
+    """{token id: bias} with int ids and finite biases in [-100, 100]; OpenAI's JSON sends the ids as strings."""
+    if bias is None:
+        return {}
+    if not isinstance(bias, dict):
+        raise ValueError(f"logit_bias must be an object of token ids to biases, got {type(bias).__name__}")
+    out = {}
+    for key, value in bias.items():
+        try:
+            token = int(key) if isinstance(key, str) else key
+        except ValueError:
+            token = None
+        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+            raise ValueError(f"logit_bias: {key!r} is not a token id")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+            raise ValueError(f"logit_bias: the bias of token {token} must be a number from -100 to 100, got {value!r}")
+        out[token] = float(value)
+    return out
+
+
+def _penalty(value, name):
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+            not -2 <= value <= 2:
+        raise ValueError(f"{name} must be a number from -2 to 2, got {value!r}")
+    return float(value)
+
+
 def stop_at(text, stops):
     """Where `text` is cut for the first stop string in it (the earliest start), or None."""
     found = [i for i in (text.find(s) for s in stops) if i >= 0]
@@ -604,14 +723,22 @@ def _failure(kind, message):
 def _translations(ends, translator, keep, count):
     """The texts of a translate() call: each kept text's finished ids cut and decoded, "" for the blank ones."""
     out = [""] * count
-    for i, text in zip(keep, _decode(translator, [_cut(ids, translator) for ids in ends])):
+    for i, text in zip(keep, _decode(translator, [_cut(end.ids, translator) for end in ends])):
         out[i] = text
+    return out
+
+
+def _hypotheses(ends, translator, keep, count):
+    """The texts of a hypotheses() call: each kept text's n best, cut and decoded; [""] for the blank ones."""
+    out = [[""] for _ in range(count)]
+    for i, end in zip(keep, ends):
+        out[i] = _decode(translator, [_cut(ids, translator) for ids in [end.ids, *end.alternatives]])
     return out
 
 
 def _first(ends):
     """A completion's ids."""
-    return list(ends[0])
+    return list(ends[0].ids)
 
 
 def _cut(ids, translator):

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ctransformer/decode/beam_search.hpp"
@@ -14,7 +15,8 @@
 namespace ct::decode {
 
 // What one request asks for. A translation reads beam_size, alpha, max_len, search and early_stopping; a
-// generation reads max_len (here: the prompt and the new tokens together), temperature, top_k, top_p and seed.
+// generation reads max_len (here: the prompt and the new tokens together), temperature, top_k, top_p, seed, the
+// logit adjustments and logprobs. A translation refuses the generation-only ones (check()).
 struct SequenceOptions {
     enum class Search { Gnmt, HuggingFace };
     std::size_t beam_size = 1;       // 1: greedy decoding (the first maximum each step), unless search is HuggingFace
@@ -22,10 +24,20 @@ struct SequenceOptions {
     std::size_t max_len = 0;         // target positions, the start symbol counted (a generation: prompt + new ids)
     Search search = Search::Gnmt;    // beam_search.hpp's rules, or hf_beam_search.hpp's (beam_size its num_beams)
     EarlyStopping early_stopping = EarlyStopping::False;   // Hugging Face's search only
+    std::size_t n_best = 1;          // a beam's: the n best hypotheses it ends with (1 to beam_size), best first
     float temperature = 0.0f;        // a generation: 0 takes the first maximum, > 0 samples (sampling.hpp)
     std::size_t top_k = 0;           // a generation's sampling: the k most likely ids only (0: all)
     float top_p = 1.0f;              // a generation's sampling: the nucleus (sampling.hpp: sample_top_k_top_p)
     std::uint64_t seed = 0;          // a generation's sampling: its own generator, seeded so
+    // A generation's logits before each choice, greedy or sampled (OpenAI's definitions; logit_adjustment.hpp):
+    // logit_bias[id] is added to that id's logit, and each id the completion holds c > 0 times loses
+    // presence_penalty + c * frequency_penalty.
+    std::vector<std::pair<std::int64_t, float>> logit_bias;
+    float presence_penalty = 0.0f, frequency_penalty = 0.0f;
+    // A generation's log-probabilities (token_logprobs.hpp): each new id's, and the top_logprobs most likely ids'
+    // with theirs, from the model's own logits (before the adjustments and the temperature).
+    bool logprobs = false;
+    std::size_t top_logprobs = 0;
 };
 
 class ContinuousBatch {
@@ -35,12 +47,18 @@ public:
     struct Token {   // a sequence's new token, as it is chosen (greedy decoding and generation; never the end)
         std::uint64_t id;
         std::int64_t token;
+        float logprob = 0.0f;                               // its log-probability (options.logprobs; else 0)
+        std::vector<std::pair<std::int64_t, float>> top;    // the options.top_logprobs likeliest, most likely first
     };
     struct Finished {   // a sequence that ended: its output ids (no start, prompt or end symbol)
         std::uint64_t id;
         std::vector<std::int64_t> ids;
         double score = 0.0;   // a beam's score; 0 otherwise
         bool ended = false;   // it produced the end symbol (else it reached its length limit)
+        // A beam with options.n_best > 1: the next best hypotheses' ids and scores, in order (as `ids`: no start or
+        // end symbol).
+        std::vector<std::vector<std::int64_t>> alternatives;
+        std::vector<double> alternative_scores;
     };
     struct StepResult {
         std::vector<Token> tokens;

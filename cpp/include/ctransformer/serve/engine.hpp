@@ -29,6 +29,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ctransformer/decode/generation_batch.hpp"
@@ -73,6 +74,11 @@ struct Event {
     std::vector<std::int64_t> ids;       // Finished: the translation's ids, start and end symbols removed
     double score = 0.0;                  // Finished: the hypothesis' score (beam search; 0 for greedy)
     std::string message;                 // Failed: why
+    float logprob = 0.0f;                // Token of a request with logprobs: the token's log-probability
+    std::vector<std::pair<std::int64_t, float>> top_logprobs;   // and its top_logprobs likeliest ids with theirs
+    // Finished, a beam with n_best > 1: the next best hypotheses' ids and scores, in order.
+    std::vector<std::vector<std::int64_t>> alternatives;
+    std::vector<double> alternative_scores;
 };
 
 struct EngineStats {
@@ -102,7 +108,8 @@ public:
     // Queues a request: source ids (end of sentence included), or a GPT's prompt, for model `name`. Checks them (ValueError /
     // IndexError / KeyError-like ValueError naming the model) and returns the request's id. QueueFull when
     // max_queue requests wait; RuntimeError after stop(). timeout_seconds > 0: the request times out then.
-    // tokens: whether the request's tokens are sent as they come (Token events; a stream); else only its end.
+    // tokens: whether the request's tokens are sent as they come (Token events; a stream); else only its end. A
+    // request with options.logprobs gets its Token events either way: they carry its log-probabilities.
     std::uint64_t submit(const std::string& name, std::vector<std::int64_t> source, decode::SequenceOptions options,
                          double timeout_seconds = 0.0, bool tokens = true);
     // Cancels a request (waiting or decoding): a Cancelled event follows; false when it is unknown or done.
