@@ -227,7 +227,7 @@ def test_chat_continues_the_conversation_as_its_prompt(served):
     """A chat for a GPT without a template of its own is its messages as "Role: text" lines and "Assistant:", which
     the model continues exactly as a completion of that prompt; streamed, the chunks give the role, then the
     content, then the finish reason, then the usage (stream_options.include_usage)."""
-    from ctransformer.serve.app import chat_prompt
+    from ctransformer.serve.openai_api import chat_prompt
 
     app, model, tokenizer = served
     messages = [{"role": "system", "content": "Speak in verse."}, {"role": "user", "content": "Who art thou?"},

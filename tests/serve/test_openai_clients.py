@@ -13,7 +13,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install '.[serve]'")
 
 import ctransformer as ct  # noqa: E402
-from ctransformer.serve.app import chat_prompt  # noqa: E402
+from ctransformer.serve.openai_api import chat_prompt  # noqa: E402
 from test_server import MARIAN, Server, model_files, sentences, translators  # noqa: E402,F401 (fixtures)
 from waiting import HANG  # noqa: E402
 

@@ -1,8 +1,10 @@
 """``ctransformer-serve``: translation over HTTP with continuous batching (docs/serve.md).
 
 ``AsyncEngine`` (engine.py) batches the requests of every client into one decoding loop; ``create_app``
-(app.py) is the Starlette application in front of it; ``main`` (cli.py) is the command. The HTTP side needs
-the ``serve`` extra: ``pip install "ctransformer[serve]"`` (Starlette, uvicorn, prometheus-client).
+(app.py) is the ASGI application in front of it, routing to the endpoints of each API (libretranslate.py,
+openai_api.py, v1_translate.py) over the requests' typed objects (protocol.py) and the server's state (server.py);
+``main`` (cli.py) is the command. The HTTP side needs the ``serve`` extra: ``pip install "ctransformer[serve]"``
+(Starlette, uvicorn, prometheus-client).
 """
 from .engine import AsyncEngine, EngineClosed, QueueFull, UnknownModel
 
