@@ -171,7 +171,10 @@ void bind_serve(py::module_& m) {
              "Queue a request (source ids, end of sentence included; a GPT's prompt ids) with its SequenceOptions and "
              "return its id; QueueFull when the queue is full. timeout: seconds (0: none). tokens: send its tokens as "
              "they come ('token' events), else its end only (a request with logprobs gets its token events anyway).")
-        .def("cancel", &Engine::cancel, py::arg("request"), py::call_guard<py::gil_scoped_release>())
+        .def("cancel", &Engine::cancel, py::arg("request"), py::arg("counted") = true,
+             py::call_guard<py::gil_scoped_release>(),
+             "Cancel a request (a 'cancelled' event follows); False when it is unknown or done. counted=False: ended "
+             "on purpose (a stop string reached), left out of cancelled_total.")
         .def("poll",
              [](Engine& e, Real timeout, Int max_events) {
                  const double seconds = to_double(timeout, "Engine.poll: timeout");

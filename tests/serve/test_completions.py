@@ -13,7 +13,7 @@ import httpx  # noqa: E402
 import ctransformer as ct  # noqa: E402
 from ctransformer.data.shakespeare import CharTokenizer  # noqa: E402
 from ctransformer.serve import AsyncEngine, create_app  # noqa: E402
-from waiting import HANG  # noqa: E402
+from waiting import HANG, async_wait_until  # noqa: E402
 
 pytestmark = pytest.mark.threads   # threads, the serving engine or the server: make test-stress runs it under load
 
@@ -376,3 +376,32 @@ def test_logit_bias_and_the_penalties_reach_the_engine(served):
     for answer in (presence, frequency):
         text = answer.json()["choices"][0]["text"]
         assert len(text) == 20 and len(set(text)) == 20, text
+
+
+def test_a_stop_string_is_no_cancellation_in_the_metrics():
+    """A completion cut at its stop string frees its row (the engine cancels the rest of the decoding) without
+    counting as cancelled; a stream its client closes early does count. Each waits until the engine has let the
+    request go (no row in use) before reading the count."""
+    ct.manual_seed(5)
+    tokenizer = CharTokenizer(CHARS)
+    model = ct.quantize_dynamic(ct.nn.GPT(len(tokenizer), 24, 2, 32, 4, 64, dropout=0.0).eval())
+
+    async def run():
+        engine = AsyncEngine(max_queue=4, max_rows=2)
+        engine.add_generator("bard", model, tokenizer, "int8")
+        try:
+            whole = await engine.complete("ROMEO:", max_tokens=40, temperature=0)
+            stop = whole.text[2:4]   # first seen by the third token: 37 more were due
+            cut = await engine.complete("ROMEO:", max_tokens=40, temperature=0, stop=stop)
+            assert cut.finish_reason == "stop" and len(cut.text) <= 2
+            await async_wait_until(lambda: engine.stats()["rows_in_use"] == 0, "the stopped request left")
+            after_stop = engine.stats()["cancelled_total"]
+            pieces = engine.stream_completion("ROMEO:", max_tokens=40, temperature=0)
+            await pieces.__anext__()
+            await pieces.aclose()   # the client went away
+            await async_wait_until(lambda: engine.stats()["cancelled_total"] == 1, "the closed stream counted")
+            return after_stop
+        finally:
+            engine.close()
+
+    assert asyncio.run(asyncio.wait_for(run(), HANG)) == 0

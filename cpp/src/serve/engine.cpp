@@ -188,11 +188,12 @@ std::uint64_t Engine::submit(const std::string& name, std::vector<std::int64_t> 
     return r->id;
 }
 
-bool Engine::cancel(std::uint64_t request) {
+bool Engine::cancel(std::uint64_t request, bool counted) {
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (!requests_.count(request)) return false;
         cancels_.push_back(request);
+        if (!counted) uncounted_.insert(request);
     }
     work_cv_.notify_all();
     return true;
@@ -221,6 +222,7 @@ EngineStats Engine::stats() const {
 void Engine::push(Event e) { events_.push_back(std::move(e)); }
 
 void Engine::forget(std::uint64_t request) {
+    uncounted_.erase(request);
     const auto it = requests_.find(request);
     if (it == requests_.end()) return;
     if (it->second->deadline) deadlines_.erase({*it->second->deadline, request});
@@ -324,9 +326,10 @@ void Engine::leave(const Model* lanes_of, std::size_t lane) {
             m.rows_waiting -= r->rows();
             --waiting_;
         }
+        const bool counted = !(kind == Event::Kind::Cancelled && uncounted_.count(id));
         forget(id);
         push({id, kind, 0, {}, 0.0, kind == Event::Kind::TimedOut ? "timed out" : "cancelled"});
-        ++(kind == Event::Kind::TimedOut ? stats_.timed_out_total : stats_.cancelled_total);
+        if (counted) ++(kind == Event::Kind::TimedOut ? stats_.timed_out_total : stats_.cancelled_total);
     }
     if (!leaving.empty()) event_cv_.notify_all();
 }

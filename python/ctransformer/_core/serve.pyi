@@ -85,8 +85,10 @@ class Engine:
         """
         Serve `model` (eval mode; it must not change while served) under `name`: a Transformer (translations from start_symbol to end_symbol, with the banned ids and force_end of greedy_decode), or a GPT (continuations of prompts, ended by end_symbol when given).
         """
-    def cancel(self, request: typing.SupportsInt | typing.SupportsIndex) -> bool:
-        ...
+    def cancel(self, request: typing.SupportsInt | typing.SupportsIndex, counted: bool = True) -> bool:
+        """
+        Cancel a request (a 'cancelled' event follows); False when it is unknown or done. counted=False: ended on purpose (a stop string reached), left out of cancelled_total.
+        """
     def poll(self, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0, max_events: typing.SupportsInt | typing.SupportsIndex = 4096) -> list:
         """
         Events since the last call (Event objects, each a request's); waits up to `timeout` seconds for the first.

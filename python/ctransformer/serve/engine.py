@@ -369,14 +369,16 @@ class AsyncEngine:
         per_step = stats["step_seconds_total"] / stats["steps_total"] if stats["steps_total"] else 0.05
         return max(1.0, round(per_step * 20 * max(1, stats["queue_depth"]) / max(1, stats["rows_in_use"]), 1))
 
-    def _release(self, rid, finished):
-        """A stream's end: no one waits for rid's events now; if it did not finish (closed, cancelled, failed), its
-        rows are freed."""
+    def _release(self, rid, finished, stopped=False):
+        """A stream's end: no one waits for rid's events now; if it did not finish (closed, cancelled, failed, or
+        stopped at a stop string), its rows are freed. A stop is no cancellation: the engine's count of cancelled
+        requests leaves it out."""
         with self._lock:
             self._waiting.pop(rid, None)
         if not finished:
-            self._engine.cancel(rid)
-            self._counts["cancelled_total"] += 1
+            self._engine.cancel(rid, counted=not stopped)
+            if not stopped:
+                self._counts["cancelled_total"] += 1
 
     def _cancel(self, rid):
         with self._lock:
@@ -526,7 +528,7 @@ class AsyncEngine:
         events = asyncio.Queue()
         rid = submit(0, _into(events), tokens=True)
         decode, stops, want = served.tokenizer.decode, sampling.stop, sampling.logprobs is not None
-        made, sent, finished, tokens, text = [], "", False, [], ""
+        made, sent, finished, stopped, tokens, text = [], "", False, False, [], ""
         try:
             while True:
                 event = await events.get()
@@ -542,6 +544,7 @@ class AsyncEngine:
                         continue
                     cut = stop_at(text, stops)
                     if cut is not None:   # the rest is not wanted: the request ends here (its row freed below)
+                        stopped = True
                         if cut > len(sent):
                             yield Piece(text[len(sent):cut], None, _before(tokens, cut) if want else None)
                         ended.update(prompt_tokens=len(ids), completion_tokens=len(made))
@@ -568,7 +571,7 @@ class AsyncEngine:
                 else:
                     raise _failure(kind, event.message)
         finally:
-            self._release(rid, finished)
+            self._release(rid, finished, stopped)
 
     # -- state -----------------------------------------------------------------------------------------------------
     def stats(self):

@@ -113,7 +113,9 @@ public:
     std::uint64_t submit(const std::string& name, std::vector<std::int64_t> source, decode::SequenceOptions options,
                          double timeout_seconds = 0.0, bool tokens = true);
     // Cancels a request (waiting or decoding): a Cancelled event follows; false when it is unknown or done.
-    bool cancel(std::uint64_t request);
+    // counted false: the caller ended it on purpose (a completion reached its stop string), and cancelled_total
+    // leaves it out.
+    bool cancel(std::uint64_t request, bool counted = true);
     // Events since the last call, waiting up to timeout_seconds for the first; at most max_events.
     std::vector<Event> poll(double timeout_seconds, std::size_t max_events = 4096);
     EngineStats stats() const;
@@ -154,6 +156,7 @@ private:
     // every request (a full queue holds hundreds, and int8 steps of the small model take a few milliseconds).
     std::set<std::pair<std::chrono::steady_clock::time_point, std::uint64_t>> deadlines_;
     std::vector<std::uint64_t> cancels_;
+    std::set<std::uint64_t> uncounted_;   // cancelled with counted false, until they leave
     std::deque<Event> events_;
     std::uint64_t next_id_ = 1;
     std::size_t waiting_ = 0;
