@@ -119,7 +119,7 @@ def test_nucleus_sampling_is_seeded(served):
     ({"prompt": "x", "best_of": 2}, 400, "best_of"),
     ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
     ({"prompt": "x", "frobnicate": 1}, 400, "frobnicate"),
-    ({"prompt": ["a", "b"], "stream": True}, 400, "prompt"),
+    ({"prompt": ["a", ""], "stream": True}, 400, "prompt"),
     ({"prompt": "x", "model": "other"}, 404, "model"),
     ({"prompt": "naïve"}, 400, "does not know"),
 ])
@@ -340,15 +340,16 @@ def test_chat_settings_read_named_templates_and_token_objects(tmp_path):
 
 def test_n_choices_sample_from_seed_plus_their_index_and_echo_leads_with_the_prompt(served):
     """n: each prompt's choices, prompt by prompt; choice i of a request with a seed is generate alone after
-    manual_seed(seed + i), and the prompt's tokens count once in the usage. echo: the text starts with the prompt,
-    whole or streamed. A stream makes one choice."""
+    manual_seed(seed + i), and the prompt's tokens count once in the usage, whole or streamed (a stream's chunks
+    carry their choice's index, interleaved as they come). echo: the text starts with the prompt, whole or
+    streamed."""
     app, model, tokenizer = served
     body = {"prompt": ["ROMEO:", "KING"], "max_tokens": 10, "temperature": 0.9, "top_k": 12, "seed": 2**63 - 2,
             "n": 3}
-    many, echoed, stream, refused = post(
+    many, echoed, stream, streamed_many = post(
         app, body, {"prompt": "ROMEO:", "max_tokens": 10, "temperature": 0.9, "seed": 5, "echo": True},
         {"prompt": "ROMEO:", "max_tokens": 10, "temperature": 0.9, "seed": 5, "echo": True, "stream": True},
-        {"prompt": "ROMEO:", "n": 2, "stream": True})
+        {**body, "stream": True, "stream_options": {"include_usage": True}})
     choices = many.json()["choices"]
     seeds = [2**63 - 2, 2**63 - 1, -2**63]   # seed + i, wrapped as a seed must be
     assert [c["index"] for c in choices] == list(range(6))
@@ -359,7 +360,18 @@ def test_n_choices_sample_from_seed_plus_their_index_and_echo_leads_with_the_pro
     continued = generate(model, tokenizer, "ROMEO:", 10, 0.9, None, 5)
     assert completion_text(echoed)[0] == "ROMEO:" + continued
     assert "".join(streamed_text(stream)[0]) == "ROMEO:" + continued
-    assert refused.status_code == 400 and refused.json()["error"]["param"] == "n"
+    lines = [line[len("data: "):] for line in streamed_many.text.split("\n") if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(line) for line in lines[:-1]]
+    texts, reasons = [""] * 6, [None] * 6
+    for chunk in chunks[:-1]:
+        (choice,) = chunk["choices"]
+        texts[choice["index"]] += choice["text"]
+        if choice["finish_reason"] is not None:
+            assert reasons[choice["index"]] is None, "a choice finished twice"
+            reasons[choice["index"]] = choice["finish_reason"]
+    assert texts == [c["text"] for c in choices] and reasons == ["length"] * 6
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == many.json()["usage"]
 
 
 def test_logit_bias_and_the_penalties_reach_the_engine(served):

@@ -170,3 +170,17 @@ def test_logprobs_in_completions_and_chat_whole_and_streamed(server):
     with pytest.raises(openai.BadRequestError) as refused:
         sdk.chat.completions.create(model="bard", messages=[{"role": "user", "content": "x"}], top_logprobs=2)
     assert refused.value.param == "top_logprobs"
+
+
+def test_a_chat_stream_of_several_choices_joins_to_the_whole_answer(server):
+    """n in a stream: the SDK's chunks carry each choice's index, interleaved; joined by index they are the whole
+    answer's choices (the same seeds: choice i samples from seed + i; int8, bit for bit)."""
+    sdk = client(server)
+    ask = dict(model="bard", messages=[{"role": "user", "content": "Speak!"}], max_tokens=12, temperature=0.9,
+               seed=3, n=3)
+    whole = sdk.chat.completions.create(**ask)
+    texts = ["", "", ""]
+    for chunk in sdk.chat.completions.create(**ask, stream=True):
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+    assert texts == [c.message.content for c in whole.choices]

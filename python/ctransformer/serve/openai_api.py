@@ -94,6 +94,8 @@ async def generated(server, request, req, start, served, prompts, endpoint):
         answer["usage"]["prompt_tokens"] = sum(d.prompt_tokens for d in done[::n])   # a prompt counts once
         answer["usage"]["total_tokens"] = answer["usage"]["prompt_tokens"] + answer["usage"]["completion_tokens"]
         return JSONResponse(answer)
+    if len(prompts) * n > 1:
+        return await streamed_choices(server, request, req, start, prompts, call, shape, endpoint)
     counts = {}   # the prompt's and the completion's tokens, at the end
     try:
         pieces = engine.stream_completion(prompts[0], counts=counts, **call)
@@ -130,6 +132,89 @@ async def generated(server, request, req, start, served, prompts, endpoint):
         yield "[DONE]"
 
     return EventStream(events(), pieces)
+
+
+async def streamed_choices(server, request, req, start, prompts, call, shape, endpoint):
+    """A stream of several choices (n a prompt, prompt by prompt; choice i of a prompt samples from seed + i), their
+    chunks interleaved as their pieces come, each carrying its choice's index, as OpenAI's streams do."""
+    n, engine, seed = req.n, server.engine, call["seed"]
+    streams, counts = [], []
+    for p in prompts:
+        for i in range(n):
+            counts.append({})
+            streams.append(engine.stream_completion(p, counts=counts[-1], **{
+                **call, "seed": None if seed is None else seed_plus(seed, i)}))
+    choices = _Choices(streams)
+    try:   # every choice's first piece before the answer's headers, so a refusal still gets its status
+        firsts = await server.unless_disconnected(request, lambda: asyncio.gather(*(s.__anext__() for s in streams)))
+    except ValueError as error:
+        await choices.aclose()
+        raise HTTPError(400, f"{'messages' if endpoint.endswith('chat/completions') else 'prompt'}: {error}") \
+            from None
+    except BaseException:
+        await choices.aclose()
+        raise
+    server.metrics.first_token.observe(time.perf_counter() - start)
+
+    async def events():
+        for index in range(len(streams)):
+            begin = shape.begin(index)
+            if begin is not None:
+                yield begin
+            if getattr(req, "echo", False):
+                yield shape.piece(prompts[index // n], index=index)
+        async for index, piece in choices.pieces(firsts):
+            if piece.text:
+                yield shape.piece(piece.text, piece.tokens, index)
+            if piece.finish_reason is not None:
+                yield shape.end(piece.finish_reason, index)
+        if req.include_usage:   # each prompt counted once
+            done = [Completion("", "", c["prompt_tokens"], c["completion_tokens"]) for c in counts]
+            usage = shape.usage(done)
+            usage["usage"]["prompt_tokens"] = sum(d.prompt_tokens for d in done[::n])
+            usage["usage"]["total_tokens"] = usage["usage"]["prompt_tokens"] + usage["usage"]["completion_tokens"]
+            yield usage
+        server.observe(endpoint, start, time.perf_counter())
+        yield "[DONE]"
+
+    return EventStream(events(), choices)
+
+
+class _Choices:
+    """Several choices' piece iterators, read at once: pieces() gives (index, piece) as each comes; aclose() stops
+    them all (the client went away, or a choice failed), which frees their rows."""
+
+    def __init__(self, streams):
+        self.streams, self.tasks = streams, []
+
+    async def pieces(self, firsts):
+        queue = asyncio.Queue()
+
+        async def pump(index, stream, piece):
+            try:
+                while True:
+                    queue.put_nowait((index, piece, None))
+                    if piece.finish_reason is not None:
+                        return
+                    piece = await stream.__anext__()
+            except Exception as error:  # noqa: BLE001 - handed to the reader, which raises it
+                queue.put_nowait((index, None, error))
+
+        self.tasks = [asyncio.ensure_future(pump(i, s, f)) for i, (s, f) in enumerate(zip(self.streams, firsts))]
+        left = len(self.streams)
+        while left:
+            index, piece, error = await queue.get()
+            if error is not None:
+                raise error
+            if piece.finish_reason is not None:
+                left -= 1
+            yield index, piece
+
+    async def aclose(self):
+        for task in self.tasks:
+            task.cancel()
+        for stream in self.streams:
+            await close_quietly(stream)
 
 
 async def translated_chat(server, request, req, start, served):
@@ -212,14 +297,14 @@ class CompletionShape:
         return self._answer([self._choice(d.text, i, d.finish_reason, d.tokens) for i, d in enumerate(done)],
                             usage=_usage(done))
 
-    def begin(self):
+    def begin(self, index=0):
         return None
 
-    def piece(self, text, tokens=None):
-        return self._answer([self._choice(text, 0, None, tokens)])
+    def piece(self, text, tokens=None, index=0):
+        return self._answer([self._choice(text, index, None, tokens)])
 
-    def end(self, reason):
-        return self._answer([self._choice("", 0, reason)])
+    def end(self, reason, index=0):
+        return self._answer([self._choice("", index, reason)])
 
     def usage(self, done):
         return self._answer([], usage=_usage(done))
@@ -249,8 +334,8 @@ class ChatShape:
                 "choices": choices, **extra}
 
     @staticmethod
-    def _delta(delta, finish_reason=None, tokens=None):
-        return {"index": 0, "delta": delta, "logprobs": _chat_logprobs(tokens), "finish_reason": finish_reason}
+    def _delta(delta, finish_reason=None, tokens=None, index=0):
+        return {"index": index, "delta": delta, "logprobs": _chat_logprobs(tokens), "finish_reason": finish_reason}
 
     def whole(self, done):
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
@@ -259,14 +344,14 @@ class ChatShape:
                             for i, d in enumerate(done)],
                 "usage": _usage(done)}
 
-    def begin(self):
-        return self._chunk([self._delta({"role": "assistant", "content": ""})])
+    def begin(self, index=0):
+        return self._chunk([self._delta({"role": "assistant", "content": ""}, index=index)])
 
-    def piece(self, text, tokens=None):
-        return self._chunk([self._delta({"content": text}, None, tokens)])
+    def piece(self, text, tokens=None, index=0):
+        return self._chunk([self._delta({"content": text}, None, tokens, index)])
 
-    def end(self, reason):
-        return self._chunk([self._delta({}, reason)])
+    def end(self, reason, index=0):
+        return self._chunk([self._delta({}, reason, index=index)])
 
     def usage(self, done):
         return self._chunk([], usage=_usage(done))

@@ -153,8 +153,6 @@ class CompletionRequest:
             raise HTTPError(400, f"echo: expected true or false, got {describe(echo)}")
         if echo and common["sampling"]["logprobs"] is not None:
             raise HTTPError(400, "echo: not with logprobs (the prompt's log-probabilities are not computed)")
-        if common["stream"] and len(prompts) != 1:
-            raise HTTPError(400, f"prompt: a stream takes exactly one prompt, got {len(prompts)}")
         return cls(prompts, echo=bool(echo), **common)
 
 
@@ -198,8 +196,6 @@ def generation_common(data, limits):
     n = data.get("n")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES):
         raise HTTPError(400, f"n: expected an integer from 1 to {MAX_CHOICES}, got {describe(n)}")
-    if stream and n not in (None, 1):
-        raise HTTPError(400, f"n: a stream makes one choice, got {n}")
     user = data.get("user")
     if user is not None and not isinstance(user, str):
         raise HTTPError(400, f"user: expected a string, got {describe(user)}")
