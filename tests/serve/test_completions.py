@@ -392,8 +392,9 @@ def test_logit_bias_and_the_penalties_reach_the_engine(served):
 
 def test_a_stop_string_is_no_cancellation_in_the_metrics():
     """A completion cut at its stop string frees its row (the engine cancels the rest of the decoding) without
-    counting as cancelled; a stream its client closes early does count. Each waits until the engine has let the
-    request go (no row in use) before reading the count."""
+    counting as cancelled. The request asks for 100,000 tokens, so it is still decoding when the stop string comes
+    (by construction, not by a race); the count is read once the engine has let it go (no row in use). The engine's
+    counting itself: tests/serve/test_engine_gpt.py."""
     ct.manual_seed(5)
     tokenizer = CharTokenizer(CHARS)
     model = ct.quantize_dynamic(ct.nn.GPT(len(tokenizer), 24, 2, 32, 4, 64, dropout=0.0).eval())
@@ -403,16 +404,11 @@ def test_a_stop_string_is_no_cancellation_in_the_metrics():
         engine.add_generator("bard", model, tokenizer, "int8")
         try:
             whole = await engine.complete("ROMEO:", max_tokens=40, temperature=0)
-            stop = whole.text[2:4]   # first seen by the third token: 37 more were due
-            cut = await engine.complete("ROMEO:", max_tokens=40, temperature=0, stop=stop)
+            stop = whole.text[2:4]   # greedy: the same first characters, whatever the length asked for
+            cut = await engine.complete("ROMEO:", max_tokens=100_000, temperature=0, stop=stop)
             assert cut.finish_reason == "stop" and len(cut.text) <= 2
             await async_wait_until(lambda: engine.stats()["rows_in_use"] == 0, "the stopped request left")
-            after_stop = engine.stats()["cancelled_total"]
-            pieces = engine.stream_completion("ROMEO:", max_tokens=40, temperature=0)
-            await pieces.__anext__()
-            await pieces.aclose()   # the client went away
-            await async_wait_until(lambda: engine.stats()["cancelled_total"] == 1, "the closed stream counted")
-            return after_stop
+            return engine.stats()["cancelled_total"]
         finally:
             engine.close()
 

@@ -247,3 +247,28 @@ def test_generation_options_are_checked_by_name():
     with pytest.raises(ValueError, match="top_k"):
         SequenceOptions(max_len=5, top_k=-1)
     engine.stop()
+
+
+def test_a_cancellation_counts_unless_it_is_said_not_to():
+    """Engine.cancel(request) counts in cancelled_total; cancel(request, counted=False) (a stop string reached) does
+    not. Each request asks for a million tokens, so it is decoding when cancelled (its first token seen) and leaves
+    only by the cancellation (its Cancelled event awaited)."""
+    _, model = make_pair(SMALL, sharp=True)
+    engine = ct._core.serve.Engine(max_queue=4, max_rows=2, max_batch_tokens=64)
+    engine.add_model("gpt", model)
+    counts = []
+    for counted in (False, True):
+        request = engine.submit("gpt", [1, 2, 3], SequenceOptions(max_len=1_000_000), tokens=True)
+        deadline, state = time.monotonic() + HANG, "submitted"
+        while state != "cancelled" and time.monotonic() < deadline:
+            for event in engine.poll(0.05):
+                assert event.request == request and event.kind in ("token", "cancelled"), event.message
+                if event.kind == "token" and state == "submitted":
+                    assert engine.cancel(request, counted=counted)
+                    state = "cancelling"
+                elif event.kind == "cancelled":
+                    state = "cancelled"
+        assert state == "cancelled", f"no cancellation in {HANG} s"
+        counts.append(engine.stats()["cancelled_total"])
+    engine.stop()
+    assert counts == [0, 1]

@@ -152,9 +152,9 @@ class _App:
     translation or completion with 429 before its body is read when the queue is full; it counts the requests
     inside (the drain waits for them) and every response by endpoint and status.
 
-    The routing is ours, not a framework's: the paths are fixed, and Starlette's router and middleware layers took
-    a fifth of the server's Python per request, which is what limits the server when outputs are short. Starlette's
-    Request and Response classes are still used."""
+    The routing is ours, not a framework's: the paths are fixed, and Starlette's router and middleware layers were
+    a large part of the server's Python per request, which is what limits the server when outputs are short.
+    Starlette's Request and Response classes are still used."""
 
     def __init__(self, routes, state, responses, load):
         self.routes, self.state, self.responses, self.load = routes, state, responses, load
@@ -244,9 +244,8 @@ class _App:
     def queue_full(self):
         """The 429 for a request that the full queue could not take, or None when there is room. The requests that
         passed this check and are not yet sent hold their places, so that none is refused after its body was read
-        and parsed. (A body that comes with its headers is sent in the same turn of the loop; one that comes later,
-        or a task between the check and the engine, as there was before translate() returned a Future, left room
-        for others to fill the queue meanwhile: one refusal in seven at twice saturation.)"""
+        and parsed. (A body that comes with its headers is sent in the same turn of the loop; one that comes later
+        would leave room for others to fill the queue meanwhile.)"""
         try:
             self.state.engine.check_room(self.serving.entering)
         except QueueFull as error:

@@ -25,8 +25,8 @@ import sys
 from ctransformer import precision as _precision
 
 PRECISIONS = _precision.SERVING
-# The maths' threads run this much nicer than the event loop (Linux): on 2 cores under load, a 429's p99 fell from
-# 8.5-12.7 to 3.2-6.3 ms and the throughput at 32 clients did not fall (small int8, five alternating rounds).
+# The maths' threads run this much nicer than the event loop (Linux), so that answering HTTP (a 429 above all) does
+# not wait behind a decoding step on a busy core (docs/serve.md, "Under load", has the figures).
 DEFAULT_NICE = 10 if sys.platform.startswith("linux") else 0
 
 
@@ -234,7 +234,7 @@ def main(argv=None):
                 else:
                     engine.add_generator(name, loaded[0], loaded[1], chosen, end_id=loaded[2])
         # What is loaded lives as long as the server: out of the garbage collector's sight, its full passes scan
-        # the requests' objects only (past saturation, one over every object took up to 65 ms of the event loop).
+        # the requests' objects only (a pass over every object stalls the event loop past saturation).
         gc.collect()
         gc.freeze()
 

@@ -3,11 +3,10 @@ server parses into its protocol models and TGI's router validates once): ``Trans
 ``LibreTranslateRequest`` (``/translate``), ``CompletionRequest`` (``/v1/completions``) and ``ChatRequest``
 (``/v1/chat/completions``). Every refusal is a 400 (413 past a limit) whose message starts with the field at fault.
 
-Dataclasses checked by hand, not pydantic models: the checks are the ones the server always made, with its messages
-(``field: expected ..., got ...``), and they cost the same per request; pydantic's ``TypeAdapter`` describes the
-same classes for ``/openapi.json`` (serve/openapi.py). Measured on the Zen 3 test machine: pydantic v2's
-``model_validate_json`` of a completion body took 6 us, ``json.loads`` alone 3.8 us, both small beside the 800 us
-the server's Python spends a request (docs/serve.md), so the choice is the messages', not the clock's."""
+Dataclasses checked by hand, not pydantic models: the checks are the ones the server always made, with their
+messages (``field: expected ..., got ...``), and either way parsing is a small part of the server's Python per
+request (docs/serve.md, "The server's own Python per request", has both measured). serve/openapi.py describes the
+bodies from the same field lists."""
 import dataclasses
 import math
 from typing import Dict, List, Optional, Tuple, Union
@@ -49,7 +48,7 @@ class TranslateOptions:
     timeout_ms: Optional[float] = None
 
     def engine_options(self):
-        """The keywords of AsyncEngine.translate (spelled out: dataclasses.asdict copies deeply, at 10 us a call)."""
+        """The keywords of AsyncEngine.translate (spelled out: dataclasses.asdict copies deeply)."""
         return {"model": self.model, "precision": self.precision, "beam_size": self.beam_size,
                 "max_decoding_length": self.max_decoding_length, "length_penalty": self.length_penalty,
                 "timeout_ms": self.timeout_ms}

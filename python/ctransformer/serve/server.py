@@ -157,8 +157,8 @@ class Server:
             if watching is not None:
                 watching.cancel()
             # A refusal's traceback holds this frame, whose locals hold the tasks that hold the exceptions: a cycle,
-            # freed only by the garbage collector. Past saturation a refusal comes every few ms, and the collector's
-            # passes over the server's many live objects then stall the event loop for tens of ms.
+            # freed only by the garbage collector. Past saturation refusals come fast, and the collector's passes over
+            # the server's many live objects then stall the event loop.
             work = watching = answer = None
 
 
