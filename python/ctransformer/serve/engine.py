@@ -14,6 +14,7 @@ by the translator's rules: GNMT's, or transformers' for a pretrained Marian mode
 """
 import asyncio
 import atexit
+import copy
 import math
 import os
 import threading
@@ -107,6 +108,12 @@ class Sampling:
         if logprobs is not None and (_check_int(logprobs, "logprobs", 0) > MAX_LOGPROBS):
             raise ValueError(f"logprobs must be an integer from 0 to {MAX_LOGPROBS}, got {logprobs!r}")
         self.logprobs = logprobs
+
+    def seeded(self, seed):
+        """The same options with another seed (choice i of a request samples from its seed + i); not checked again."""
+        other = copy.copy(self)
+        other.seed = seed
+        return other
 
 
 class ServedModel:
@@ -471,13 +478,17 @@ class AsyncEngine:
             self._release(rid, finished)
 
     # -- generation ------------------------------------------------------------------------------------------------
-    def _completion(self, prompt, model, precision, options, timeout_ms):
+    def _completion(self, prompt, model, precision, sampling, options, timeout_ms):
         """The checked prompt: (served model, its ids, its Sampling, submit(index, deliver) sending it to the
-        engine)."""
+        engine). The options come as a Sampling already made (the server's edge makes it once) or as its
+        keywords."""
         if not isinstance(prompt, str) or not prompt:
             raise ValueError("prompt must be a non-empty str")
         served = self.model(model, precision, kind="generator")
-        sampling = Sampling(**options)
+        if sampling is None:
+            sampling = Sampling(**options)
+        elif not isinstance(sampling, Sampling) or options:
+            raise TypeError("sampling must be a Sampling, given without its keywords")
         timeout = _timeout(timeout_ms)
         ids = list(served.tokenizer.encode(prompt))
         if not ids:
@@ -494,14 +505,14 @@ class AsyncEngine:
 
         return served, ids, sampling, submit
 
-    async def complete(self, prompt, model=None, precision=None, timeout_ms=None, **options):
+    async def complete(self, prompt, model=None, precision=None, timeout_ms=None, sampling=None, **options):
         """A GPT's continuation of `prompt`, as ``decode.generate`` makes it alone (temperature 0: the first maximum
         each step; else sampled among the top_k ids and the top_p nucleus, from a generator seeded with `seed`);
         options: Sampling's fields (max_tokens, temperature, top_k, top_p, seed, stop, logit_bias, presence_penalty,
-        frequency_penalty, logprobs). stop: the text ends before the first stop string to appear, and the decoding
-        stops there. Returns a Completion."""
+        frequency_penalty, logprobs), or `sampling`, a Sampling made of them. stop: the text ends before the first
+        stop string to appear, and the decoding stops there. Returns a Completion."""
         pieces, tokens = [], []
-        served, ids, sampling, submit = self._completion(prompt, model, precision, options, timeout_ms)
+        served, ids, sampling, submit = self._completion(prompt, model, precision, sampling, options, timeout_ms)
         if sampling.stop or sampling.logprobs is not None:   # the tokens are watched as they come
             ended = {}
             async for piece in self._pieces(served, ids, sampling, submit, ended):
@@ -514,13 +525,14 @@ class AsyncEngine:
         return Completion(served.tokenizer.decode(made), "length" if len(made) == sampling.max_tokens else "stop",
                           len(ids), len(made))
 
-    def stream_completion(self, prompt, model=None, precision=None, timeout_ms=None, counts=None, **options):
+    def stream_completion(self, prompt, model=None, precision=None, timeout_ms=None, counts=None, sampling=None,
+                          **options):
         """complete() as it is made, as Piece objects: (text, None, tokens) as tokens come (a piece never ends
         inside a character the tokenizer has not finished, nor sends a part of a stop string before it is known not
         to be one), then ("", finish_reason, ()). tokens: the Tokens that came since the last piece (logprobs asked
         for; else None). Closing the iterator frees the request's row. counts: a dict that gets prompt_tokens and
         completion_tokens at the end."""
-        served, ids, sampling, submit = self._completion(prompt, model, precision, options, timeout_ms)
+        served, ids, sampling, submit = self._completion(prompt, model, precision, sampling, options, timeout_ms)
         return self._pieces(served, ids, sampling, submit, {} if counts is None else counts)
 
     async def _pieces(self, served, ids, sampling, submit, ended):

@@ -73,22 +73,23 @@ async def generated(server, request, req, start, served, prompts, endpoint):
     shape."""
     chat = endpoint == "/v1/chat/completions"
     engine, sampling = server.engine, req.sampling
-    outside = [token for token in sampling["logit_bias"] if token >= served.vocab_size]
+    outside = [token for token in sampling.logit_bias if token >= served.vocab_size]
     if outside:
         raise HTTPError(400, f"logit_bias: token id {outside[0]} is outside the vocabulary [0, {served.vocab_size})")
-    call = dict(model=served.name, precision=served.precision, timeout_ms=req.timeout_ms, **sampling)
+    call = dict(model=served.name, precision=served.precision, timeout_ms=req.timeout_ms)
     shape = ChatShape(served.name) if chat else CompletionShape(served.name)
     n, echo = req.n, getattr(req, "echo", False)
     if not req.stream:
         # n choices a prompt, prompt by prompt; choice i of a request with a seed samples from seed + i
-        seeds = [None if sampling["seed"] is None else seed_plus(sampling["seed"], i) for i in range(n)]
+        choices = [sampling if sampling.seed is None else sampling.seeded(seed_plus(sampling.seed, i))
+                   for i in range(n)]
         try:
             done = await server.unless_disconnected(request, lambda: asyncio.gather(
-                *(engine.complete(p, **{**call, "seed": seed}) for p in prompts for seed in seeds)))
+                *(engine.complete(p, sampling=choice, **call) for p in prompts for choice in choices)))
         except ValueError as error:   # the tokenizer's or an option's refusal, named
             raise HTTPError(400, f"{'messages' if chat else 'prompt'}: {error}") from None
         if echo:
-            done = [d._replace(text=p + d.text) for p, d in zip((p for p in prompts for _ in seeds), done)]
+            done = [d._replace(text=p + d.text) for p, d in zip((p for p in prompts for _ in choices), done)]
         server.observe(endpoint, start, time.perf_counter())
         answer = shape.whole(done)
         answer["usage"]["prompt_tokens"] = sum(d.prompt_tokens for d in done[::n])   # a prompt counts once
@@ -98,7 +99,7 @@ async def generated(server, request, req, start, served, prompts, endpoint):
         return await streamed_choices(server, request, req, start, prompts, call, shape, endpoint)
     counts = {}   # the prompt's and the completion's tokens, at the end
     try:
-        pieces = engine.stream_completion(prompts[0], counts=counts, **call)
+        pieces = engine.stream_completion(prompts[0], counts=counts, sampling=sampling, **call)
 
         async def first_piece():
             return await pieces.__anext__()
@@ -137,13 +138,13 @@ async def generated(server, request, req, start, served, prompts, endpoint):
 async def streamed_choices(server, request, req, start, prompts, call, shape, endpoint):
     """A stream of several choices (n a prompt, prompt by prompt; choice i of a prompt samples from seed + i), their
     chunks interleaved as their pieces come, each carrying its choice's index, as OpenAI's streams do."""
-    n, engine, seed = req.n, server.engine, call["seed"]
+    n, engine, sampling = req.n, server.engine, req.sampling
     streams, counts = [], []
     for p in prompts:
         for i in range(n):
             counts.append({})
-            streams.append(engine.stream_completion(p, counts=counts[-1], **{
-                **call, "seed": None if seed is None else seed_plus(seed, i)}))
+            choice = sampling if sampling.seed is None else sampling.seeded(seed_plus(sampling.seed, i))
+            streams.append(engine.stream_completion(p, counts=counts[-1], sampling=choice, **call))
     choices = _Choices(streams)
     try:   # every choice's first piece before the answer's headers, so a refusal still gets its status
         firsts = await server.unless_disconnected(request, lambda: asyncio.gather(*(s.__anext__() for s in streams)))

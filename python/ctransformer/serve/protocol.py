@@ -9,10 +9,10 @@ request (docs/serve.md, "The server's own Python per request", has both measured
 bodies from the same field lists."""
 import dataclasses
 import math
-from typing import Dict, List, Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 from ctransformer import precision as _precision
-from ctransformer.serve.engine import MAX_LOGPROBS, Sampling, stop_strings
+from ctransformer.serve.engine import MAX_LOGPROBS, Sampling
 from ctransformer.serve.http_io import HTTPError, describe
 
 PRECISIONS = _precision.SERVING
@@ -123,20 +123,27 @@ def languages(data):
 
 
 @dataclasses.dataclass
-class CompletionRequest:
-    """POST /v1/completions (OpenAI's legacy completions): prompts continued by a GPT. sampling: the keywords of
-    AsyncEngine.complete (the engine's Sampling fields)."""
-    prompts: List[str]
-    sampling: Dict[str, object]
+class GenerationRequest:
+    """What completions and chats share: the model's fields, the sampling (the engine's Sampling, made once here),
+    the stream's, n and user. (Every field has a default, so that the requests below add theirs after these on
+    Python 3.9, which has no keyword-only dataclass fields.)"""
+    sampling: Sampling = dataclasses.field(default_factory=Sampling)
     model: Optional[str] = None
     precision: Optional[str] = None
     timeout_ms: Optional[float] = None
     stream: bool = False
     include_usage: bool = False
     n: int = 1
-    echo: bool = False
     user: Optional[str] = None
     api_key: Optional[str] = None
+
+
+@dataclasses.dataclass
+class CompletionRequest(GenerationRequest):
+    """POST /v1/completions (OpenAI's legacy completions): prompts continued by a GPT; echo leads each answer with
+    its prompt."""
+    prompts: List[str] = dataclasses.field(default_factory=list)
+    echo: bool = False
 
     @classmethod
     def parse(cls, data, limits):
@@ -150,27 +157,18 @@ class CompletionRequest:
         echo = data.get("echo")   # the legacy completions' echo: the prompt, then its continuation
         if echo is not None and not isinstance(echo, bool):
             raise HTTPError(400, f"echo: expected true or false, got {describe(echo)}")
-        if echo and common["sampling"]["logprobs"] is not None:
+        if echo and common["sampling"].logprobs is not None:
             raise HTTPError(400, "echo: not with logprobs (the prompt's log-probabilities are not computed)")
-        return cls(prompts, echo=bool(echo), **common)
+        return cls(prompts=prompts, echo=bool(echo), **common)
 
 
 @dataclasses.dataclass
-class ChatRequest:
+class ChatRequest(GenerationRequest):
     """POST /v1/chat/completions: messages as (role, text), roles system, user and assistant. A GPT continues them
     with the sampling (max_tokens from max_completion_tokens or max_tokens; up to the server's limit without
     either); a translator translates the last user message and takes no sampling field (`given` names those sent)."""
-    messages: List[Tuple[str, str]]
-    sampling: Dict[str, object]
+    messages: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
     given: Tuple[str, ...] = ()
-    model: Optional[str] = None
-    precision: Optional[str] = None
-    timeout_ms: Optional[float] = None
-    stream: bool = False
-    include_usage: bool = False
-    n: int = 1
-    user: Optional[str] = None
-    api_key: Optional[str] = None
 
     @classmethod
     def parse(cls, data, limits):
@@ -183,11 +181,11 @@ class ChatRequest:
             given = data.get("max_tokens") if data.get("max_tokens") is not None else limits.max_new_tokens
         named = tuple(name for name in (*SAMPLING_FIELDS, "max_completion_tokens", "top_logprobs")
                       if data.get(name) not in (None, False)) + (("n",) if data.get("n") not in (None, 1) else ())
-        return cls(messages, given=named, **generation_common({**data, "max_tokens": given}, limits))
+        return cls(messages=messages, given=named, **generation_common({**data, "max_tokens": given}, limits))
 
 
 def generation_common(data, limits):
-    """The fields completions and chats share, checked: the model's, the sampling's, the stream's, n and user."""
+    """GenerationRequest's fields, checked: the model's, the sampling's, the stream's, n and user."""
     options = translate_options({k: v for k, v in data.items() if k in ("model", "precision", "timeout_ms")}, limits)
     stream = False if data.get("stream") is None else data["stream"]   # null: the default
     if not isinstance(stream, bool):
@@ -198,11 +196,9 @@ def generation_common(data, limits):
     user = data.get("user")
     if user is not None and not isinstance(user, str):
         raise HTTPError(400, f"user: expected a string, got {describe(user)}")
-    sampling = sampling_of(data, limits)
-    sampling["stop"] = stop_of(data) or None
-    return dict(sampling=sampling, model=options.model, precision=options.precision, timeout_ms=options.timeout_ms,
-                stream=stream, include_usage=include_usage(data, stream), n=n or 1, user=user,
-                api_key=data.get("api_key"))
+    return dict(sampling=sampling_of(data, limits), model=options.model, precision=options.precision,
+                timeout_ms=options.timeout_ms, stream=stream, include_usage=include_usage(data, stream), n=n or 1,
+                user=user, api_key=data.get("api_key"))
 
 
 def texts_of(value, field, limits):
@@ -299,14 +295,6 @@ def messages_of(messages, limits):
     return out
 
 
-def stop_of(data):
-    try:
-        return stop_strings(data.get("stop"))
-    except ValueError as error:
-        raise HTTPError(400, f"stop: expected a non-empty string or a list of 1 to 4, got "
-                             f"{describe(data.get('stop'))}") from error
-
-
 def include_usage(data, stream):
     stream_options = data.get("stream_options")
     if stream_options is None:
@@ -321,42 +309,30 @@ def include_usage(data, stream):
 
 
 def sampling_of(data, limits):
-    """The keywords of AsyncEngine.complete: max_tokens (16), temperature (1), top_k, top_p (1), seed, logit_bias,
-    the penalties and logprobs."""
+    """The request's Sampling (the engine's options, checked there), within the server's limit on max_tokens
+    (default 16) and OpenAI's temperature range (0 to 2; default 1). A refusal names the field first."""
     max_tokens = data.get("max_tokens")
     max_tokens = 16 if max_tokens is None else max_tokens
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or \
             not 1 <= max_tokens <= limits.max_new_tokens:
         raise HTTPError(400, f"max_tokens: expected an integer from 1 to {limits.max_new_tokens}, got "
                              f"{describe(max_tokens)}")
-    top_k = data.get("top_k")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
-        raise HTTPError(400, f"top_k: expected an integer >= 0 (0: every id), got {describe(top_k)}")
-    seed = data.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**63):
-        raise HTTPError(400, f"seed: expected an integer in [-2**63, 2**63), got {describe(seed)}")
-    top_p = _number(data, "top_p", 0, 1, default=1.0)
-    if top_p == 0:
-        raise HTTPError(400, "top_p: expected a number above 0 to 1, got 0")
-    bias = data.get("logit_bias")
-    try:   # the engine's own check, its message prefixed by the field
-        bias = {} if bias is None else Sampling(logit_bias=bias).logit_bias
-    except ValueError as error:
-        raise HTTPError(400, f"logit_bias: {str(error).partition(': ')[2] or error}") from None
-    return dict(max_tokens=max_tokens, temperature=_number(data, "temperature", 0, 2, default=1.0), top_k=top_k,
-                top_p=top_p, seed=seed, logit_bias=bias,
-                presence_penalty=_number(data, "presence_penalty", -2, 2, default=0.0),
-                frequency_penalty=_number(data, "frequency_penalty", -2, 2, default=0.0), logprobs=logprobs_of(data))
+    temperature = _number(data, "temperature", 0, 2, default=1.0)
+    try:
+        return Sampling(max_tokens=max_tokens, temperature=temperature, top_k=data.get("top_k"),
+                        top_p=data.get("top_p"), seed=data.get("seed"), stop=data.get("stop"),
+                        logit_bias=data.get("logit_bias"), presence_penalty=data.get("presence_penalty"),
+                        frequency_penalty=data.get("frequency_penalty"), logprobs=logprobs_of(data))
+    except ValueError as error:   # "NAME must ..." or "NAME: ...": the field first, as every 400 here
+        name, _, rest = str(error).partition(" ")
+        raise HTTPError(400, str(error) if name.endswith(":") else f"{name}: {rest}") from None
 
 
 def logprobs_of(data):
     """The alternatives a token's logprobs list, or None for no logprobs: completions' logprobs (an integer), or
     chat's logprobs (true or false) with top_logprobs."""
     given, top = data.get("logprobs"), data.get("top_logprobs")
-    if "messages" not in data:   # the legacy completions: logprobs is the count itself
-        if given is not None and (isinstance(given, bool) or not isinstance(given, int)
-                                  or not 0 <= given <= MAX_LOGPROBS):
-            raise HTTPError(400, f"logprobs: expected an integer from 0 to {MAX_LOGPROBS}, got {describe(given)}")
+    if "messages" not in data:   # the legacy completions: logprobs is the count itself (Sampling checks it)
         return given
     if given is not None and not isinstance(given, bool):
         raise HTTPError(400, f"logprobs: expected true or false, got {describe(given)}")
