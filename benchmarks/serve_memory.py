@@ -3,7 +3,7 @@
     python benchmarks/serve_memory.py [--sizes small,base] [--precisions float32,int8] [--clients 64]
 
 For each shape of cases.POST_NORM (random weights, a Multi30k vocabulary of the shape's size, saved as a multi30k
-checkpoint as benchmarks/serve_load.py builds it) and each precision: start `ctransformer-serve` on 127.0.0.1,
+checkpoint as benchmarks/serve_load/ builds it) and each precision: start `ctransformer-serve` on 127.0.0.1,
 read its resident memory once ready (VmRSS), send `--clients` requests at once (Multi30k test2016 sentences, greedy,
 50 tokens each) twice, and read the peak (VmHWM) and the resident memory after. One server at a time; each stops
 by itself (SIGTERM) when measured.
@@ -18,7 +18,9 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import serve_load  # noqa: E402
+from serve_load.checkpoints import build_checkpoint  # noqa: E402
+from serve_load.client import closed_loop  # noqa: E402
+from serve_load.servers import Server  # noqa: E402
 
 
 def status_kib(pid, field):
@@ -44,17 +46,16 @@ def main(argv=None):
     rows = []
     for size in a.sizes.split(","):
         vocab = train_subword_vocab(train.src + train.tgt, vocab_size=POST_NORM[size]["vocab"])
-        checkpoint, cfg = serve_load.build_checkpoint(size, folder, vocab)
+        checkpoint, cfg = build_checkpoint(size, folder, vocab)
         weights_mib = os.path.getsize(checkpoint) / 2**20
         for precision in a.precisions.split(","):
             argv = [sys.executable, "-m", "ctransformer.serve.cli", "--model", f"{size}={checkpoint}",
                     "--precision", precision, "--port", "0", "--threads", "2"]
-            server = serve_load.Server(f"{size}-{precision}", argv, dict(os.environ), folder, 180)
+            server = Server(f"{size}-{precision}", argv, dict(os.environ), folder, 180)
             try:
                 idle = status_kib(server.process.pid, "VmRSS")
                 for _ in range(2):
-                    records, _, _ = asyncio.run(serve_load.closed_loop(server.port, test, a.clients, a.clients, 120,
-                                                                       False, 120))
+                    records, _, _ = asyncio.run(closed_loop(server.port, test, a.clients, a.clients, 120, False, 120))
                     failed = [r for r in records if getattr(r, "status", 200) != 200]
                     if failed:
                         raise RuntimeError(f"{len(failed)} requests failed under load")

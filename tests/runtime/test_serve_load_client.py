@@ -1,7 +1,8 @@
-"""benchmarks/serve_load.py's HTTP client reads every answer the servers give, however the bytes are cut: a length,
-chunks (a stream's events, with or without trailers), a body that runs to the connection's end; and it fails, not
-hangs, on a dropped connection or a silent server. Its open loop records every request, answered or refused, once.
-(Torch-free: the benchmark's timings rest on this parser, and nothing of its timings is asserted.)"""
+"""benchmarks/serve_load/client.py, the load benchmark's HTTP client, reads every answer the servers give, however the
+bytes are cut: a length, chunks (a stream's events, with or without trailers), a body that runs to the connection's
+end; and it fails, not hangs, on a dropped connection or a silent server. Its open loop records every request,
+answered or refused, once. (Torch-free: the benchmark's timings rest on this parser, and nothing of its timings is
+asserted.)"""
 import asyncio
 import collections
 import pathlib
@@ -10,7 +11,7 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
-import serve_load  # noqa: E402
+from serve_load.client import Closed, Connection, open_loop  # noqa: E402
 
 pytestmark = pytest.mark.threads   # threads, the serving engine or the server: make test-stress runs it under load
 
@@ -37,7 +38,7 @@ class Transport:
 def answer(raw, cuts, on_chunk=None, closes=False):
     """The answer `post` gives when the server's bytes `raw` arrive cut at each offset in `cuts`."""
     async def run():
-        conn = serve_load.Connection()
+        conn = Connection()
         conn.connection_made(Transport())
         future = conn.post("/v1/translate", b"{}", on_chunk, timeout=5.0)
         bounds = [0, *cuts, len(raw)]
@@ -78,7 +79,7 @@ def test_a_body_without_length_runs_to_the_end():
 
 def test_a_dropped_connection_and_a_silent_server_fail():
     async def run(lost, timeout):
-        conn = serve_load.Connection()
+        conn = Connection()
         conn.connection_made(Transport())
         future = conn.post("/v1/translate", b"{}", None, timeout=timeout)
         if lost is not None:
@@ -88,7 +89,7 @@ def test_a_dropped_connection_and_a_silent_server_fail():
             await asyncio.wait_for(future, 2.0)
         except Exception as error:  # noqa: BLE001 - which one is the point
             return type(error), conn.closed
-    assert asyncio.run(run(b"", 5.0)) == (serve_load.Closed, True)   # dropped before a byte: Closed (retried)
+    assert asyncio.run(run(b"", 5.0)) == (Closed, True)   # dropped before a byte: Closed (retried)
     assert asyncio.run(run(LENGTH[:30], 5.0)) == (asyncio.IncompleteReadError, True)
     assert asyncio.run(run(None, 0.05)) == (asyncio.TimeoutError, True)   # its own timer, not the test's
 
@@ -117,8 +118,8 @@ def test_the_open_loop_records_every_request_once():
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         async with server:
-            out = await serve_load.open_loop(port, ["ein Hund"], rate=400.0, n_requests=40, seconds=5.0,
-                                             timeout=5.0, seed=0)
+            out = await open_loop(port, ["ein Hund"], rate=400.0, n_requests=40, seconds=5.0,
+                                  timeout=5.0, seed=0)
             await asyncio.wait(handlers, timeout=5.0)   # each sees its connection closed by the client, and ends
             return out
 
