@@ -71,10 +71,15 @@ the p99s beside), p99 / p50 on the mixed lengths, the paired pass's p50 differen
 Output: a Markdown table, a JSON file (--out, default benchmarks/results/serve_load_<date>.json) with the CPU, its
 SIMD flags and OpenBLAS's core, and a plot of throughput against p99 latency, one line per server (--plot, default
 beside the JSON, .png; altair + vl-convert, as ctransformer.plots). A smoke run: --quick --sizes small.
+
+Two runs of their own: `python benchmarks/serve_load gpt --help` (a GPT: OpenAI's chat against its completions on one
+server, paired) and `python benchmarks/serve_load versions --help` (installed versions of ctransformer in turn under
+one load).
 """
 
 # A module a concept, each readable alone (this file holds only the description: --help prints it):
 #   settings     what every server, engine and load is given alike (threads, output cap, batch, servers compared)
+#   apis         what each endpoint is sent and answers (/v1/translate, OpenAI's completions and chat)
 #   client       the asyncio HTTP/1.1 load client and its closed and open loops
 #   servers      a server under test as a subprocess; ours' engine counters
 #   anchor       the CTranslate2 anchor servers (a child process: python -m serve_load.anchor MODE ...)
@@ -84,3 +89,5 @@ beside the JSON, .png; altair + vl-convert, as ctransformer.plots). A smoke run:
 #   cpu          the CPU: what it is, and where its time goes during a level
 #   report       the figures: statistics, the issue's ratios, the plot and the tables
 #   cli          the plan, each server's levels, and the run
+#   gpt          `serve_load gpt`: a GPT's chat against its completions, paired
+#   versions     `serve_load versions`: installed versions in turn under one load

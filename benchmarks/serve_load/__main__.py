@@ -1,5 +1,7 @@
 """`python benchmarks/serve_load [ARGS]`, or `python -m serve_load [ARGS]` in benchmarks/: the benchmark's run
-(cli.main; the package's docstring says what it measures)."""
+(cli.main; the package's docstring says what it measures). `... gpt [ARGS]`: a GPT's chat against its completions
+under load (gpt.py); `... versions A=FOLDER,B=FOLDER [ARGS]`: installed versions in turn under one load
+(versions.py)."""
 import os
 import sys
 
@@ -14,7 +16,14 @@ if sys.path and os.path.abspath(sys.path[0] or os.curdir) == HERE:
 elif BENCHMARKS not in sys.path:
     sys.path.insert(0, BENCHMARKS)
 
-from serve_load.cli import main  # noqa: E402
+# `serve_load gpt ...` and `serve_load versions ...` are runs of their own (gpt.py, versions.py); anything else is
+# the main run's arguments (cli.py).
+COMMANDS = {"gpt": "serve_load.gpt", "versions": "serve_load.versions"}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import importlib
+
+    command = sys.argv[1] if len(sys.argv) > 1 else None
+    if command in COMMANDS:
+        sys.exit(importlib.import_module(COMMANDS[command]).main(sys.argv[2:]))
+    sys.exit(importlib.import_module("serve_load.cli").main())

@@ -4,11 +4,10 @@ possible (Connection, run_client)."""
 import asyncio
 import functools
 import gc
-import json
 import random
 import time
 
-from .settings import MAX_DECODING_LENGTH
+from .apis import TRANSLATE
 
 
 class Closed(Exception):
@@ -153,21 +152,16 @@ class Connection(asyncio.Protocol):
 
 class Record:
     """One request's outcome. latency: seconds from its send to its last byte; ttft and gaps: a stream's first
-    piece and the seconds between its pieces; lag: an open-loop request's delay past its scheduled arrival."""
-    __slots__ = ("index", "status", "latency", "ttft", "gaps", "text", "error", "lag", "end")
+    piece and the seconds between its pieces; lag: an open-loop request's delay past its scheduled arrival;
+    tokens: the output tokens the server counted (OpenAI's usage), None where the run counts them."""
+    __slots__ = ("index", "status", "latency", "ttft", "gaps", "text", "error", "lag", "end", "tokens")
 
     def __init__(self, index):
         self.index, self.status, self.latency, self.ttft, self.gaps = index, None, None, None, None
-        self.text, self.error, self.lag, self.end = None, None, 0.0, None
+        self.text, self.error, self.lag, self.end, self.tokens = None, None, 0.0, None, None
 
 
-@functools.lru_cache(maxsize=4096)   # the levels send the same sentences over and over
-def _body(sentence, stream):
-    return json.dumps({"texts": [sentence], "beam_size": 1, "max_decoding_length": MAX_DECODING_LENGTH,
-                       **({"stream": True} if stream else {})}).encode("utf-8")
-
-
-async def _exchange(conn, record, body, stream, timeout):
+async def _exchange(conn, record, body, stream, timeout, api):
     """Send one request on `conn`; fills `record`. asyncio.TimeoutError after `timeout` seconds."""
     events, buffer, start = [], [b""], time.perf_counter()
 
@@ -176,22 +170,24 @@ async def _exchange(conn, record, body, stream, timeout):
         while b"\n\n" in buffer[0]:
             event, buffer[0] = buffer[0].split(b"\n\n", 1)
             if event.startswith(b"data: "):
-                events.append((t, json.loads(event[len(b"data: "):])))
+                events.append((t, api.event(event[len(b"data: "):])))
 
-    status, _, data = await conn.post("/v1/translate", body, on_chunk if stream else None, timeout)
+    status, _, data = await conn.post(api.path, body, on_chunk if stream else None, timeout)
     if not stream:
-        _fill(record, status, data, start)
+        _fill(record, status, data, start, api)
         return
     if not _ended(record, status, data, start):
         return
-    pieces = [t for t, e in events if "text" in e]
-    done = [e for _, e in events if e.get("done")]
-    failed = [e for _, e in events if "error" in e]
+    pieces = [t for t, e in events if e.text is not None and not e.done]
+    done = [e for _, e in events if e.done]
+    failed = [e for _, e in events if e.error is not None]
     if failed or not done:
-        record.status, record.error = (failed[0].get("status", 500) if failed else 599), \
-            (failed[0]["error"] if failed else "the stream ended without its done event")
+        record.status, record.error = (failed[0].status if failed else 599), \
+            (failed[0].error if failed else "the stream ended without its done event")
         return
-    record.text = done[0]["translation"]
+    record.text = done[0].text if done[0].text is not None else \
+        "".join(e.text for _, e in events if e.text is not None and not e.done)
+    record.tokens = next((e.tokens for _, e in events if e.tokens is not None), None)
     if pieces:
         record.ttft = pieces[0] - start
         record.gaps = [b - a for a, b in zip(pieces, pieces[1:])]
@@ -207,12 +203,12 @@ def _ended(record, status, data, start):
     return status == 200
 
 
-def _fill(record, status, data, start):
+def _fill(record, status, data, start, api):
     """`record` of a whole (not streamed) answer."""
     if not _ended(record, status, data, start):
         return
     try:
-        record.text = json.loads(data)["translations"][0]
+        record.text, record.tokens = api.answer(data)
     except (ValueError, KeyError, IndexError, TypeError) as error:
         record.status, record.error = None, _failure(error, None)
 
@@ -226,17 +222,17 @@ def _failure(error, timeout):
     return f"{type(error).__name__}: {error}"
 
 
-async def request(conn, port, record, sentence, stream, timeout):
+async def request(conn, port, record, sentence, stream, timeout, api=TRANSLATE):
     """One request on `conn` (or a fresh connection when it is closed), at most `timeout` seconds; returns the
     connection to use next (None once a failure has closed it). A reused connection that the server had
-    dropped is opened again and the request sent once more."""
-    body = _body(sentence, stream)
+    dropped is opened again and the request sent once more. api: the endpoint and its shapes (apis.py)."""
+    body = api.body(sentence, stream)
     for attempt in (0, 1):
         try:
             if conn is None or conn.closed:
                 conn = await Connection.open(port)
             reused = conn.used
-            await _exchange(conn, record, body, stream, timeout)
+            await _exchange(conn, record, body, stream, timeout, api)
             return conn
         except Closed as error:
             if attempt == 0 and reused:
@@ -275,7 +271,7 @@ def run_client(coroutine):
         gc.collect()
 
 
-async def closed_loop(port, sentences, clients, n_requests, seconds, stream, timeout, first=0):
+async def closed_loop(port, sentences, clients, n_requests, seconds, stream, timeout, first=0, api=TRANSLATE):
     """`clients` clients each sending its next request when its last is answered, until n_requests were sent or
     `seconds` passed. (records, wall seconds from first send to last answer, client CPU seconds)."""
     conns = [await Connection.open(port) for _ in range(clients)]
@@ -289,7 +285,7 @@ async def closed_loop(port, sentences, clients, n_requests, seconds, stream, tim
             sent[0] += 1
             record = Record(index)
             records.append(record)
-            conn = await request(conn, port, record, sentences[index], stream, timeout)
+            conn = await request(conn, port, record, sentences[index], stream, timeout, api)
         if conn is not None:
             conn.close()
 
@@ -297,7 +293,8 @@ async def closed_loop(port, sentences, clients, n_requests, seconds, stream, tim
     return records, time.perf_counter() - t0, time.process_time() - cpu0
 
 
-async def open_loop(port, sentences, rate, n_requests, seconds, timeout, seed, first=0, max_connections=1024):
+async def open_loop(port, sentences, rate, n_requests, seconds, timeout, seed, first=0, max_connections=1024,
+                    api=TRANSLATE):
     """Poisson arrivals at `rate` requests/s (seeded) for n_requests arrivals or `seconds`, whichever first; each
     on an idle keep-alive connection or a new one. Answers still outstanding when sending stops are waited for
     (each at most `timeout`). (records, wall seconds from first send to last answer, client CPU seconds)."""
@@ -311,7 +308,7 @@ async def open_loop(port, sentences, rate, n_requests, seconds, timeout, seed, f
             record.error = f"client: more than {max_connections} connections open"
             return
         opened[0] += 1
-        conn = await request(None, port, record, sentence, False, timeout)
+        conn = await request(None, port, record, sentence, False, timeout, api)
         if conn is not None:
             idle.append(conn)
         else:
@@ -321,7 +318,7 @@ async def open_loop(port, sentences, rate, n_requests, seconds, timeout, seed, f
         error = future.exception()
         if error is None:
             status, _, data = future.result()
-            _fill(record, status, data, start)
+            _fill(record, status, data, start, api)
             if record.status is None or conn.closed:   # an answer that was not JSON: the connection goes too
                 conn.close()
                 opened[0] -= 1
@@ -343,7 +340,7 @@ async def open_loop(port, sentences, rate, n_requests, seconds, timeout, seed, f
             tasks.append(asyncio.ensure_future(fire_on_new(record, sentence)))
             return
         conn = idle.pop()
-        future = conn.post("/v1/translate", _body(sentence, False), None, timeout)
+        future = conn.post(api.path, api.body(sentence, False), None, timeout)
         future.add_done_callback(functools.partial(answered, conn, record, sentence, start))
         tasks.append(future)
 

@@ -57,7 +57,8 @@ def tokens_in_window(records, count_tokens, begin, end):
         sent = r.end - r.latency
         overlap = min(r.end, end) - max(sent, begin)
         if overlap > 0:
-            total += count_tokens(r.text) * overlap / max(r.latency, 1e-9)
+            tokens = count_tokens(r.text) if r.tokens is None else r.tokens
+            total += tokens * overlap / max(r.latency, 1e-9)
     return total
 
 

@@ -19,7 +19,7 @@ def summarize(records, wall, cpu, count_tokens, offline_texts=None):
     ok = [r for r in records if r.status == 200]
     rejected = [r for r in records if r.status == 429]
     errors = [r for r in records if r.status not in (200, 429)]
-    tokens = [count_tokens(r.text) for r in ok]
+    tokens = [count_tokens(r.text) if r.tokens is None else r.tokens for r in ok]   # the server's count, if any
     latency = [r.latency for r in ok]
     ttft = [r.ttft for r in ok if r.ttft is not None]
     gaps = [g for r in ok if r.gaps for g in r.gaps]

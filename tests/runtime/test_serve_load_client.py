@@ -1,17 +1,19 @@
 """benchmarks/serve_load/client.py, the load benchmark's HTTP client, reads every answer the servers give, however the
 bytes are cut: a length, chunks (a stream's events, with or without trailers), a body that runs to the connection's
-end; and it fails, not hangs, on a dropped connection or a silent server. Its open loop records every request,
-answered or refused, once. (Torch-free: the benchmark's timings rest on this parser, and nothing of its timings is
+end; and it fails, not hangs, on a dropped connection or a silent server. OpenAI's answers (the GPT runs) give their
+text and the server's token count, cut anywhere too. Its open loop records every request, answered or refused, once. (Torch-free: the benchmark's timings rest on this parser, and nothing of its timings is
 asserted.)"""
 import asyncio
 import collections
+import json
 import pathlib
 import sys
 
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
-from serve_load.client import Closed, Connection, open_loop  # noqa: E402
+from serve_load import apis, client  # noqa: E402
+from serve_load.client import Closed, Connection, Record, open_loop  # noqa: E402
 
 pytestmark = pytest.mark.threads   # threads, the serving engine or the server: make test-stress runs it under load
 
@@ -130,3 +132,56 @@ def test_the_open_loop_records_every_request_once():
     assert collections.Counter(r.status for r in records) == {429: 21, 200: 19}, \
         [(r.status, r.error) for r in records if r.status not in (200, 429)]
     assert all(r.text == "A dog." and r.latency > 0 for r in records if r.status == 200)
+
+
+class Replay:
+    """A connection whose answer is `raw`, handed to on_chunk cut at `cuts` (as Connection hands a stream's
+    chunks), recording the path it was sent to."""
+
+    def __init__(self, raw, cuts):
+        self.raw, self.cuts, self.paths = raw, cuts, []
+
+    async def post(self, path, body, on_chunk, timeout):
+        self.paths.append(path)
+        if on_chunk is not None:
+            bounds = [0, *self.cuts, len(self.raw)]
+            for a, b in zip(bounds, bounds[1:]):
+                if b > a:
+                    on_chunk(0.0, self.raw[a:b])
+        return 200, {}, self.raw
+
+
+CHAT_STREAM = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in [
+    {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+    {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "Now is"}}]},
+    {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": " the"}}]},
+    {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]},
+    {"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 3,
+                                                                  "total_tokens": 7}},
+]) + b"data: [DONE]\n\n"
+
+
+def test_openai_answers_read_their_text_and_the_servers_token_count():
+    """The GPT runs' endpoints (benchmarks/serve_load/gpt.py): a chat stream cut at every byte gives the deltas
+    joined and the usage's completion_tokens (the run sums the server's count); [DONE] ends it; a whole completion
+    gives its text and count; a stream without [DONE] is a failure, not an answer."""
+    chat, completions = apis.Chat(max_tokens=3), apis.Completions(max_tokens=3)
+    assert json.loads(chat.body("Now", True)) == {"messages": [{"role": "user", "content": "Now"}], "max_tokens": 3,
+                                                  "temperature": 0, "stream": True,
+                                                  "stream_options": {"include_usage": True}}
+    for cut in [[], *([c] for c in range(1, len(CHAT_STREAM))), list(range(1, len(CHAT_STREAM)))]:
+        record, conn = Record(0), Replay(CHAT_STREAM, cut)
+        asyncio.run(client._exchange(conn, record, chat.body("Now", True), True, 5.0, chat))
+        assert (record.status, record.text, record.tokens, conn.paths) == (200, "Now is the", 3,
+                                                                          ["/v1/chat/completions"])
+        assert record.ttft is not None and len(record.gaps) == 1   # two pieces of text
+    whole = json.dumps({"object": "text_completion", "choices": [{"text": " winter", "index": 0}],
+                        "usage": {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}}).encode()
+    record = Record(0)
+    asyncio.run(client._exchange(Replay(whole, []), record, completions.body("Now is", False), False, 5.0,
+                                 completions))
+    assert (record.status, record.text, record.tokens) == (200, " winter", 2)
+    record = Record(0)
+    cut_short = CHAT_STREAM[:CHAT_STREAM.index(b"data: [DONE]")]
+    asyncio.run(client._exchange(Replay(cut_short, []), record, chat.body("Now", True), True, 5.0, chat))
+    assert record.status == 599 and "without its done event" in record.error
