@@ -120,16 +120,25 @@ void bind_nn_gpt(py::module_& nn) {
 
     py::class_<GPT, Module, std::shared_ptr<GPT>>(gpt, "GPT", R"doc(The decoder-only GPT (nanoGPT-style, as in the blog post that annotates it).
 
-GPT(vocab_size, max_seq_len, n_layers, d_model, n_head, d_inner, dropout=0.0, no_res=False, no_pos=False)
+GPT(vocab_size, max_seq_len, n_layers, d_model, n_head, d_inner, dropout=0.0, no_res=False, no_pos=False, *,
+    layer_norm_epsilon=1e-5, activation_function="gelu_new", scale_attn_weights=True,
+    scale_attn_by_inverse_layer_idx=False, tie_word_embeddings=True)
 
 The sizes take the Transformer's names; the blog post's (num_layer, embed_dim, num_head, feedforward_dim) are
 accepted as keywords and warn (FutureWarning). Token + learned position embeddings, dropout, ``n_layers``
 pre-norm TransformerLayers, a final LayerNorm and a bias-free ``language_model_head`` whose weight is the
 token embedding's weight. Weights ~ N(0, 0.02), biases 0, attention output projections
-~ N(0, 0.02 / sqrt(2 n_layers)), drawn from the generator seeded by ``ctransformer.manual_seed``.)doc")
+~ N(0, 0.02 / sqrt(2 n_layers)), drawn from the generator seeded by ``ctransformer.manual_seed``.
+
+The keywords are GPT-2's variants, under GPT2Config's names, each defaulting to the seed's (and GPT-2's) choice:
+every LayerNorm's eps; the feed-forward's activation ('gelu_new' or 'gelu_pytorch_tanh': the tanh GELU; 'gelu':
+the exact one; 'relu'; 'silu' or 'swish'); the scores divided by sqrt(head size) or not, and by the layer's
+index + 1 or not; a head with a weight of its own (tie_word_embeddings=False).)doc")
         .def(py::init([](ctpy::Int vocab_size, ctpy::Int max_seq_len, py::object n_layers, py::object d_model,
                          py::object n_head, py::object d_inner, py::object dropout, bool no_res, bool no_pos,
-                         py::object num_layer, py::object embed_dim, py::object num_head, py::object feedforward_dim) {
+                         py::object num_layer, py::object embed_dim, py::object num_head, py::object feedforward_dim,
+                         double layer_norm_epsilon, const std::string& activation_function, bool scale_attn_weights,
+                         bool scale_attn_by_inverse_layer_idx, bool tie_word_embeddings) {
                  const std::size_t v = to_size(vocab_size, "GPT: vocab_size");
                  const std::size_t t = to_size(max_seq_len, "GPT: max_seq_len");
                  const std::size_t l = gpt_size(n_layers, "n_layers", num_layer, "num_layer");
@@ -140,14 +149,22 @@ token embedding's weight. Weights ~ N(0, 0.02), biases 0, attention output proje
                  if (!dropout.is_none() && !py::isinstance<py::float_>(dropout) && !py::isinstance<py::int_>(dropout))
                      throw ct::TypeError("GPT: dropout must be a number, got " + type_name(dropout));
                  const float p = dropout.is_none() ? 0.0f : dropout.cast<float>();
+                 Options options;
+                 options.layer_norm_epsilon = float(layer_norm_epsilon);
+                 options.activation = parse_activation(activation_function, "GPT: activation_function");
+                 options.scale_attn_weights = scale_attn_weights;
+                 options.scale_attn_by_inverse_layer_idx = scale_attn_by_inverse_layer_idx;
+                 options.tie_word_embeddings = tie_word_embeddings;
                  py::gil_scoped_release release;
-                 return std::make_shared<GPT>(v, t, l, e, h, f, p, no_res, no_pos);
+                 return std::make_shared<GPT>(v, t, l, e, h, f, p, no_res, no_pos, options);
              }),
              py::arg("vocab_size"), py::arg("max_seq_len"), py::arg("n_layers") = py::none(),
              py::arg("d_model") = py::none(), py::arg("n_head") = py::none(), py::arg("d_inner") = py::none(),
              py::arg("dropout") = py::none(), py::arg("no_res") = false, py::arg("no_pos") = false, py::kw_only(),
              py::arg("num_layer") = py::none(), py::arg("embed_dim") = py::none(), py::arg("num_head") = py::none(),
-             py::arg("feedforward_dim") = py::none())
+             py::arg("feedforward_dim") = py::none(), py::arg("layer_norm_epsilon") = 1e-5,
+             py::arg("activation_function") = "gelu_new", py::arg("scale_attn_weights") = true,
+             py::arg("scale_attn_by_inverse_layer_idx") = false, py::arg("tie_word_embeddings") = true)
         .def("forward", &gpt_forward, py::arg("word_idx"), py::arg("targets") = py::none(),
              R"doc(word_idx: integer array (batch, seq_len), seq_len <= max_seq_len.
 
@@ -216,6 +233,12 @@ whole context re-run per token; both give the same ids.)doc")
         .def_readonly("feedforward_dim", &GPT::feedforward_dim, "The older name for d_inner.")
         .def_readonly("no_res", &GPT::no_res)
         .def_readonly("no_pos", &GPT::no_pos)
+        .def_property_readonly("layer_norm_epsilon", [](const GPT& m) { return double(m.options.layer_norm_epsilon); })
+        .def_property_readonly("activation_function", [](const GPT& m) { return activation_name(m.options.activation); })
+        .def_property_readonly("scale_attn_weights", [](const GPT& m) { return m.options.scale_attn_weights; })
+        .def_property_readonly("scale_attn_by_inverse_layer_idx",
+                               [](const GPT& m) { return m.options.scale_attn_by_inverse_layer_idx; })
+        .def_property_readonly("tie_word_embeddings", [](const GPT& m) { return m.options.tie_word_embeddings; })
         .def_readonly_static("ignore_index", &GPT::ignore_index);
 }
 

@@ -6,16 +6,19 @@
 ``GPT2LMHeadModel(input_ids, labels=labels)``, and ``GPT2Tokenizer`` the byte-level BPE of the directory.
 
 ctransformer's GPT is GPT-2's block already: pre-norm layers (``ln_1`` -> attention, ``ln_2`` -> MLP), a final
-LayerNorm, learned positions, the tanh GELU (``gelu_new``), scores scaled by 1/sqrt(head size), LayerNorm eps 1e-5
-and the head tied to the token embedding. What this module knows of transformers' side (``modeling_gpt2.py``):
+LayerNorm and learned positions; GPT-2's variants are its keywords, under GPT2Config's names (``layer_norm_epsilon``,
+``activation_function``, ``scale_attn_weights``, ``scale_attn_by_inverse_layer_idx``, ``tie_word_embeddings``).
+``reorder_and_upcast_attn`` computes the scores in float32, as ctransformer always does, and is taken whatever its
+value. What this module knows of transformers' side (``modeling_gpt2.py``):
 - its Linears are ``Conv1D``s, whose weight is stored (in, out), the transpose of a Linear's; ``attn.c_attn``
   holds q, k and v side by side in one (d, 3d) weight, split here into ``q_layer``, ``k_layer``, ``v_layer``;
 - a ``GPT2LMHeadModel`` file names its weights ``transformer.h.0...``, a ``GPT2Model`` file ``h.0...``; both load;
-  ``lm_head.weight`` is the tied ``wte`` and is left out when saved; older files hold ``attn.bias`` and
+  ``lm_head.weight`` is the tied ``wte`` and is left out when saved (an untied head's is kept, and loads into
+  ``language_model_head.weight``); older files hold ``attn.bias`` and
   ``attn.masked_bias`` (the causal mask as a buffer), which are ignored;
 - ``n_inner`` unset is 4 * ``n_embd``; float16 and bfloat16 files are cast to float32.
-What ctransformer's GPT cannot compute is refused by its field's name: another activation or LayerNorm epsilon,
-``scale_attn_weights`` false, ``scale_attn_by_inverse_layer_idx``, an untied head, cross-attention.
+What ctransformer's GPT cannot compute is refused by its field's name: cross-attention, an activation outside
+relu, gelu, gelu_new, gelu_pytorch_tanh, silu and swish.
 """
 import json
 import os
@@ -31,26 +34,26 @@ __all__ = ["load_pretrained", "save_pretrained", "read_config", "gpt_arguments",
            "GPT2Tokenizer", "PretrainedError"]
 
 IGNORE_INDEX = -100   # transformers' label that no loss counts
+# transformers' ACT2FN names the GPT computes (gelu_new and gelu_pytorch_tanh are the same tanh form; swish is silu)
+ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu", "silu", "swish")
 
 
 def read_config(path):
     """config.json as a dict, after checking that ctransformer's GPT computes the model it describes."""
     config = _hf_directory.read_config(path, "GPT.from_pretrained", "gpt2", "GPT2LMHeadModel, GPT2Model")
     file = os.path.join(path, CONFIG_NAME)
+    epsilon = config.get("layer_norm_epsilon", 1e-5)
     refused = {
-        "activation_function": (config.get("activation_function", "gelu_new") in ("gelu_new", "gelu_pytorch_tanh"),
-                                "ctransformer's GPT has the tanh GELU ('gelu_new') only"),
-        "layer_norm_epsilon": (config.get("layer_norm_epsilon", 1e-5) == 1e-5,
-                               "ctransformer's GPT normalises with eps 1e-5 only"),
-        "scale_attn_weights": (config.get("scale_attn_weights", True) is True,
-                               "ctransformer's GPT always scales the scores by 1/sqrt(head size)"),
-        "scale_attn_by_inverse_layer_idx": (not config.get("scale_attn_by_inverse_layer_idx", False),
-                                            "ctransformer's GPT does not scale the scores by layer"),
-        "tie_word_embeddings": (config.get("tie_word_embeddings", True) is True,
-                                "ctransformer's GPT ties its head to the token embedding"),
+        "activation_function": (config.get("activation_function", "gelu_new") in ACTIVATIONS,
+                                f"ctransformer's GPT computes {', '.join(ACTIVATIONS)}"),
+        "layer_norm_epsilon": (isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool) and
+                               0 < epsilon < float("inf"), "LayerNorm's eps must be a positive number"),
         "add_cross_attention": (not config.get("add_cross_attention", False),
                                 "ctransformer's GPT has no cross-attention"),
     }
+    for field in ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "tie_word_embeddings",
+                  "reorder_and_upcast_attn"):
+        refused[field] = (isinstance(config.get(field, False), bool), "expected true or false")
     for field, (ok, why) in refused.items():
         if not ok:
             raise PretrainedError(f"GPT.from_pretrained: {file} has {field} = {config.get(field)!r}; {why}")
@@ -70,7 +73,12 @@ def gpt_arguments(config):
     n_embd = config.get("n_embd", 768)
     return dict(vocab_size=config.get("vocab_size", 50257), max_seq_len=config.get("n_positions", 1024),
                 n_layers=config.get("n_layer", 12), d_model=n_embd, n_head=config.get("n_head", 12),
-                d_inner=config.get("n_inner") or 4 * n_embd, dropout=config.get("resid_pdrop", 0.1))
+                d_inner=config.get("n_inner") or 4 * n_embd, dropout=config.get("resid_pdrop", 0.1),
+                layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-5),
+                activation_function=config.get("activation_function", "gelu_new"),
+                scale_attn_weights=config.get("scale_attn_weights", True),
+                scale_attn_by_inverse_layer_idx=config.get("scale_attn_by_inverse_layer_idx", False),
+                tie_word_embeddings=config.get("tie_word_embeddings", True))
 
 
 # transformers' name (after "h.{i}.") -> (ours, after "transformer.{i}.", whether the weight is a Conv1D's).
@@ -142,18 +150,21 @@ def _load_bfloat16(file):
     return out
 
 
-def to_ours(state, n_layers, d_model):
+def to_ours(state, n_layers, d_model, tied=True):
     """transformers' GPT-2 state (prefix removed) as ct.nn.GPT's state_dict: Conv1D weights transposed, c_attn
-    split into q, k and v, the tied lm_head checked against wte and dropped."""
+    split into q, k and v; a tied lm_head checked against wte and dropped, an untied one kept as the head's."""
     ours, left = {}, dict(state)
     head = left.pop("lm_head.weight", None)
     for theirs, name in _TOP_NAMES.items():
         if theirs in left:
             ours[name] = left.pop(theirs)
-    if head is not None and "word_token_embedding.weight" in ours and not np.array_equal(
+    if tied and head is not None and "word_token_embedding.weight" in ours and not np.array_equal(
             head, ours["word_token_embedding.weight"]):
         raise PretrainedError("GPT.from_pretrained: lm_head.weight differs from transformer.wte.weight, and "
-                              "GPT-2 ties them (ctransformer's GPT has one matrix for both)")
+                              "config.json ties them (tie_word_embeddings is true)")
+    if not tied and head is None:
+        raise PretrainedError("GPT.from_pretrained: config.json unties the head (tie_word_embeddings false), and the "
+                              "weights hold no lm_head.weight")
     for i in range(n_layers):
         p = f"h.{i}."
         for theirs, (name, conv) in _LAYER_NAMES.items():
@@ -172,14 +183,15 @@ def to_ours(state, n_layers, d_model):
         extra = sorted(left)
         raise PretrainedError(f"GPT.from_pretrained: weights the configuration does not describe: {extra[:8]}"
                               f"{' ...' if len(extra) > 8 else ''}")
-    ours["language_model_head.weight"] = ours.get("word_token_embedding.weight")
+    ours["language_model_head.weight"] = ours.get("word_token_embedding.weight") if tied else head
     return {k: v for k, v in ours.items() if v is not None}
 
 
-def to_theirs(state, n_layers):
-    """ct.nn.GPT's state_dict as a GPT2LMHeadModel file's weights (``transformer.`` names; lm_head left out)."""
+def to_theirs(state, n_layers, tied=True):
+    """ct.nn.GPT's state_dict as a GPT2LMHeadModel file's weights (``transformer.`` names; a tied lm_head left
+    out, an untied one kept)."""
     inverse_top = {ours: theirs for theirs, ours in _TOP_NAMES.items()}
-    out = {}
+    out = {} if tied else {"lm_head.weight": state["language_model_head.weight"]}
     for name, theirs in inverse_top.items():
         out["transformer." + theirs] = state[name]
     for i in range(n_layers):
@@ -202,7 +214,8 @@ def load_pretrained(path):
     config = read_config(path)
     arguments = gpt_arguments(config)
     model = GPT(**arguments)
-    state = to_ours(read_weights(path), arguments["n_layers"], arguments["d_model"])
+    state = to_ours(read_weights(path), arguments["n_layers"], arguments["d_model"],
+                    arguments["tie_word_embeddings"])
     try:
         model.load_state_dict(state)
     except RuntimeError as error:   # a shape or key mismatch: the file and config.json disagree
@@ -222,10 +235,12 @@ def hf_config(model, extra=None):
     out = {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": model.vocab_size,
         "n_positions": model.max_seq_len, "n_embd": model.d_model, "n_layer": model.n_layers, "n_head": model.n_head,
-        "n_inner": model.d_inner, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+        "n_inner": model.d_inner, "activation_function": model.activation_function,
+        "layer_norm_epsilon": float(f"{model.layer_norm_epsilon:.7g}"),   # the float32 eps as it was given
         "resid_pdrop": rate, "embd_pdrop": rate, "attn_pdrop": rate, "initializer_range": 0.02,
-        "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
-        "tie_word_embeddings": True, "use_cache": True,
+        "scale_attn_weights": model.scale_attn_weights,
+        "scale_attn_by_inverse_layer_idx": model.scale_attn_by_inverse_layer_idx, "reorder_and_upcast_attn": False,
+        "tie_word_embeddings": model.tie_word_embeddings, "use_cache": True,
     }
     out.update(extra or {})
     return out
@@ -233,7 +248,7 @@ def hf_config(model, extra=None):
 
 def save_pretrained(model, path, config_extra=None):
     """Write config.json and model.safetensors as GPT2LMHeadModel.save_pretrained does (``transformer.`` names,
-    Conv1D weights (in, out), q/k/v fused into c_attn, the tied lm_head left out) into `path`, created if needed.
+    Conv1D weights (in, out), q/k/v fused into c_attn, a tied lm_head left out) into `path`, created if needed.
     Returns path."""
     from ._core.nn.gpt import GPT
 
@@ -246,7 +261,7 @@ def save_pretrained(model, path, config_extra=None):
                          "weights (save it before quantize(), or call dequantize())")
     config = hf_config(model, config_extra)
     state = {k: np.asarray(v, dtype=np.float32) for k, v in model.state_dict().items()}
-    return _hf_directory.write(path, to_theirs(state, model.n_layers), config)
+    return _hf_directory.write(path, to_theirs(state, model.n_layers, model.tie_word_embeddings), config)
 
 
 def causal_lm_loss(model, input_ids, labels=None):

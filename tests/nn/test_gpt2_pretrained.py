@@ -135,6 +135,147 @@ def test_greedy_equals_generate(tmp_path):
     assert compared >= 0.8 * prompt.shape[0] * steps, f"only {compared} tokens were off the knife edge"
 
 
+# GPT-2's variants (GPT2Config's fields), each computed: eps 1e-4 (the issue's) and 0.05 (so that eps moves the
+# logits well past the tolerance), every activation transformers names that the GPT computes, the scores unscaled,
+# scaled by the layer too, upcast and reordered (float32 already), and a head of its own.
+VARIANTS = {
+    "eps-1e-4": dict(layer_norm_epsilon=1e-4),
+    "eps-0.05": dict(layer_norm_epsilon=0.05),
+    "gelu": dict(activation_function="gelu"),
+    "relu": dict(activation_function="relu"),
+    "silu": dict(activation_function="silu"),
+    "gelu_pytorch_tanh": dict(activation_function="gelu_pytorch_tanh"),
+    "unscaled": dict(scale_attn_weights=False),
+    "by-layer": dict(scale_attn_by_inverse_layer_idx=True),
+    "by-layer-unscaled": dict(scale_attn_by_inverse_layer_idx=True, scale_attn_weights=False),
+    "upcast": dict(reorder_and_upcast_attn=True, scale_attn_by_inverse_layer_idx=True),
+    "untied": dict(tie_word_embeddings=False),
+}
+
+
+def variant(changes, seed=8):
+    """A random GPT2LMHeadModel with `changes`; untied, its lm_head drawn apart from wte. Scores unscaled are
+    sqrt(8) times larger, so those models' weights are drawn smaller (N(0, 0.15)) to keep the softmax off
+    saturation, where one float32 ulp of a score decides which key takes all."""
+    hf = gpt2(seed=seed, **changes)
+    with torch.no_grad():
+        if not changes.get("scale_attn_weights", True):
+            for name, p in hf.named_parameters():
+                if "attn.c_attn" in name:
+                    p.mul_(0.5)
+        if not changes.get("tie_word_embeddings", True):
+            assert hf.lm_head.weight.data_ptr() != hf.transformer.wte.weight.data_ptr()
+            hf.lm_head.weight.normal_(0, 0.3)
+    return hf
+
+
+def relu_inputs_off_zero(hf, x, margin=2e-5):
+    """With ReLU, the MLP's pre-activations of the reference are all further than `margin` from 0 (20 times the
+    ~1e-6 the two libraries' float32 differ by here), so that no rounding can flip a unit on or off between them and
+    a gradient is decided by the maths, not by a rounding."""
+    seen = []
+    hooks = [block.mlp.c_fc.register_forward_hook(lambda m, i, out: seen.append(out.detach().abs().min().item()))
+             for block in hf.transformer.h]
+    with torch.no_grad():
+        hf(torch.tensor(x))
+    for h in hooks:
+        h.remove()
+    return min(seen) > margin
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_gpt2_variants_load_and_equal_transformers_logits_and_gradients(tmp_path, name):
+    """Each variant loads from transformers' own directory and gives GPT2LMHeadModel's logits (rtol 1e-5, atol 1e-5,
+    as the plain model's), transformers' loss (rel 1e-6) and every gradient (rel 1e-4 of the parameter's largest
+    against float32, 1e-5 against float64, as test_loss_and_gradients_equal_transformers); saved back, transformers
+    loads it with the same fields and nothing missing, and its logits equal transformers' bit for bit."""
+    changes = VARIANTS[name]
+    x = ids(seed=9)
+    hf = variant(changes)
+    if changes.get("activation_function") == "relu":   # the first seed whose ReLU inputs keep off the edge
+        hf = next(m for m in map(lambda seed: variant(changes, seed), range(8, 40)) if relu_inputs_off_zero(m, x))
+    hf.save_pretrained(tmp_path / "hf")
+    model = ct.nn.GPT.from_pretrained(str(tmp_path / "hf"))
+    for field, value in changes.items():
+        if field == "activation_function":
+            assert model.activation_function == {"gelu_pytorch_tanh": "gelu_new"}.get(value, value)
+        elif field == "layer_norm_epsilon":
+            assert model.layer_norm_epsilon == pytest.approx(value, rel=1e-7)
+        elif field != "reorder_and_upcast_attn":
+            assert getattr(model, field) == value, field
+    expected = hf_logits(hf, x)
+    assert expected.std() > 0.5
+    assert_close(model(x)[0].numpy(), expected, rtol=1e-5, atol=1e-5, what=f"{name} logits")
+
+    labels = x.copy()
+    labels[1, 2:5] = -100
+    twin = transformers.GPT2LMHeadModel(hf.config).double().eval()
+    twin.load_state_dict(hf.state_dict())
+    for reference in (hf, twin):
+        loss = reference(torch.tensor(x), labels=torch.tensor(labels)).loss
+        loss.backward()
+    model.train()   # dropout 0: the same maths, with the graph recorded
+    mine, _ = causal_lm_loss(model, x, labels)
+    mine.backward()
+    assert mine.item() == pytest.approx(loss.item(), rel=1e-6)
+    grads = dict(model.named_parameters())
+    tied = changes.get("tie_word_embeddings", True)
+    for reference, rel in ((hf, 1e-4), (twin, 1e-5)):
+        named = {n[len("transformer."):] if n.startswith("transformer.") else n: p.grad.double().numpy()
+                 for n, p in reference.named_parameters()}
+        theirs = to_ours(named, 2, 32, tied)
+        scale = max(float(np.abs(g).max()) for g in theirs.values())
+        for pname, param in grads.items():
+            err = float(np.abs(param.grad.numpy() - theirs[pname]).max())
+            mag = float(np.abs(theirs[pname]).max())
+            assert err <= rel * mag + 1e-6 * scale, f"{name}, {pname}: max abs error {err:.3g}, max |grad| {mag:.3g}"
+
+    model.eval()
+    out = model.save_pretrained(str(tmp_path / "ours"))
+    config = json.loads((tmp_path / "ours" / "config.json").read_text())
+    for field, value in changes.items():
+        if field != "reorder_and_upcast_attn":   # computed alike either way; saved as false
+            expect = "gelu_new" if value == "gelu_pytorch_tanh" else value
+            assert config[field] == expect, (field, config[field])
+    # Saved as the maths computed: gelu_pytorch_tanh as gelu_new (one formula, which transformers evaluates in two
+    # ways, an ulp apart) and reorder_and_upcast_attn false (float32 either way); for the bitwise comparison of
+    # transformers with itself, those two are loaded as the original had them.
+    alike = {k: v for k, v in changes.items() if k in ("activation_function", "reorder_and_upcast_attn")}
+    back, info = transformers.GPT2LMHeadModel.from_pretrained(out, output_loading_info=True, **alike)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    for pname, value in back.state_dict().items():
+        if pname in hf.state_dict() and not pname.endswith(".attn.bias"):
+            assert torch.equal(value, hf.state_dict()[pname]), pname
+    assert np.array_equal(hf_logits(back.eval(), x), expected)
+
+
+def test_a_variant_decodes_greedily_as_transformers_generates(tmp_path):
+    """An untied head with the scores scaled by layer and the exact GELU: greedy decoding (cached, int8 aside)
+    equals transformers' generate(do_sample=False) along the steps off the knife edge (as test_greedy_equals_generate)."""
+    hf = variant(dict(tie_word_embeddings=False, scale_attn_by_inverse_layer_idx=True, activation_function="gelu"),
+                 seed=10)
+    hf.save_pretrained(tmp_path)
+    model = ct.nn.GPT.from_pretrained(str(tmp_path))
+    prompt = ids(seed=11, shape=(3, 6))
+    steps = 20
+    with torch.no_grad():
+        out = hf.generate(torch.tensor(prompt), attention_mask=torch.ones(prompt.shape, dtype=torch.long),
+                          do_sample=False, max_new_tokens=steps, min_new_tokens=steps, pad_token_id=0,
+                          output_logits=True, return_dict_in_generate=True)
+    theirs, logits = out.sequences.numpy(), torch.stack(out.logits, 1).numpy()
+    with ct.no_grad():
+        got = ct.decode.generate(model, prompt, steps, top_k=1)
+    compared = 0
+    for r in range(prompt.shape[0]):
+        for t in range(steps):
+            top2 = np.sort(logits[r, t])[-2:]
+            if top2[1] - top2[0] < KNIFE:
+                break
+            assert got[r, 6 + t] == theirs[r, 6 + t], f"row {r}, step {t}: {got[r]} vs {theirs[r]}"
+            compared += 1
+    assert compared >= 0.8 * prompt.shape[0] * steps, f"only {compared} tokens were off the knife edge"
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
 def test_half_precision_files_and_old_buffers_load(tmp_path, dtype):
     """A float16 or bfloat16 file loads cast to float32 (the logits of transformers' model holding the same rounded
@@ -171,12 +312,12 @@ def test_bad_directories_raise_clear_errors(tmp_path):
             ct.nn.GPT.from_pretrained(str(tmp_path))
 
     refused("only 'gpt2'", model_type="llama")
-    refused("activation_function = 'relu'", activation_function="relu")
-    refused("layer_norm_epsilon = 1e-06", layer_norm_epsilon=1e-6)
-    refused("scale_attn_weights = False", scale_attn_weights=False)
-    refused("scale_attn_by_inverse_layer_idx = True", scale_attn_by_inverse_layer_idx=True)
-    refused("tie_word_embeddings = False", tie_word_embeddings=False)
+    refused("activation_function = 'gelu_fast'", activation_function="gelu_fast")   # computed nowhere here
+    refused("layer_norm_epsilon = 0", layer_norm_epsilon=0)
+    refused("scale_attn_weights = 'no'", scale_attn_weights="no")
+    refused("add_cross_attention = True", add_cross_attention=True)
     refused("n_head = 5", n_head=5)
+    refused("(?s)unties the head.*no lm_head.weight", tie_word_embeddings=False)   # the file holds no head
     refused("(?s)do not fit its config.json", n_embd=64, n_head=4)
     config_file.write_text(json.dumps(config))
     os.remove(tmp_path / "model.safetensors")

@@ -71,6 +71,33 @@ def test_int8_generation_is_bit_for_bit_generate_alone():
         np.testing.assert_array_equal(ids, expected[0, len(prompt):], err_msg=f"prompt {prompt}")
 
 
+@pytest.mark.parametrize("options", [
+    dict(tie_word_embeddings=False, scale_attn_by_inverse_layer_idx=True, activation_function="silu",
+         layer_norm_epsilon=1e-3),
+    dict(scale_attn_weights=False, activation_function="gelu"),
+    dict(activation_function="relu", scale_attn_by_inverse_layer_idx=True),
+], ids=["untied-by-layer-silu-eps", "unscaled-gelu", "relu-by-layer"])
+def test_a_gpt2_variant_generates_in_the_engine_as_alone(options):
+    """GPT-2's variants (an untied head, scores scaled by layer or not at all, the other activations, another eps)
+    reach the engine's one-position step as they reach decode.generate (which test_gpt2_pretrained.py proves against
+    transformers): int8, greedy and sampled, bit for bit, as test_int8_generation_is_bit_for_bit_generate_alone."""
+    ct.manual_seed(5)
+    model = ct.nn.GPT(vocab_size=SMALL["vocab_size"], max_seq_len=SMALL["max_seq_len"], n_layers=2, d_model=32, n_head=4,
+                      d_inner=64, **options)
+    model.eval()
+    model = ct.quantize_dynamic(model, inplace=True)
+    rng = np.random.default_rng(1)
+    requests = []
+    for i in range(6):
+        prompt = tuple(prompts(SMALL, 1, int(rng.integers(3, 21)), seed=40 + i)[0])
+        sampled = i % 2 == 1
+        requests.append((prompt, int(rng.integers(5, 31)), 0.9 if sampled else 0.0, 7 if sampled else 0, 200 + i))
+    for (prompt, n, temperature, top_k, seed), ids in zip(requests, run(model, requests)):
+        ct.manual_seed(seed)
+        expected = ct.decode.generate(model, np.array([prompt]), n, temperature or 1.0, top_k if temperature else 1)
+        np.testing.assert_array_equal(ids, expected[0, len(prompt):], err_msg=f"prompt {prompt}")
+
+
 def test_float32_greedy_generation_equals_the_reference():
     tm, model = make_pair(SMALL, sharp=True)
     requests = []

@@ -2,7 +2,6 @@
 
 #include "ctransformer/error.hpp"
 #include "ctransformer/nn/sequential.hpp"
-#include "ctransformer/ops/activation.hpp"
 #include "ctransformer/ops/elementwise.hpp"
 
 namespace ct::nn {
@@ -33,15 +32,7 @@ PositionwiseFeedForward::PositionwiseFeedForward(std::size_t din, std::size_t dh
     }
 }
 
-Tensor PositionwiseFeedForward::activate(const Tensor& z) const {
-    switch (options.activation) {
-        case Activation::GELU: return gelu_erf(z);
-        case Activation::GELUTanh: return gelu(z);
-        case Activation::SiLU: return silu(z);
-        case Activation::ReLU: break;
-    }
-    return relu(z);
-}
+Tensor PositionwiseFeedForward::activate(const Tensor& z) const { return nn::activate(options.activation, z); }
 
 Tensor PositionwiseFeedForward::forward(const Tensor& x) const {
     if (x.dim() < 1 || x.size(-1) != d_in)

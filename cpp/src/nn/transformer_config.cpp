@@ -221,24 +221,4 @@ std::string positional_formula_name(PositionalFormula f) {
     return f == PositionalFormula::Paired ? "paired" : f == PositionalFormula::PerIndex ? "per_index" : "halves";
 }
 
-// Hugging Face's ACT2FN names; 'swish' is 'silu'.
-Activation parse_activation(const std::string& s, const char* fn) {
-    if (s == "relu") return Activation::ReLU;
-    if (s == "gelu") return Activation::GELU;
-    if (s == "gelu_new" || s == "gelu_pytorch_tanh") return Activation::GELUTanh;
-    if (s == "silu" || s == "swish") return Activation::SiLU;
-    throw ValueError(std::string(fn) + ": activation must be 'relu', 'gelu', 'gelu_new' (the tanh form) or 'silu' "
-                     "('swish'), got '" + s + "'");
-}
-
-std::string activation_name(Activation a) {
-    switch (a) {
-        case Activation::ReLU: return "relu";
-        case Activation::GELU: return "gelu";
-        case Activation::GELUTanh: return "gelu_new";
-        case Activation::SiLU: return "silu";
-    }
-    return "relu";
-}
-
 }  // namespace ct::nn

@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "ctransformer/nn/activation.hpp"
+
 namespace ct::nn {
 
 // Which variant's module tree (and so parameter names) the model carries, so state dicts move to and
@@ -35,10 +37,6 @@ enum class Layout { PostNorm, PreNorm, Marian, Seed000 = PostNorm, Seed003 = Pre
 //            cosines (odd j) in the second, not interleaved
 enum class PositionalFormula { Paired, PerIndex, Halves };
 
-// The feed-forward's non-linearity, as Hugging Face's ACT2FN names them (ops/activation.hpp):
-//   ReLU ('relu'; both seeds), GELU ('gelu'; the exact erf form), GELUTanh ('gelu_new'; the tanh form),
-//   SiLU ('silu' or 'swish'; x sigmoid(x), the opus-mt models')
-enum class Activation { ReLU, GELU, GELUTanh, SiLU };
 
 // Every default of the Transformer lives here once: the struct's fields, the post_norm()/small_pre_norm()
 // factories, the seed-style constructor and the Python bindings (and so the type stubs) all read these. Floats are doubles
@@ -181,7 +179,5 @@ Layout parse_layout(const std::string& s, const char* fn);
 std::string layout_name(Layout l);
 PositionalFormula parse_positional_formula(const std::string& s, const char* fn);
 std::string positional_formula_name(PositionalFormula f);
-Activation parse_activation(const std::string& s, const char* fn);
-std::string activation_name(Activation a);
 
 }  // namespace ct::nn

@@ -46,9 +46,12 @@ std::string position_str(std::size_t flat, const Shape& shape) {
 }  // namespace
 
 GPT::GPT(std::size_t vocab, std::size_t max_len, std::size_t layers, std::size_t embed, std::size_t heads,
-         std::size_t ff, float p, bool without_res, bool without_pos)
+         std::size_t ff, float p, bool without_res, bool without_pos, const Options& o)
     : vocab_size(vocab), max_seq_len(max_len), num_layer(layers), embed_dim(embed), num_head(heads),
-      feedforward_dim(ff), dropout(p), no_res(without_res), no_pos(without_pos) {
+      feedforward_dim(ff), dropout(p), no_res(without_res), no_pos(without_pos), options(o) {
+    if (!std::isfinite(o.layer_norm_epsilon) || !(o.layer_norm_epsilon > 0.0f))
+        throw ValueError("GPT: layer_norm_epsilon must be a positive finite number, got " +
+                         std::to_string(o.layer_norm_epsilon));
     if (vocab == 0 || max_len == 0 || embed == 0 || ff == 0)
         throw ValueError("GPT: vocab_size, max_seq_len, embed_dim and feedforward_dim must be positive, got " +
                          std::to_string(vocab) + ", " + std::to_string(max_len) + ", " + std::to_string(embed) +
@@ -61,11 +64,11 @@ GPT::GPT(std::size_t vocab, std::size_t max_len, std::size_t layers, std::size_t
     nn::detail::check_layers_fit("GPT: the weights of num_layer=" + std::to_string(layers) + " layers", layers,
                                  4.0L * embed * embed + nn::detail::feed_forward_floats(embed, ff));
     for (std::size_t l = 0; l < layers; ++l)
-        transformer->append(std::make_shared<TransformerLayer>(embed, heads, ff, p, without_res));
-    norm = register_module("norm", std::make_shared<LayerNorm>(embed));
+        transformer->append(std::make_shared<TransformerLayer>(embed, heads, ff, p, without_res, o, l));
+    norm = register_module("norm", std::make_shared<LayerNorm>(embed, o.layer_norm_epsilon));
     language_model_head = register_module("language_model_head", std::make_shared<Linear>(embed, vocab, false));
     // Weight tying, as the seed: the embedding's weight becomes the head's weight (one tensor).
-    word_token_embedding->weight = language_model_head->weight;
+    if (o.tie_word_embeddings) word_token_embedding->weight = language_model_head->weight;
     init_weights();
 }
 
@@ -210,8 +213,8 @@ std::vector<GPT::ParamGroup> GPT::configure_optimizers(float weight_decay) const
     });
     // The tied head weight appears in decay through the head and in no_decay through the
     // embedding; named_parameters() knows it by its first name, the embedding's, so it stays
-    // there only (not decayed).
-    decay.erase("language_model_head.weight");
+    // there only (not decayed). An untied head's weight is a Linear's like any other.
+    if (options.tie_word_embeddings) decay.erase("language_model_head.weight");
 
     std::map<std::string, Tensor> param_dict;
     for (const auto& [name, p] : named_parameters()) param_dict.emplace(name, p);

@@ -19,8 +19,11 @@ std::size_t checked_head_dim(std::size_t embed_dim, std::size_t num_head) {
 
 }  // namespace
 
-SelfAttention::SelfAttention(std::size_t e, std::size_t h, float dropout)
-    : embed_dim(e), num_head(h), head_dim(checked_head_dim(e, h)) {
+SelfAttention::SelfAttention(std::size_t e, std::size_t h, float dropout, std::optional<float> given_scale)
+    : embed_dim(e), num_head(h), head_dim(checked_head_dim(e, h)),
+      scale(given_scale ? *given_scale : 1.0f / std::sqrt(float(head_dim))) {
+    if (!std::isfinite(scale) || !(scale > 0.0f))
+        throw ValueError("SelfAttention: scale must be a positive finite number, got " + std::to_string(scale));
     // Registration order is the seed's __init__ order, hence torch's state_dict order.
     q_layer = register_module("q_layer", std::make_shared<Linear>(e, e));
     k_layer = register_module("k_layer", std::make_shared<Linear>(e, e));
@@ -55,7 +58,7 @@ Tensor SelfAttention::forward_sequences(const Tensor& x, const std::vector<KeyVa
         sequences[s] = {&kv.k, &kv.v, kv.length, kv.row_map.empty() ? nullptr : &kv.row_map, offsets[s], offsets[s + 1]};
     }
     // One query at the last position held: the causal mask hides nothing from it.
-    const Tensor heads = attend_cached(q_layer->forward(x), sequences, num_head, 1.0f / std::sqrt(float(head_dim)));
+    const Tensor heads = attend_cached(q_layer->forward(x), sequences, num_head, scale);
     return proj_drop->forward(proj_layer->forward(heads));
 }
 
@@ -67,7 +70,7 @@ std::pair<Tensor, Tensor> SelfAttention::attend(const Tensor& x, const Tensor& k
     // at the last positions (a decoding cache's new tokens).
     AttentionConfig c;
     c.n_head = num_head;
-    c.scale = 1.0f / std::sqrt(float(head_dim));
+    c.scale = scale;
     c.causal = true;
     c.fill_value = -std::numeric_limits<float>::infinity();
     c.dropout_p = attn_drop->p;

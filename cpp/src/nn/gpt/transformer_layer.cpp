@@ -1,16 +1,36 @@
 #include "ctransformer/nn/gpt/transformer_layer.hpp"
 
+#include <cmath>
+#include <optional>
+
 #include "ctransformer/ops/elementwise.hpp"
 
 namespace ct::nn::gpt {
 
+namespace {
+
+// The scores' factor (GPT-2's _attn): 1 / sqrt(head size) when scale_attn_weights, then 1 / (index + 1) when
+// scale_attn_by_inverse_layer_idx; one factor, where transformers divides twice (the same up to a rounding).
+// None for the seed's own 1 / sqrt(head size), which SelfAttention computes as it always has.
+std::optional<float> attention_scale(std::size_t embed_dim, std::size_t num_head, const Options& o,
+                                     std::size_t index) {
+    if (o.scale_attn_weights && !o.scale_attn_by_inverse_layer_idx) return std::nullopt;
+    float scale = o.scale_attn_weights && num_head > 0 ? 1.0f / std::sqrt(float(embed_dim / num_head)) : 1.0f;
+    if (o.scale_attn_by_inverse_layer_idx) scale /= float(index + 1);
+    return scale;
+}
+
+}  // namespace
+
 TransformerLayer::TransformerLayer(std::size_t embed_dim, std::size_t num_head, std::size_t feedforward_dim,
-                                   float dropout, bool no_residual)
+                                   float dropout, bool no_residual, const Options& options, std::size_t index)
     : no_res_(no_residual) {
-    norm1_ = register_module("norm1", std::make_shared<LayerNorm>(embed_dim));
-    attn_ = register_module("attn", std::make_shared<SelfAttention>(embed_dim, num_head, dropout));
-    norm2_ = register_module("norm2", std::make_shared<LayerNorm>(embed_dim));
-    ffn_ = register_module("ffn", std::make_shared<FFN>(embed_dim, feedforward_dim, dropout));
+    norm1_ = register_module("norm1", std::make_shared<LayerNorm>(embed_dim, options.layer_norm_epsilon));
+    attn_ = register_module("attn", std::make_shared<SelfAttention>(
+                                        embed_dim, num_head, dropout,
+                                        attention_scale(embed_dim, num_head, options, index)));
+    norm2_ = register_module("norm2", std::make_shared<LayerNorm>(embed_dim, options.layer_norm_epsilon));
+    ffn_ = register_module("ffn", std::make_shared<FFN>(embed_dim, feedforward_dim, dropout, options.activation));
 }
 
 std::pair<Tensor, Tensor> TransformerLayer::forward(const Tensor& x, KeyValue* cache) const {

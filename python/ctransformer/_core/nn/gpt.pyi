@@ -98,13 +98,20 @@ class GPT(ctransformer._core.nn.Module):
     """
     The decoder-only GPT (nanoGPT-style, as in the blog post that annotates it).
     
-    GPT(vocab_size, max_seq_len, n_layers, d_model, n_head, d_inner, dropout=0.0, no_res=False, no_pos=False)
+    GPT(vocab_size, max_seq_len, n_layers, d_model, n_head, d_inner, dropout=0.0, no_res=False, no_pos=False, *,
+        layer_norm_epsilon=1e-5, activation_function="gelu_new", scale_attn_weights=True,
+        scale_attn_by_inverse_layer_idx=False, tie_word_embeddings=True)
     
     The sizes take the Transformer's names; the blog post's (num_layer, embed_dim, num_head, feedforward_dim) are
     accepted as keywords and warn (FutureWarning). Token + learned position embeddings, dropout, ``n_layers``
     pre-norm TransformerLayers, a final LayerNorm and a bias-free ``language_model_head`` whose weight is the
     token embedding's weight. Weights ~ N(0, 0.02), biases 0, attention output projections
     ~ N(0, 0.02 / sqrt(2 n_layers)), drawn from the generator seeded by ``ctransformer.manual_seed``.
+    
+    The keywords are GPT-2's variants, under GPT2Config's names, each defaulting to the seed's (and GPT-2's) choice:
+    every LayerNorm's eps; the feed-forward's activation ('gelu_new' or 'gelu_pytorch_tanh': the tanh GELU; 'gelu':
+    the exact one; 'relu'; 'silu' or 'swish'); the scores divided by sqrt(head size) or not, and by the layer's
+    index + 1 or not; a head with a weight of its own (tie_word_embeddings=False).
     """
     ignore_index: typing.ClassVar[int] = 0
     @staticmethod
@@ -113,7 +120,7 @@ class GPT(ctransformer._core.nn.Module):
         A Hugging Face GPT-2 directory (``config.json`` and ``model.safetensors`` of a ``GPT2LMHeadModel`` or
             ``GPT2Model``) as a GPT in eval mode (ctransformer.gpt2). A pickled ``pytorch_model.bin`` is refused.
         """
-    def __init__(self, vocab_size: typing.SupportsInt | typing.SupportsIndex, max_seq_len: typing.SupportsInt | typing.SupportsIndex, n_layers: typing.Any = None, d_model: typing.Any = None, n_head: typing.Any = None, d_inner: typing.Any = None, dropout: typing.Any = None, no_res: bool = False, no_pos: bool = False, *, num_layer: typing.Any = None, embed_dim: typing.Any = None, num_head: typing.Any = None, feedforward_dim: typing.Any = None) -> None:
+    def __init__(self, vocab_size: typing.SupportsInt | typing.SupportsIndex, max_seq_len: typing.SupportsInt | typing.SupportsIndex, n_layers: typing.Any = None, d_model: typing.Any = None, n_head: typing.Any = None, d_inner: typing.Any = None, dropout: typing.Any = None, no_res: bool = False, no_pos: bool = False, *, num_layer: typing.Any = None, embed_dim: typing.Any = None, num_head: typing.Any = None, feedforward_dim: typing.Any = None, layer_norm_epsilon: typing.SupportsFloat | typing.SupportsIndex = 1e-05, activation_function: str = 'gelu_new', scale_attn_weights: bool = True, scale_attn_by_inverse_layer_idx: bool = False, tie_word_embeddings: bool = True) -> None:
         ...
     def configure_optimizers(self, weight_decay: typing.SupportsFloat | typing.SupportsIndex) -> list:
         """
@@ -150,6 +157,9 @@ class GPT(ctransformer._core.nn.Module):
             ``transformers.GPT2LMHeadModel.from_pretrained`` loads.
         """
     @property
+    def activation_function(self) -> str:
+        ...
+    @property
     def d_inner(self) -> int:
         ...
     @property
@@ -170,6 +180,9 @@ class GPT(ctransformer._core.nn.Module):
         """
     @property
     def language_model_head(self) -> ctransformer._core.nn.Linear:
+        ...
+    @property
+    def layer_norm_epsilon(self) -> float:
         ...
     @property
     def max_seq_len(self) -> int:
@@ -199,6 +212,15 @@ class GPT(ctransformer._core.nn.Module):
         """
         The older name for n_layers.
         """
+    @property
+    def scale_attn_by_inverse_layer_idx(self) -> bool:
+        ...
+    @property
+    def scale_attn_weights(self) -> bool:
+        ...
+    @property
+    def tie_word_embeddings(self) -> bool:
+        ...
     @property
     def transformer(self) -> TransformerLayerList:
         ...

@@ -1,12 +1,15 @@
 // GPT(vocab_size, max_seq_len, num_layer, embed_dim, num_head, feedforward_dim, dropout, no_res,
-// no_pos): the GPT reference's decoder-only language model.
+// no_pos, options): the GPT reference's decoder-only language model, and GPT-2's variants of it
+// (options: LayerNorm eps, the feed-forward's activation, the scores' scaling, an untied head;
+// gpt/options.hpp).
 //
 //   x = drop(word_token_embedding(idx) + word_pos_embedding(0..t-1))   (no position term when no_pos)
 //   x, attn_l = transformer[l](x)                                       for each layer l
 //   logits = language_model_head(norm(x))                               (b, t, vocab_size)
 //   loss = cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index = 0)
 //
-// language_model_head has no bias and its weight IS word_token_embedding's weight (one Tensor).
+// language_model_head has no bias and its weight IS word_token_embedding's weight (one Tensor),
+// unless options.tie_word_embeddings is false (then a weight of its own, drawn as a Linear's).
 // init_weights() follows the seed: every Linear and Embedding weight ~ N(0, 0.02), biases 0, then
 // every parameter whose name ends in "proj_layer.weight" (each attention's output projection)
 // ~ N(0, 0.02 / sqrt(2 num_layer)); draws come from the library generator (manual_seed).
@@ -20,6 +23,7 @@
 #include "ctransformer/decode/should_stop.hpp"
 #include "ctransformer/nn/dropout.hpp"
 #include "ctransformer/nn/embedding.hpp"
+#include "ctransformer/nn/gpt/options.hpp"
 #include "ctransformer/nn/gpt/transformer_layer.hpp"
 #include "ctransformer/nn/kv_cache.hpp"
 #include "ctransformer/nn/layer_norm.hpp"
@@ -32,7 +36,8 @@ public:
     static constexpr std::int64_t ignore_index = 0;  // the GPT reference's cross_entropy(..., ignore_index=0)
 
     GPT(std::size_t vocab_size, std::size_t max_seq_len, std::size_t num_layer, std::size_t embed_dim,
-        std::size_t num_head, std::size_t feedforward_dim, float dropout, bool no_res = false, bool no_pos = false);
+        std::size_t num_head, std::size_t feedforward_dim, float dropout, bool no_res = false, bool no_pos = false,
+        const Options& options = {});
 
     void init_weights();
 
@@ -77,8 +82,8 @@ public:
         float weight_decay;
     };
     // The seed's two groups: Linear weights decay; biases, LayerNorm and Embedding weights do not;
-    // the tied head weight is counted once, as word_token_embedding.weight (no decay). Each group
-    // is sorted by name.
+    // the tied head weight is counted once, as word_token_embedding.weight (no decay); an untied
+    // one is a Linear weight (decays). Each group is sorted by name.
     std::vector<ParamGroup> configure_optimizers(float weight_decay) const;
 
     // Appends max_new_tokens ids to idx (b, t), each sampled from
@@ -102,6 +107,7 @@ public:
     const std::size_t vocab_size, max_seq_len, num_layer, embed_dim, num_head, feedforward_dim;
     const float dropout;
     const bool no_res, no_pos;
+    const Options options;
 
 private:
     void check_ids(const IndexArray& ids, const char* fn, const char* arg) const;

@@ -1,13 +1,16 @@
-// SelfAttention(embed_dim, num_head, dropout): the GPT's causal multi-head self-attention.
+// SelfAttention(embed_dim, num_head, dropout, scale): the GPT's causal multi-head self-attention.
 //
 // q, k, v = q_layer(x), k_layer(x), v_layer(x), split into heads (b, h, t, d), d = embed_dim / h;
-// attn = attn_drop(softmax(masked_fill(q @ k^T / sqrt(d), causal, -inf)));
+// attn = attn_drop(softmax(masked_fill(q @ k^T * scale, causal, -inf)));
+// scale is the seed's 1 / sqrt(d) unless given (GPT-2's scale_attn_weights false: 1; its
+// scale_attn_by_inverse_layer_idx: divided by layer l + 1 too; gpt/options.hpp).
 // out = proj_drop(proj_layer(concat_heads(attn @ v))). Returns (out, attn).
 //
 // Cached decoding runs the same forward with a KeyValue cache: x's keys/values join those of the
 // earlier positions it holds, and x's queries attend over all of them.
 #pragma once
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "ctransformer/nn/dropout.hpp"
@@ -19,7 +22,7 @@ namespace ct::nn::gpt {
 
 class SelfAttention : public Module {
 public:
-    SelfAttention(std::size_t embed_dim, std::size_t num_head, float dropout);
+    SelfAttention(std::size_t embed_dim, std::size_t num_head, float dropout, std::optional<float> scale = {});
 
     // x (b, t, embed_dim) -> (out (b, t, embed_dim), attn (b, num_head, t, T)), T = t. With a cache
     // (rows b), x holds the t positions after the cache->length held: their keys/values are appended,
@@ -37,6 +40,7 @@ public:
     std::shared_ptr<Linear> q_layer, k_layer, v_layer, proj_layer;
     std::shared_ptr<Dropout> attn_drop, proj_drop;
     const std::size_t embed_dim, num_head, head_dim;
+    const float scale;   // the scores' factor
 
 private:
     void check_input(const Tensor& x) const;

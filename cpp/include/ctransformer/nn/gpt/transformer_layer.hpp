@@ -1,5 +1,5 @@
-// TransformerLayer(embed_dim, num_head, feedforward_dim, dropout, no_res): the GPT's pre-norm
-// decoder block.
+// TransformerLayer(embed_dim, num_head, feedforward_dim, dropout, no_res, options, index): the GPT's
+// pre-norm decoder block, the index-th (from 0) of its model (GPT-2's options: gpt/options.hpp).
 //   x_attn = attn(norm1(x)) + x          (without "+ x" when no_res)
 //   out    = ffn(norm2(x_attn)) + x_attn (without "+ x_attn" when no_res)
 // Returns (out, attention weights of the block). Cached decoding runs the same forward with the
@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "ctransformer/nn/gpt/ffn.hpp"
+#include "ctransformer/nn/gpt/options.hpp"
 #include "ctransformer/nn/gpt/self_attention.hpp"
 #include "ctransformer/nn/kv_cache.hpp"
 #include "ctransformer/nn/layer_norm.hpp"
@@ -18,7 +19,7 @@ namespace ct::nn::gpt {
 class TransformerLayer : public Module {
 public:
     TransformerLayer(std::size_t embed_dim, std::size_t num_head, std::size_t feedforward_dim, float dropout,
-                     bool no_res = false);
+                     bool no_res = false, const Options& options = {}, std::size_t index = 0);
     // x (b, t, embed_dim). With a cache, x holds the positions after those it holds, and the attention
     // reads them all (SelfAttention::forward).
     std::pair<Tensor, Tensor> forward(const Tensor& x, KeyValue* cache = nullptr) const;
