@@ -173,15 +173,9 @@ def _transformers(precision, path):
     return generate
 
 
-def _llama(precision, path):
-    import llama_peer as bench_llama   # benchmarks/llama_peer.py
-
-    return bench_llama.generator(path, precision, THREADS)
-
-
 def worker(engine, precision, path):
     try:
-        generate = {"ours": _ours, "ct2": _ct2, "transformers": _transformers, "llama": _llama}[engine](precision, path)
+        generate = {"ours": _ours, "ct2": _ct2, "transformers": _transformers}[engine](precision, path)
     except Exception as error:  # noqa: BLE001 - reported to the parent, which names the engine
         print(json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
         return
@@ -273,9 +267,8 @@ def main(argv=None):
                 if engine == "ct2":
                     flags = ct2_process.cpu_flags()
                     settings = [c for c in ct2_process.configs() if not ct2_process.missing_features(c, flags)]
-                if engine == "llama":
-                    import llama_peer as bench_llama
-                    bench_llama.prepare(folder, precision)
+                if engine == "llama":   # timed by llama_peer.time_llama in a child of its own, below
+                    continue
                 for env in settings:
                     try:
                         workers.append(Worker(engine, precision, folder, env))
@@ -287,13 +280,13 @@ def main(argv=None):
             for name, cell in cells.items():
                 order = workers if r % 2 == 0 else workers[::-1]
                 for w in order:
-                    if engine_skips(w.engine, cell):
-                        continue
                     key = (w.engine, w.precision, ct2_process.describe(w.env) if w.env else "", name)
                     try:
                         times.setdefault(key, []).append(measure(w, cell, a.tokens, warmed.setdefault(id(w), set())))
                     except RuntimeError as error:
                         print(f"  {key}: {error}", flush=True)
+            if "llama" in engines:
+                llama_round(folder, cells, a.tokens, times)
         for w in workers:
             w.close()
         results.extend(report(model_name, shape, cells, times, bandwidth))
@@ -305,9 +298,31 @@ def main(argv=None):
     return 0
 
 
-def engine_skips(engine, cell):
-    """llama-cpp-python's high-level API decodes one sequence: its batch cells are not measured."""
-    return engine == "llama" and cell["kind"] == "decode" and cell["batch"] > 1
+def llama_round(folder, cells, tokens, times):
+    """One round of llama.cpp's cells, each precision's GGUF (converted once, beside the model) timed by
+    llama_peer.time_llama in a child process: llama_decode's time alone (the batch filled, no sampling), prefill
+    the logits of the prompt's last token, decode a step of one token per sequence after a 128-token prompt."""
+    import llama_peer
+
+    batches = sorted({c["batch"] for c in cells.values() if c["kind"] == "decode"})
+    for precision in ENGINES["llama"]:
+        gguf = os.path.join(folder, f"model-{precision}.gguf")
+        if not os.path.exists(gguf):
+            llama_peer.to_gguf(folder, gguf, precision)
+        figures = {}
+        if batches:
+            figures = llama_peer.time_llama(gguf, threads=THREADS, prompt_len=128, decode_tokens=tokens,
+                                            batch=batches, rounds=2)   # each its best of 2: warm
+        for name, cell in cells.items():
+            if cell["kind"] == "prefill":
+                ms = (figures.get("prefill_ms") if cell["length"] == 128 and figures else
+                      llama_peer.time_llama(gguf, threads=THREADS, prompt_len=cell["length"], decode_tokens=1,
+                                            batch=1, rounds=2)["prefill_ms"])
+            elif cell["batch"] == 1:
+                ms = figures["decode_ms_per_token"]
+            else:
+                ms = figures["batched_decode"][str(cell["batch"])]["ms_per_step"]
+            times.setdefault(("llama", precision, "", name), []).append(ms / 1000.0)
 
 
 def report(model_name, shape, cells, times, bandwidth):
