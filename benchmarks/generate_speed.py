@@ -42,6 +42,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 THREADS = 2
+# The pause before each timed call, measure.GAP_S's value (not imported: measure imports ctransformer, which the
+# peers' worker processes must not load beside their own engines).
+GAP_S = 0.3
 VOCAB = 50257
 SHAPES = {"gpt2": dict(n_layers=12, d_model=768, n_head=12, d_inner=3072),
           "distilgpt2": dict(n_layers=6, d_model=768, n_head=12, d_inner=3072)}
@@ -225,10 +228,16 @@ def measure(w, cell, tokens, warm):
     if (cell["batch"], cell["length"]) not in warm:
         w.ask("run", batch=cell["batch"], length=cell["length"], tokens=2)
         warm.add((cell["batch"], cell["length"]))
+    def run(**kw):
+        # A pause first (GAP_S): the last engine's spinning OpenMP threads (libgomp's and Intel's spin for
+        # up to 200 ms after a parallel region) would otherwise take a core from this one's timed call.
+        time.sleep(GAP_S)
+        return w.ask("run", **kw)
+
     if cell["kind"] == "prefill":
-        return w.ask("run", batch=1, length=cell["length"], tokens=1)
-    first = w.ask("run", batch=cell["batch"], length=cell["length"], tokens=1)
-    more = w.ask("run", batch=cell["batch"], length=cell["length"], tokens=tokens + 1)
+        return run(batch=1, length=cell["length"], tokens=1)
+    first = run(batch=cell["batch"], length=cell["length"], tokens=1)
+    more = run(batch=cell["batch"], length=cell["length"], tokens=tokens + 1)
     return (more - first) / tokens
 
 
@@ -304,6 +313,7 @@ def llama_round(folder, cells, tokens, times):
     the logits of the prompt's last token, decode a step of one token per sequence after a 128-token prompt."""
     import llama_peer
 
+    time.sleep(GAP_S)   # the other engines' spinning threads settle (measure)
     batches = sorted({c["batch"] for c in cells.values() if c["kind"] == "decode"})
     for precision in ENGINES["llama"]:
         gguf = os.path.join(folder, f"model-{precision}.gguf")
