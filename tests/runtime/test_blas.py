@@ -82,7 +82,7 @@ def test_show_config_prints_and_returns_the_same():
     assert run.returncode == 0, run.stderr
     for line in ["BLAS:", "  name: OpenBLAS", f"  version: {BLAS['version']}", f"  library: {BLAS['library']}",
                  "CPU:", f"  best SIMD level: {CPU['simd_level']}", "  bf16 units:", "  int8 units:",
-                 "Kernels:", f"  int8: {ct.quantization.int8_kernel()}", "Products:", "  float32 x W^T, 3-8 rows: "]:
+                 "Kernels:", f"  int8: {ct.quantization.int8_kernel()}", "Products:", "  float32 x W^T, 1-8 rows: "]:
         assert line in run.stdout, run.stdout
     with pytest.raises(ValueError, match="mode must be 'stdout' or 'dicts'"):
         ct.show_config(mode="yaml")
@@ -166,8 +166,8 @@ def test_installed_extension_loads_its_blas_through_the_runpath_alone():
 
 
 # --- the products we send it, at our shapes, strides and transposes --------------------------------------------
-# (m, k, n): the base model's Linear at 100 rows and at 1 to 8 rows (decoding: sgemv at 1-2, kernels/fp32/few_rows.cpp for x W^T, W read
-# once), small and tiny shapes, odd sizes that leave vector tails, and products small enough for the straight
+# (m, k, n): the base model's Linear at 100 rows and at 1 to 8 rows (decoding: kernels/fp32/few_rows.cpp for x W^T, W read
+# once; sgemv at 1-2 rows where the kernel level has none), small and tiny shapes, odd sizes that leave vector tails, and products small enough for the straight
 # loops (<= 8192 multiply-adds).
 GEMM_SHAPES = [(100, 512, 2048), (100, 2048, 512), (1, 512, 512), (2, 512, 8000), (5, 256, 8000), (8, 2048, 512),
                (37, 256, 256), (50, 32, 39), (128, 64, 128), (7, 17, 4097), (3, 9, 70), (6, 33, 300),
@@ -203,7 +203,10 @@ def test_linear_and_its_gradients_against_float64(m, k, n):
 
 
 @pytest.mark.parametrize("kernel_level", levels_for("few_rows"), indirect=True)
-@pytest.mark.parametrize("m,k,n", [(3, 512, 512), (5, 256, 8000), (8, 2048, 512), (6, 33, 300)])
+# 1 and 2 rows take four weight rows at a time: n = 2307 and 301 leave 3 and 1 columns over, k = 33 and 771 a
+# vector's tail.
+@pytest.mark.parametrize("m,k,n", [(3, 512, 512), (5, 256, 8000), (8, 2048, 512), (6, 33, 300), (1, 768, 2307),
+                                   (2, 33, 301), (1, 771, 64), (2, 512, 8000)])
 def test_linear_of_a_few_rows_at_every_level(kernel_level, m, k, n):
     """The few-rows products (kernels/fp32/few_rows.cpp) by each kernel this CPU runs (AVX-512, AVX2, and OpenBLAS's
     sgemv at the portable level), held to the same bound as above."""

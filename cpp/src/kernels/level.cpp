@@ -223,13 +223,14 @@ std::vector<KernelRow> table(FloatKernel fk, Int8Kernel ik, Bf16Kernel bk) {
     const std::string split = "split over threads from " + std::string(mflop) + " MFLOP";
     const std::string weight_split = "split over threads from " + std::to_string(kSplitWeightBytes >> 10) +
                                      " KiB of weight";
-    const std::string few = std::to_string(kGemvRows + 1) + "-" + std::to_string(kFewRows);
+    const std::string few = "1-" + std::to_string(kFewRows);
     const std::string xsimd = std::string("xsimd ") + loop_arch_at(fk).name;
     return {
         {"sgemm", "float32 product", "OpenBLAS sgemm (" + blas_info().core + ")",
          "above " + std::to_string(kDirectMacs) + " multiply-adds; " + split},
         {"small", "float32 small product", xsimd, "up to " + std::to_string(kDirectMacs) + " multiply-adds (no BLAS call)"},
-        {"gemv", "float32 x W^T, 1-" + std::to_string(kGemvRows) + " rows", "OpenBLAS sgemv", weight_split},
+        {"gemv", "float32 product of 1-" + std::to_string(kGemvRows) + " rows" +
+                     (fk == FloatKernel::Blas ? std::string() : std::string(", other than x W^T")), "OpenBLAS sgemv", weight_split},
         {"few_rows", "float32 x W^T, " + few + " rows",
          fk == FloatKernel::Blas ? "OpenBLAS sgemv" : kernel_name(fk) + " few-rows", weight_split},
         {"packed", "float32 x W^T, packed weight", fk == FloatKernel::Blas ? "(not packed)" : kernel_name(fk) + " packed",

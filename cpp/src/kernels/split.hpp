@@ -10,12 +10,14 @@ namespace ct::kernels {
 // incremental decoding step's attention is hundreds of 1 x len x d_k products per layer (tiny model: 4 heads x
 // 32 rows, len <= 50, d_k 8), which would spend most of the step in call overhead.
 constexpr std::size_t kDirectMacs = 8192;
-// Up to kGemvRows rows of C a product is that many sgemv calls: sgemm packs all of B first, which for one row
-// of a decoding step costs ~4.6x the product (8000x256 weight: 888 us vs 191 us; equal at 4 rows), so
-// incremental decoding at batch 1 would be bound by packing. From there to kFewRows rows of x W^T, the
-// few-rows kernel reads W once for all of them (beam 5 at batch 1 on the Multi30k model: 74-121 sentences/s
-// against 44-50 through the BLAS); at 1 and 2 rows OpenBLAS's sgemv stays faster (greedy at batch 1: 192-229
-// against 170-184). bf16 takes its few-rows kernel up to kFewRows as well: a beam of up to 8 at batch 1 (through
+// Up to kFewRows rows of x W^T go to the few-rows kernel (kernels/fp32/few_rows.cpp), which reads W once for all
+// of them: sgemm packs all of B first, which for one row of a decoding step costs ~4.6x the product (8000x256
+// weight: 888 us vs 191 us; equal at 4 rows), and beam 5 at batch 1 on the Multi30k model decodes 74-121
+// sentences/s there against 44-50 through the BLAS. At 1 and 2 rows it takes four rows of W at a time, which
+// streams a weight that does not fit in cache faster than OpenBLAS's sgemv (GPT-2 124M at batch 1 on a Zen 3,
+// 2 threads, 8 runs alternated: median 21.9 ms a token against 23.2, faster or equal in each pair; 93% of the
+// machine's read bandwidth at best) and ties it on a small GPT's 256-wide weights. Where the kernel level has no such kernel, and for the other layouts, up to kGemvRows rows are that
+// many sgemv calls. bf16 takes its few-rows kernel up to kFewRows as well: a beam of up to 8 at batch 1 (through
 // the packed kernel, which packs the weight on every call, bf16 beam 5 decodes slower than fp32).
 constexpr int kGemvRows = 2;
 constexpr int kFewRows = 8;

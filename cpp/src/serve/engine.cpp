@@ -17,6 +17,19 @@ namespace ct::serve {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// A request's last event when it ends without a result (cancelled, timed out, failed): its kind and why.
+Event ending(std::uint64_t request, Event::Kind kind, std::string message) {
+    Event e;
+    e.request = request;
+    e.kind = kind;
+    e.message = std::move(message);
+    return e;
+}
+
+}  // namespace
+
 struct Engine::Request {
     std::uint64_t id;
     std::string model;
@@ -242,7 +255,7 @@ void Engine::loop() {
         turn(lock);
     }
     // Stopped: whatever is not finished is cancelled.
-    for (auto& [id, r] : requests_) push({id, Event::Kind::Cancelled, 0, {}, 0.0, "the engine stopped"});
+    for (auto& [id, r] : requests_) push(ending(id, Event::Kind::Cancelled, "the engine stopped"));
     stats_.cancelled_total += requests_.size();
     requests_.clear();
     deadlines_.clear();
@@ -328,7 +341,7 @@ void Engine::leave(const Model* lanes_of, std::size_t lane) {
         }
         const bool counted = !(kind == Event::Kind::Cancelled && uncounted_.count(id));
         forget(id);
-        push({id, kind, 0, {}, 0.0, kind == Event::Kind::TimedOut ? "timed out" : "cancelled"});
+        push(ending(id, kind, kind == Event::Kind::TimedOut ? "timed out" : "cancelled"));
         if (counted) ++(kind == Event::Kind::TimedOut ? stats_.timed_out_total : stats_.cancelled_total);
     }
     if (!leaving.empty()) event_cv_.notify_all();
@@ -401,7 +414,7 @@ void Engine::record(Model& m, std::size_t lane, decode::ContinuousBatch::StepRes
             if (r->decoding && r->lane == lane && models_.at(r->model).get() == &m) failed.push_back(id);
         for (const std::uint64_t id : failed) {
             forget(id);
-            push({id, Event::Kind::Failed, 0, {}, 0.0, failure});
+            push(ending(id, Event::Kind::Failed, failure));
             ++stats_.failed_total;
         }
         l.rows_reserved = l.tokens = 0;
@@ -410,14 +423,26 @@ void Engine::record(Model& m, std::size_t lane, decode::ContinuousBatch::StepRes
     for (auto& t : result.tokens) {
         ++stats_.tokens_total;
         const auto it = requests_.find(t.id);
-        if (it != requests_.end() && it->second->tokens)
-            push({t.id, Event::Kind::Token, t.token, {}, 0.0, {}, t.logprob, std::move(t.top)});
+        if (it == requests_.end() || !it->second->tokens) continue;
+        Event e;
+        e.request = t.id;
+        e.kind = Event::Kind::Token;
+        e.token = t.token;
+        e.logprob = t.logprob;
+        e.top_logprobs = std::move(t.top);
+        push(std::move(e));
     }
     for (auto& f : result.finished) {
         const auto it = requests_.find(f.id);
         if (it != requests_.end()) l.release(*it->second);
-        push({f.id, Event::Kind::Finished, 0, std::move(f.ids), f.score, {}, 0.0f, {}, std::move(f.alternatives),
-              std::move(f.alternative_scores)});
+        Event e;
+        e.request = f.id;
+        e.kind = Event::Kind::Finished;
+        e.ids = std::move(f.ids);
+        e.score = f.score;
+        e.alternatives = std::move(f.alternatives);
+        e.alternative_scores = std::move(f.alternative_scores);
+        push(std::move(e));
         forget(f.id);
         ++stats_.finished_total;
     }

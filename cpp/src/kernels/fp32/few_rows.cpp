@@ -2,7 +2,7 @@
 // (n, k) row-major read once for all the rows. sgemm packs all of W first, which for a decoding step costs
 // several times the product itself (8000 x 256 output projection: ~890 us against ~190 us for one sgemv
 // at one row), and m sgemv calls read W m times. blas.cpp sends
-// 3 to kFewRows rows here (kernels/split.hpp) (at 1 and 2, OpenBLAS's sgemv is faster).
+// 1 to kFewRows rows here (kernels/split.hpp).
 //
 // Each output is a dot product over k in 16 (AVX-512) or 8 (AVX2) lanes of fused multiply-adds, the lanes
 // then added by halves: another legal summation order than the BLAS's, within the same float32 bound
@@ -89,6 +89,80 @@ CT_FEW_AVX2 void rows_avx2(const FewRows& p, int n0, int n1) {
     }
 }
 
+// One or two rows (a decoding step at batch 1 or 2): four columns at a time, so four rows of W stream at once and
+// each load of x serves four fused multiply-adds. The product is bound by reading W; four independent sums keep
+// the loads in flight where one column at a time waits on each sum's multiply-add latency.
+template <int M>
+CT_FEW_AVX2 void narrow_avx2(const FewRows& p, int n0, int n1) {
+    const int k = p.k, k8 = k & ~7;
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(k - k8), idx);
+    int j = n0;
+    for (; j + 4 <= n1; j += 4) {
+        __m256 acc[M][4];
+        for (int i = 0; i < M; ++i)
+            for (int c = 0; c < 4; ++c) acc[i][c] = _mm256_setzero_ps();
+        const float* w = p.b + std::size_t(j) * std::size_t(p.ldb);
+        const std::size_t ldb = std::size_t(p.ldb);
+        for (int q = 0; q < k8; q += 8) {
+            const __m256 b0 = _mm256_loadu_ps(w + q), b1 = _mm256_loadu_ps(w + ldb + q);
+            const __m256 b2 = _mm256_loadu_ps(w + 2 * ldb + q), b3 = _mm256_loadu_ps(w + 3 * ldb + q);
+            for (int i = 0; i < M; ++i) {
+                const __m256 x = _mm256_loadu_ps(p.a + std::size_t(i) * std::size_t(p.lda) + q);
+                acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+                acc[i][2] = _mm256_fmadd_ps(x, b2, acc[i][2]);
+                acc[i][3] = _mm256_fmadd_ps(x, b3, acc[i][3]);
+            }
+        }
+        if (k8 < k)
+            for (int c = 0; c < 4; ++c) {
+                const __m256 b = _mm256_maskload_ps(w + std::size_t(c) * ldb + k8, tail);
+                for (int i = 0; i < M; ++i)
+                    acc[i][c] = _mm256_fmadd_ps(_mm256_maskload_ps(p.a + std::size_t(i) * std::size_t(p.lda) + k8, tail), b,
+                                                acc[i][c]);
+            }
+        for (int i = 0; i < M; ++i)
+            for (int c = 0; c < 4; ++c) store(p.c + std::size_t(i) * std::size_t(p.ldc) + j + c, sum8(acc[i][c]), p.alpha, p.beta);
+    }
+    if (j < n1) rows_avx2<M>(p, j, n1);
+}
+
+template <int M>
+CT_FEW_AVX512 void narrow_avx512(const FewRows& p, int n0, int n1) {
+    const int k = p.k, k16 = k & ~15;
+    const __mmask16 tail = __mmask16((1u << (k - k16)) - 1u);
+    int j = n0;
+    for (; j + 4 <= n1; j += 4) {
+        __m512 acc[M][4];
+        for (int i = 0; i < M; ++i)
+            for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_setzero_ps();
+        const float* w = p.b + std::size_t(j) * std::size_t(p.ldb);
+        const std::size_t ldb = std::size_t(p.ldb);
+        for (int q = 0; q < k16; q += 16) {
+            const __m512 b0 = _mm512_loadu_ps(w + q), b1 = _mm512_loadu_ps(w + ldb + q);
+            const __m512 b2 = _mm512_loadu_ps(w + 2 * ldb + q), b3 = _mm512_loadu_ps(w + 3 * ldb + q);
+            for (int i = 0; i < M; ++i) {
+                const __m512 x = _mm512_loadu_ps(p.a + std::size_t(i) * std::size_t(p.lda) + q);
+                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+                acc[i][2] = _mm512_fmadd_ps(x, b2, acc[i][2]);
+                acc[i][3] = _mm512_fmadd_ps(x, b3, acc[i][3]);
+            }
+        }
+        if (k16 < k)
+            for (int c = 0; c < 4; ++c) {
+                const __m512 b = _mm512_maskz_loadu_ps(tail, w + std::size_t(c) * ldb + k16);
+                for (int i = 0; i < M; ++i)
+                    acc[i][c] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, p.a + std::size_t(i) * std::size_t(p.lda) + k16),
+                                                b, acc[i][c]);
+            }
+        for (int i = 0; i < M; ++i)
+            for (int c = 0; c < 4; ++c) store(p.c + std::size_t(i) * std::size_t(p.ldc) + j + c, sum16(acc[i][c]), p.alpha, p.beta);
+    }
+    if (j < n1) rows_avx512<M>(p, j, n1);
+}
+
 template <void (*...F)(const FewRows&, int, int)>
 void by_rows(const FewRows& p, int n0, int n1) {
     static constexpr void (*table[])(const FewRows&, int, int) = {F...};
@@ -102,10 +176,10 @@ bool few_rows_available() { return kernels::float_kernel() != kernels::FloatKern
 
 void few_rows_gemm(const FewRows& p, int n0, int n1) {
     if (kernels::float_kernel() == kernels::FloatKernel::Avx512)
-        by_rows<rows_avx512<1>, rows_avx512<2>, rows_avx512<3>, rows_avx512<4>, rows_avx512<5>, rows_avx512<6>,
+        by_rows<narrow_avx512<1>, narrow_avx512<2>, rows_avx512<3>, rows_avx512<4>, rows_avx512<5>, rows_avx512<6>,
                 rows_avx512<7>, rows_avx512<8>>(p, n0, n1);
     else
-        by_rows<rows_avx2<1>, rows_avx2<2>, rows_avx2<3>, rows_avx2<4>, rows_avx2<5>, rows_avx2<6>, rows_avx2<7>,
+        by_rows<narrow_avx2<1>, narrow_avx2<2>, rows_avx2<3>, rows_avx2<4>, rows_avx2<5>, rows_avx2<6>, rows_avx2<7>,
                 rows_avx2<8>>(p, n0, n1);
 }
 

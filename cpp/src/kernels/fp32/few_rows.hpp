@@ -1,6 +1,6 @@
 // C (m, n) = alpha A (m, k) B^T + beta C for 1 <= m <= kFewRows, B (n, k) row-major (a Linear's weight),
-// each row of B read once for all m rows (kernels/fp32/few_rows.cpp). blas.cpp routes such products of kGemvRows + 1
-// to kFewRows rows here (kernels/split.hpp).
+// each row of B read once for all m rows (kernels/fp32/few_rows.cpp). blas.cpp routes such products of 1 to
+// kFewRows rows here (kernels/split.hpp).
 #pragma once
 #include <cstddef>
 
