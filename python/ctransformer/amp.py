@@ -13,8 +13,10 @@ cached copy is stale until the region ends (as in torch).
 On a CPU with AVX512_BF16 (Intel Cooper Lake, Sapphire/Emerald Rapids; AMD Zen 4 and 5) the products
 run on ``vdpbf16ps``; on an aarch64 CPU with ARM's BF16 (Graviton3 and 4, Neoverse N2/V1/V2, Apple M2 on) on
 ``bfdot`` (whose additions round to odd: each within one unit in the last place); elsewhere the same rounded operands go through the BLAS's float32 product
-(``bf16_kernel()`` says which): the same numbers up to summation order, and no faster than float32
-(measured on an AMD Zen 1: a small model's training step 893 ms in bf16 against 788 ms in float32). The
+(``bf16_kernel()`` says which): the same numbers up to summation order, and no faster than float32 in
+training (measured on an AMD Zen 1: a small model's training step 893 ms in bf16 against 788 ms in float32);
+decoding at a few rows reads the weights' bf16 copies widened in registers, half float32's bytes (GPT-2 at
+batch 1 on a Zen 3: 16-18 ms a token against 22-25 in float32). The
 first region entered with that kernel warns once (``BF16EmulationWarning``), naming the CPU.
 """
 import functools
@@ -63,8 +65,9 @@ def _warn_if_emulated():
            else "no BF16 instructions" if cpu["simd_level"] == "neon"
            else "no AVX512_BF16")
     warnings.warn(f"autocast: bf16 is emulated on this CPU ({_cpu_name()}, {why}): the 'emulated' kernel rounds "
-                  "the operands to bf16 and multiplies them with float32 sgemm, so it is slower than float32 "
-                  "here (the numbers are the same up to summation order). Train in float32 on this CPU for speed.",
+                  "the operands to bf16 and multiplies them in float32, so training and prompts run no faster than "
+                  "float32 here (decoding a few rows at a time reads the weights' bf16 copies, half float32's bytes; "
+                  "the numbers are the same up to summation order). Train in float32 on this CPU for speed.",
                   BF16EmulationWarning, stacklevel=3)
 
 

@@ -185,7 +185,14 @@ def test_native_kernel_is_the_same_on_any_number_of_threads(kernel, num_threads)
                                            num_threads)
 
 
-@pytest.mark.parametrize("m,n,k", SHAPES)
+# The emulation's own paths beside SHAPES: 1-8 rows take W 4, 2 or 1 rows at a time (n = 2307, 301: 3 and 1 left
+# over), k with a tail after its 8-value vectors (771, 33); above 8 rows W goes in 512 KiB blocks (k = 3072: 32 rows a
+# block, n = 700 leaves a partial block; 130 rows split over threads).
+EMULATION_SHAPES = SHAPES + [(1, 2307, 771), (2, 301, 33), (3, 301, 768), (4, 130, 64), (6, 70, 3072), (8, 9, 7),
+                             (130, 700, 3072), (9, 2304, 768)]
+
+
+@pytest.mark.parametrize("m,n,k", EMULATION_SHAPES)
 def test_emulation_meets_the_float32_bound(m, n, k, kernel):
     kernel("emulated")
     assert amp.bf16_kernel() == "emulated"
@@ -194,9 +201,39 @@ def test_emulation_meets_the_float32_bound(m, n, k, kernel):
         exact, size, unrounded = float64_reference(a, b, ta, tb)
         got = amp.gemm_bf16(a, b, ta, tb)
         assert (np.abs(got - exact) <= k * 2.0**-24 * size + 1e-30).all(), (ta, tb)
-        # unrounded inputs would miss by the inputs' rounding, far outside the bound
-        if k >= 16:
+        # unrounded inputs would miss by the inputs' rounding, outside the bound: ~2**-9 |a b| / sqrt(k) against
+        # k 2**-24 |a b|, so from 16 to ~1000 terms (at k = 3072 the bound is loose enough to hold them)
+        if 16 <= k <= 1000:
             assert not (np.abs(unrounded - exact) <= k * 2.0**-24 * size).all()
+        # B as a weight's bf16 copy (decoding's x W^T widens it in registers up to 8 rows, in blocks above), and
+        # beta 1 with alpha != 1 (C + alpha P: k + 1 terms, alpha a power of two so it adds no rounding)
+        bb = amp.round_to_bf16(b)
+        got16 = amp.gemm_bf16(a, bb, ta, tb)
+        assert (np.abs(got16 - exact) <= k * 2.0**-24 * size + 1e-30).all(), ("bf16 b", ta, tb)
+        c = np.random.default_rng(2).standard_normal(exact.shape).astype(np.float32)
+        with_c = amp.gemm_bf16(a, bb, ta, tb, alpha=0.5, c=c)
+        assert (np.abs(with_c - (c + 0.5 * exact)) <= (k + 1) * 2.0**-24 * (np.abs(c) + 0.5 * size) + 1e-30).all(), \
+            ("beta 1", ta, tb)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 45, 37), (3, 40, 70), (13, 45, 37), (30, 70, 300)])
+def test_emulation_rounds_fp32_operands_as_round_to_bf16(m, n, k, kernel):
+    """The emulation rounds a float32 B where it reads it (in registers up to 8 rows: attention's keys): ties to
+    even, values that round to infinity, subnormals. The same operands rounded by round_to_bf16 first take the same
+    path, so the bits must agree, infinities included."""
+    kernel("emulated")
+    rng = np.random.default_rng(m + n + k)
+    special = np.array([1e-40, -1e-40, 1e-45, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, -(1.0 + 2.0**-8)], np.float32)
+    for ta, tb in itertools.product([False, True], repeat=2):
+        a, b = operands(m, n, k, ta, tb, seed=k)
+        for x in (a, b):
+            flat = x.reshape(-1)
+            at = rng.choice(flat.size, size=flat.size // 3, replace=False)
+            flat[at] = rng.choice(special, size=at.size) * rng.choice(np.float32([1, 2**-10]), size=at.size)
+        b.reshape(-1)[rng.integers(0, b.size)] = 3.3961776e38  # rounds to infinity
+        want = amp.gemm_bf16(amp.round_to_bf16(a), amp.round_to_bf16(b), ta, tb)
+        assert np.isinf(want).any()
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb), want, err_msg=f"{ta=} {tb=}")
 
 
 ARM_SKIP = "this CPU has no ARM BF16: the aarch64 kernel cannot run here (make test-aarch64 runs it under qemu)"

@@ -1,5 +1,5 @@
-// gemm_bf16 (bf16.hpp): which kernel runs, how a product is split over threads, and the emulation
-// for CPUs without AVX512_BF16.
+// gemm_bf16 (bf16.hpp): which kernel runs and how a product is split over threads (the emulation for CPUs
+// without bf16 units: kernels/bf16/emulated.cpp).
 #include <algorithm>
 #include <vector>
 
@@ -24,32 +24,6 @@ using kernels::kSplitFlops;
 constexpr std::size_t kSplitFewRowsElements = kernels::kSplitWeightBytes / sizeof(bf16_t);
 constexpr int kPanel = 32;  // columns of the kernel's tile: a thread's columns come in whole panels
 constexpr int kRowPanel = 12;
-
-// op(X) (rows x cols) rounded to bf16 and widened back to fp32, row-major with leading dimension = cols
-// or (trans) a copy of X's own layout: either way the same op applies to the copy.
-std::vector<float> rounded_copy(const Bf16Operand& x, int rows, int cols) {
-    const int r = x.trans ? cols : rows, c = x.trans ? rows : cols;  // X's own shape
-    std::vector<float> out(std::size_t(r) * std::size_t(c));
-    parallel::parallel_for(std::size_t(r), std::max<std::size_t>(1, 16384 / std::max(c, 1)), [&](std::size_t i0, std::size_t i1) {
-        for (std::size_t i = i0; i < i1; ++i) {
-            float* o = out.data() + i * std::size_t(c);
-            if (x.f32) {
-                const float* s = x.f32 + i * std::size_t(x.ld);
-                for (int j = 0; j < c; ++j) o[j] = from_bf16(to_bf16(s[j]));
-            } else {
-                widen_bf16(x.b16 + i * std::size_t(x.ld), o, std::size_t(c));
-            }
-        }
-    });
-    return out;
-}
-
-void emulated(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta, float* c, int ldc,
-              bool serial) {
-    const std::vector<float> a32 = rounded_copy(a, m, k), b32 = rounded_copy(b, k, n);
-    const int lda = a.trans ? m : k, ldb = b.trans ? k : n;
-    (serial ? blas::gemm_serial : blas::gemm)(a.trans, b.trans, m, n, k, alpha, a32.data(), lda, b32.data(), ldb, beta, c, ldc);
-}
 
 bf16_kernels::Block make_block(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta,
                                float* c, int ldc) {
@@ -157,7 +131,7 @@ void run(int m, int n, int k, float alpha, Bf16Operand a, Bf16Operand b, float b
 #if defined(__aarch64__)
         case Bf16Kernel::NeonBf16: return neon(m, n, k, alpha, a, b, beta, c, ldc, serial);
 #endif
-        default: return emulated(m, n, k, alpha, a, b, beta, c, ldc, serial);
+        default: return bf16_kernels::emulated(m, n, k, alpha, a, b, beta, c, ldc, serial);
     }
 }
 

@@ -25,6 +25,10 @@ struct Block {
     bool accumulate;
 };
 
+// Any CPU (kernels/bf16/emulated.cpp): C = alpha op(A) op(B) + beta C (beta 0 or 1) in float32 on the operands
+// rounded to bf16; serial: on the calling thread alone.
+void emulated(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta, float* c, int ldc,
+              bool serial);
 // CPUs with AVX512_BF16 only. shared_a: A already packed for every row (pack_shared_a), else each call packs
 // its own blocks of A.
 void avx512_bf16_block(const Block& block, const std::uint32_t* shared_a = nullptr);

@@ -104,7 +104,12 @@ CT_FEW_AVX2 void narrow_avx2(const FewRows& p, int n0, int n1) {
             for (int c = 0; c < 4; ++c) acc[i][c] = _mm256_setzero_ps();
         const float* w = p.b + std::size_t(j) * std::size_t(p.ldb);
         const std::size_t ldb = std::size_t(p.ldb);
+        const char* ahead = reinterpret_cast<const char*>(w + 4 * ldb);
         for (int q = 0; q < k8; q += 8) {
+            if (j + 8 <= n1) {
+                _mm_prefetch(ahead + std::size_t(q) * 16, _MM_HINT_T0);
+                _mm_prefetch(ahead + std::size_t(q) * 16 + 64, _MM_HINT_T0);
+            }
             const __m256 b0 = _mm256_loadu_ps(w + q), b1 = _mm256_loadu_ps(w + ldb + q);
             const __m256 b2 = _mm256_loadu_ps(w + 2 * ldb + q), b3 = _mm256_loadu_ps(w + 3 * ldb + q);
             for (int i = 0; i < M; ++i) {
