@@ -145,6 +145,22 @@ def test_native_kernel_is_exact(m, n, k, kernel):
                                       reference(a, b, ta, tb, start=c, alpha=0.3))
 
 
+def special_operands(m, n, k, ta, tb, infinity_in):
+    """operands() with a third of each operand's values on rounding's edges: subnormals, ties (1 + 2**-8 rounds
+    to even, down; 1 + 3 * 2**-8 up), each also scaled by 2**-10; and one value of `infinity_in` ("a" or "b")
+    that rounds to infinity."""
+    rng = np.random.default_rng(m + n + k)
+    special = np.array([1e-40, -1e-40, 1e-45, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, -(1.0 + 2.0**-8)], np.float32)
+    a, b = operands(m, n, k, ta, tb, seed=k)
+    for x in (a, b):
+        flat = x.reshape(-1)
+        at = rng.choice(flat.size, size=flat.size // 3, replace=False)
+        flat[at] = rng.choice(special, size=at.size) * rng.choice(np.float32([1, 2**-10]), size=at.size)
+    x = a if infinity_in == "a" else b
+    x.reshape(-1)[rng.integers(0, x.size)] = 3.3961776e38
+    return a, b
+
+
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512_BF16: the native kernel cannot run here")
 @pytest.mark.parametrize("m,n,k", [(3, 40, 70), (13, 45, 37), (30, 70, 300)])
 def test_native_kernel_rounds_fp32_operands_as_round_to_bf16(m, n, k, kernel):
@@ -152,15 +168,8 @@ def test_native_kernel_rounds_fp32_operands_as_round_to_bf16(m, n, k, kernel):
     rounded by round_to_bf16 first: ties to even, values that round to infinity, and subnormals, which the
     instruction flushes to zero as vdpbf16ps flushes subnormal bf16 inputs. (NaN operands are refused.)"""
     kernel("avx512_bf16")
-    rng = np.random.default_rng(m + n + k)
-    special = np.array([1e-40, -1e-40, 1e-45, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, -(1.0 + 2.0**-8)], np.float32)
     for ta, tb in itertools.product([False, True], repeat=2):
-        a, b = operands(m, n, k, ta, tb, seed=k)
-        for x in (a, b):
-            flat = x.reshape(-1)
-            at = rng.choice(flat.size, size=flat.size // 3, replace=False)
-            flat[at] = rng.choice(special, size=at.size) * rng.choice(np.float32([1, 2**-10]), size=at.size)
-        a.reshape(-1)[rng.integers(0, a.size)] = 3.3961776e38  # rounds to infinity
+        a, b = special_operands(m, n, k, ta, tb, infinity_in="a")
         want = amp.gemm_bf16(amp.round_to_bf16(a), amp.round_to_bf16(b), ta, tb)
         assert np.isinf(want).any()  # the values that round to infinity reached the products
         np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb), want, err_msg=f"{ta=} {tb=}")
@@ -222,15 +231,8 @@ def test_emulation_rounds_fp32_operands_as_round_to_bf16(m, n, k, kernel):
     even, values that round to infinity, subnormals. The same operands rounded by round_to_bf16 first take the same
     path, so the bits must agree, infinities included."""
     kernel("emulated")
-    rng = np.random.default_rng(m + n + k)
-    special = np.array([1e-40, -1e-40, 1e-45, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, -(1.0 + 2.0**-8)], np.float32)
     for ta, tb in itertools.product([False, True], repeat=2):
-        a, b = operands(m, n, k, ta, tb, seed=k)
-        for x in (a, b):
-            flat = x.reshape(-1)
-            at = rng.choice(flat.size, size=flat.size // 3, replace=False)
-            flat[at] = rng.choice(special, size=at.size) * rng.choice(np.float32([1, 2**-10]), size=at.size)
-        b.reshape(-1)[rng.integers(0, b.size)] = 3.3961776e38  # rounds to infinity
+        a, b = special_operands(m, n, k, ta, tb, infinity_in="b")
         want = amp.gemm_bf16(amp.round_to_bf16(a), amp.round_to_bf16(b), ta, tb)
         assert np.isinf(want).any()
         np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb), want, err_msg=f"{ta=} {tb=}")

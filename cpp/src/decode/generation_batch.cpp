@@ -170,7 +170,7 @@ ContinuousBatch::StepResult GenerationBatch::step() {
         if (o.presence_penalty != 0.0f || o.frequency_penalty != 0.0f) ++s->counts[word];
         const bool ended = end_symbol_ && word == *end_symbol_;
         if (!ended) {
-            Token token{s->id, word};
+            Token token{s->id, word, 0.0f, {}};
             if (o.logprobs) {   // the model's own (logits_row), not the adjusted row's
                 TokenLogprobs lp = token_logprobs(logits_row, V, word, o.top_logprobs);
                 token.logprob = lp.chosen;
@@ -182,7 +182,7 @@ ContinuousBatch::StepResult GenerationBatch::step() {
         if (ended || s->ids.size() >= o.max_len) {
             std::vector<std::int64_t> made(s->ids.begin() + std::ptrdiff_t(s->prompt), s->ids.end());
             if (ended) made.pop_back();
-            result.finished.push_back({s->id, std::move(made), 0.0, ended});
+            result.finished.push_back({s->id, std::move(made), 0.0, ended, {}, {}});
             continue;
         }
         still.push_back(std::move(s));

@@ -190,7 +190,7 @@ TranslationBatch::StepResult TranslationBatch::step() {
             const std::int64_t word = detail::greedy_word(rows, V, rules_, last_position, end_symbol_);
             auto& h = s->live[0];
             h.ids.push_back(word);
-            if (word != end_symbol_) result.tokens.push_back({s->id, word});
+            if (word != end_symbol_) result.tokens.push_back({s->id, word, 0.0f, {}});
             if (word == end_symbol_ || last_position) {
                 result.finished.push_back(output(s->id, detail::finished_hypothesis(std::move(h.ids), 0.0,
                                                                                     word == end_symbol_, s->options.alpha)));

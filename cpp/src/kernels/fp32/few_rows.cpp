@@ -44,35 +44,12 @@ CT_FEW_AVX512 inline float sum16(__m512 v) {
 
 inline void store(float* c, float s, float alpha, float beta) { *c = beta == 0.0f ? alpha * s : alpha * s + beta * *c; }
 
-// Columns [n0, n1), two at a time so each load of a row of x serves both.
-template <int M>
-CT_FEW_AVX512 void rows_avx512(const FewRows& p, int n0, int n1) {
-    const int k = p.k;
-    for (int j = n0; j < n1; j += 2) {
-        const bool two = j + 1 < n1;
-        __m512 acc[M][2];
-        for (int i = 0; i < M; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-        const float* w0 = p.b + std::size_t(j) * std::size_t(p.ldb);
-        const float* w1 = two ? w0 + p.ldb : w0;
-        for (int q = 0; q < k; q += 16) {
-            const __mmask16 mask = q + 16 <= k ? __mmask16(0xFFFF) : __mmask16((1u << (k - q)) - 1u);
-            const __m512 b0 = _mm512_maskz_loadu_ps(mask, w0 + q), b1 = _mm512_maskz_loadu_ps(mask, w1 + q);
-            for (int i = 0; i < M; ++i) {
-                const __m512 x = _mm512_maskz_loadu_ps(mask, p.a + std::size_t(i) * std::size_t(p.lda) + q);
-                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
-            }
-        }
-        for (int i = 0; i < M; ++i) {
-            float* c = p.c + std::size_t(i) * std::size_t(p.ldc) + j;
-            store(c, sum16(acc[i][0]), p.alpha, p.beta);
-            if (two) store(c + 1, sum16(acc[i][1]), p.alpha, p.beta);
-        }
-    }
-}
-
-// Columns [n0, n1), COLS at a time (each load of a row of x serves COLS columns). Whole vectors of k plain-loaded,
-// its last k mod 8 values masked (a masked load in every step cost 3.5x at 8 rows: 73 against 21 ms a GPT-2 step).
+// Columns [n0, n1), COLS at a time: each load of a row of x serves COLS columns, and COLS rows of W stream at once.
+// The product is bound by reading W; COLS independent sums keep the loads in flight where one column at a time
+// waits on each sum's multiply-add latency. Whole vectors of k are plain-loaded and only the last k mod 8 (16)
+// values masked (a masked load in every step cost 3.5x at 8 rows: 73 against 21 ms a GPT-2 step). The next COLS
+// rows of W are prefetched one step ahead of their use: the stream prefetcher alone left a third of the read
+// bandwidth unused on GPT-2's 50257 x 768 vocabulary projection.
 template <int M, int COLS>
 CT_FEW_AVX2 void columns_avx2(const FewRows& p, int n0, int n1) {
     const int k = p.k, k8 = k & ~7;
@@ -83,7 +60,12 @@ CT_FEW_AVX2 void columns_avx2(const FewRows& p, int n0, int n1) {
         for (int i = 0; i < M; ++i)
             for (int c = 0; c < COLS; ++c) acc[i][c] = _mm256_setzero_ps();
         const float* w = p.b + std::size_t(j) * ldb;
+        // The next block's rows, contiguous when ldb == k (a weight); 32 * COLS bytes of them a step.
+        const char* ahead = j + 2 * COLS <= n1 ? reinterpret_cast<const char*>(w + COLS * ldb) : nullptr;
         for (int q = 0; q < k8; q += 8) {
+            if (ahead)
+                for (int line = 0; line < (32 * COLS + 63) / 64; ++line)
+                    _mm_prefetch(ahead + std::size_t(q) * 4 * COLS + 64 * line, _MM_HINT_T0);
             __m256 b[COLS];
             for (int c = 0; c < COLS; ++c) b[c] = _mm256_loadu_ps(w + std::size_t(c) * ldb + q);
             for (int i = 0; i < M; ++i) {
@@ -102,92 +84,57 @@ CT_FEW_AVX2 void columns_avx2(const FewRows& p, int n0, int n1) {
     }
 }
 
-// 3 to 8 rows: two columns at a time up to 4 rows (8 sums in registers), then one.
-template <int M>
-CT_FEW_AVX2 void rows_avx2(const FewRows& p, int n0, int n1) {
-    constexpr int COLS = M <= 4 ? 2 : 1;
-    const int whole = n0 + (n1 - n0) / COLS * COLS;
-    columns_avx2<M, COLS>(p, n0, whole);
-    if (whole < n1) columns_avx2<M, 1>(p, whole, n1);
-}
-
-// One or two rows (a decoding step at batch 1 or 2): four columns at a time, so four rows of W stream at once and
-// each load of x serves four fused multiply-adds. The product is bound by reading W; four independent sums keep
-// the loads in flight where one column at a time waits on each sum's multiply-add latency.
-template <int M>
-CT_FEW_AVX2 void narrow_avx2(const FewRows& p, int n0, int n1) {
-    const int k = p.k, k8 = k & ~7;
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(k - k8), idx);
-    int j = n0;
-    for (; j + 4 <= n1; j += 4) {
-        __m256 acc[M][4];
-        for (int i = 0; i < M; ++i)
-            for (int c = 0; c < 4; ++c) acc[i][c] = _mm256_setzero_ps();
-        const float* w = p.b + std::size_t(j) * std::size_t(p.ldb);
-        const std::size_t ldb = std::size_t(p.ldb);
-        const char* ahead = reinterpret_cast<const char*>(w + 4 * ldb);
-        for (int q = 0; q < k8; q += 8) {
-            if (j + 8 <= n1) {
-                _mm_prefetch(ahead + std::size_t(q) * 16, _MM_HINT_T0);
-                _mm_prefetch(ahead + std::size_t(q) * 16 + 64, _MM_HINT_T0);
-            }
-            const __m256 b0 = _mm256_loadu_ps(w + q), b1 = _mm256_loadu_ps(w + ldb + q);
-            const __m256 b2 = _mm256_loadu_ps(w + 2 * ldb + q), b3 = _mm256_loadu_ps(w + 3 * ldb + q);
-            for (int i = 0; i < M; ++i) {
-                const __m256 x = _mm256_loadu_ps(p.a + std::size_t(i) * std::size_t(p.lda) + q);
-                acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
-                acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
-                acc[i][2] = _mm256_fmadd_ps(x, b2, acc[i][2]);
-                acc[i][3] = _mm256_fmadd_ps(x, b3, acc[i][3]);
-            }
-        }
-        if (k8 < k)
-            for (int c = 0; c < 4; ++c) {
-                const __m256 b = _mm256_maskload_ps(w + std::size_t(c) * ldb + k8, tail);
-                for (int i = 0; i < M; ++i)
-                    acc[i][c] = _mm256_fmadd_ps(_mm256_maskload_ps(p.a + std::size_t(i) * std::size_t(p.lda) + k8, tail), b,
-                                                acc[i][c]);
-            }
-        for (int i = 0; i < M; ++i)
-            for (int c = 0; c < 4; ++c) store(p.c + std::size_t(i) * std::size_t(p.ldc) + j + c, sum8(acc[i][c]), p.alpha, p.beta);
-    }
-    if (j < n1) rows_avx2<M>(p, j, n1);
-}
-
-template <int M>
-CT_FEW_AVX512 void narrow_avx512(const FewRows& p, int n0, int n1) {
+template <int M, int COLS>
+CT_FEW_AVX512 void columns_avx512(const FewRows& p, int n0, int n1) {
     const int k = p.k, k16 = k & ~15;
     const __mmask16 tail = __mmask16((1u << (k - k16)) - 1u);
-    int j = n0;
-    for (; j + 4 <= n1; j += 4) {
-        __m512 acc[M][4];
+    const std::size_t ldb = std::size_t(p.ldb), lda = std::size_t(p.lda);
+    for (int j = n0; j < n1; j += COLS) {
+        __m512 acc[M][COLS];
         for (int i = 0; i < M; ++i)
-            for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_setzero_ps();
-        const float* w = p.b + std::size_t(j) * std::size_t(p.ldb);
-        const std::size_t ldb = std::size_t(p.ldb);
+            for (int c = 0; c < COLS; ++c) acc[i][c] = _mm512_setzero_ps();
+        const float* w = p.b + std::size_t(j) * ldb;
+        const char* ahead = j + 2 * COLS <= n1 ? reinterpret_cast<const char*>(w + COLS * ldb) : nullptr;
         for (int q = 0; q < k16; q += 16) {
-            const __m512 b0 = _mm512_loadu_ps(w + q), b1 = _mm512_loadu_ps(w + ldb + q);
-            const __m512 b2 = _mm512_loadu_ps(w + 2 * ldb + q), b3 = _mm512_loadu_ps(w + 3 * ldb + q);
+            if (ahead)
+                for (int line = 0; line < COLS; ++line) _mm_prefetch(ahead + std::size_t(q) * 4 * COLS + 64 * line, _MM_HINT_T0);
+            __m512 b[COLS];
+            for (int c = 0; c < COLS; ++c) b[c] = _mm512_loadu_ps(w + std::size_t(c) * ldb + q);
             for (int i = 0; i < M; ++i) {
-                const __m512 x = _mm512_loadu_ps(p.a + std::size_t(i) * std::size_t(p.lda) + q);
-                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
-                acc[i][2] = _mm512_fmadd_ps(x, b2, acc[i][2]);
-                acc[i][3] = _mm512_fmadd_ps(x, b3, acc[i][3]);
+                const __m512 x = _mm512_loadu_ps(p.a + std::size_t(i) * lda + q);
+                for (int c = 0; c < COLS; ++c) acc[i][c] = _mm512_fmadd_ps(x, b[c], acc[i][c]);
             }
         }
         if (k16 < k)
-            for (int c = 0; c < 4; ++c) {
+            for (int c = 0; c < COLS; ++c) {
                 const __m512 b = _mm512_maskz_loadu_ps(tail, w + std::size_t(c) * ldb + k16);
                 for (int i = 0; i < M; ++i)
-                    acc[i][c] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, p.a + std::size_t(i) * std::size_t(p.lda) + k16),
-                                                b, acc[i][c]);
+                    acc[i][c] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, p.a + std::size_t(i) * lda + k16), b, acc[i][c]);
             }
         for (int i = 0; i < M; ++i)
-            for (int c = 0; c < 4; ++c) store(p.c + std::size_t(i) * std::size_t(p.ldc) + j + c, sum16(acc[i][c]), p.alpha, p.beta);
+            for (int c = 0; c < COLS; ++c) store(p.c + std::size_t(i) * std::size_t(p.ldc) + j + c, sum16(acc[i][c]), p.alpha, p.beta);
     }
-    if (j < n1) rows_avx512<M>(p, j, n1);
+}
+
+// M rows: four columns at a time for one or two rows (a decoding step at batch 1 or 2), two up to four rows, then
+// one (AVX2's 16 registers: at most 8 sums beside the loads), the last columns one at a time.
+template <int M>
+constexpr int kColumns = M <= 2 ? 4 : M <= 4 ? 2 : 1;
+
+template <int M>
+CT_FEW_AVX2 void rows_avx2(const FewRows& p, int n0, int n1) {
+    const int whole = n0 + (n1 - n0) / kColumns<M> * kColumns<M>;
+    columns_avx2<M, kColumns<M>>(p, n0, whole);
+    if (whole < n1) columns_avx2<M, 1>(p, whole, n1);
+}
+
+// AVX-512's 32 registers hold two columns' sums for all 8 rows.
+template <int M>
+CT_FEW_AVX512 void rows_avx512(const FewRows& p, int n0, int n1) {
+    constexpr int COLS = M <= 2 ? 4 : 2;
+    const int whole = n0 + (n1 - n0) / COLS * COLS;
+    columns_avx512<M, COLS>(p, n0, whole);
+    if (whole < n1) columns_avx512<M, 1>(p, whole, n1);
 }
 
 template <void (*...F)(const FewRows&, int, int)>
@@ -203,10 +150,10 @@ bool few_rows_available() { return kernels::float_kernel() != kernels::FloatKern
 
 void few_rows_gemm(const FewRows& p, int n0, int n1) {
     if (kernels::float_kernel() == kernels::FloatKernel::Avx512)
-        by_rows<narrow_avx512<1>, narrow_avx512<2>, rows_avx512<3>, rows_avx512<4>, rows_avx512<5>, rows_avx512<6>,
+        by_rows<rows_avx512<1>, rows_avx512<2>, rows_avx512<3>, rows_avx512<4>, rows_avx512<5>, rows_avx512<6>,
                 rows_avx512<7>, rows_avx512<8>>(p, n0, n1);
     else
-        by_rows<narrow_avx2<1>, narrow_avx2<2>, rows_avx2<3>, rows_avx2<4>, rows_avx2<5>, rows_avx2<6>, rows_avx2<7>,
+        by_rows<rows_avx2<1>, rows_avx2<2>, rows_avx2<3>, rows_avx2<4>, rows_avx2<5>, rows_avx2<6>, rows_avx2<7>,
                 rows_avx2<8>>(p, n0, n1);
 }
 
