@@ -72,8 +72,9 @@ Output: a Markdown table, a JSON file (--out, default benchmarks/results/serve_l
 SIMD flags and OpenBLAS's core, and a plot of throughput against p99 latency, one line per server (--plot, default
 beside the JSON, .png; altair + vl-convert, as ctransformer.plots). A smoke run: --quick --sizes small.
 
-Two runs of their own: `python benchmarks/serve_load gpt --help` (a GPT: OpenAI's chat against its completions on one
-server, paired) and `python benchmarks/serve_load versions --help` (installed versions of ctransformer in turn under
+Runs of their own: `python benchmarks/serve_load gpt --help` (a GPT: OpenAI's chat against its completions on one
+server, paired), `python benchmarks/serve_load llama --help` (a GPT's /v1/completions against llama.cpp's
+llama-server) and `python benchmarks/serve_load versions --help` (installed versions of ctransformer in turn under
 one load).
 """
 
@@ -90,4 +91,5 @@ one load).
 #   report       the figures: statistics, the issue's ratios, the plot and the tables
 #   cli          the plan, each server's levels, and the run
 #   gpt          `serve_load gpt`: a GPT's chat against its completions, paired
+#   llama        `serve_load llama`: our served GPT against llama.cpp's llama-server, paired by round
 #   versions     `serve_load versions`: installed versions in turn under one load

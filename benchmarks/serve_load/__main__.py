@@ -1,6 +1,6 @@
 """`python benchmarks/serve_load [ARGS]`, or `python -m serve_load [ARGS]` in benchmarks/: the benchmark's run
 (cli.main; the package's docstring says what it measures). `... gpt [ARGS]`: a GPT's chat against its completions
-under load (gpt.py); `... versions A=FOLDER,B=FOLDER [ARGS]`: installed versions in turn under one load
+under load (gpt.py); `... llama [ARGS]`: our served GPT against llama.cpp's llama-server (llama.py); `... versions A=FOLDER,B=FOLDER [ARGS]`: installed versions in turn under one load
 (versions.py)."""
 import os
 import sys
@@ -16,9 +16,10 @@ if sys.path and os.path.abspath(sys.path[0] or os.curdir) == HERE:
 elif BENCHMARKS not in sys.path:
     sys.path.insert(0, BENCHMARKS)
 
-# `serve_load gpt ...` and `serve_load versions ...` are runs of their own (gpt.py, versions.py); anything else is
+# `serve_load gpt ...`, `serve_load llama ...` and `serve_load versions ...` are runs of their own (gpt.py, llama.py,
+# versions.py); anything else is
 # the main run's arguments (cli.py).
-COMMANDS = {"gpt": "serve_load.gpt", "versions": "serve_load.versions"}
+COMMANDS = {"gpt": "serve_load.gpt", "llama": "serve_load.llama", "versions": "serve_load.versions"}
 
 if __name__ == "__main__":
     import importlib

@@ -29,11 +29,11 @@ def _die_with_parent():
 
 
 class Server:
-    """A server subprocess: its output goes to a log file; `port` once it printed its listening line and /ready
-    answered 200 (at most `timeout` seconds)."""
+    """A server subprocess: its output goes to a log file; `port` once it printed its listening line and
+    `ready_path` answered 200 (at most `timeout` seconds): ours' /ready, llama-server's /health."""
 
-    def __init__(self, name, argv, env, folder, timeout):
-        self.name = name
+    def __init__(self, name, argv, env, folder, timeout, ready_path="/ready"):
+        self.name, self.ready_path = name, ready_path
         self.log_path = os.path.join(folder, f"{name}.log")
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env,
@@ -44,7 +44,7 @@ class Server:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{name} exited with code {self.process.returncode}:\n{self.output()[-3000:]}")
             found = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.output())
-            if found and self.ready(int(found.group(1))):
+            if found and self.ready(int(found.group(1)), ready_path):
                 self.port = int(found.group(1))
                 return
             time.sleep(0.1)
@@ -56,10 +56,10 @@ class Server:
             return f.read()
 
     @staticmethod
-    def ready(port):
+    def ready(port, path="/ready"):
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-                s.sendall(b"GET /ready HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
                 return s.recv(64).split(b" ")[1] == b"200"
         except (OSError, IndexError):
             return False

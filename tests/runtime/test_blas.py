@@ -328,6 +328,70 @@ def test_packed_and_bf16_copies_live_in_one_cache_each_for_its_own_region():
     assert amp._amp.autocast_cache_size() == 0
 
 
+@pytest.mark.parametrize("m,k,n", [(3, 256, 256), (9, 256, 256), (32, 256, 1000), (13, 17, 70), (40, 9, 1)])
+def test_emulated_bf16_products_read_a_packed_copy_of_the_rounded_weight(m, k, n):
+    """Under autocast where bf16 is emulated (no bf16 units: a float32 product of bf16-rounded operands), a product
+    of 3 to 1024 rows inside PackedWeights reads a packed copy of the weight's rounded values, x rounded first: from
+    the weight's second product on (PackedWeights.count), bit for bit the float32 packed product of the operands
+    rounded by round_to_bf16 beforehand (the same kernel on the same values), and within the float32 bound of a k-term
+    sum of the rounded operands. Forced to the emulated kernel, so that it runs on any CPU."""
+    if not packed_kernel_expected():
+        pytest.skip("no packed kernel at this kernel level")
+    from ctransformer import amp
+
+    rng = np.random.default_rng(m + 3 * k + n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    xr, wr = (amp.widen_bf16(amp.round_to_bf16(v)) for v in (x, w))   # the operands rounded, as float32
+    W, B = ct.tensor(w, requires_grad=True), ct.tensor(b, requires_grad=True)
+    Wr = ct.tensor(wr, requires_grad=True)
+    amp.set_bf16_kernel("emulated")
+    try:
+        with ct.no_grad(), ct.decode.PackedWeights():
+            with ct.autocast():
+                for _ in range(PACKED_FROM_USE - 1):
+                    ct.functional.linear(ct.tensor(x), W, B)
+                assert ct.decode.PackedWeights.count == 0
+                got = ct.functional.linear(ct.tensor(x), W, B).numpy()
+                assert ct.decode.PackedWeights.count == 1
+            for _ in range(PACKED_FROM_USE):
+                want = ct.functional.linear(ct.tensor(xr), Wr, B).numpy()
+            assert ct.decode.PackedWeights.count == 2
+    finally:
+        amp.set_bf16_kernel("auto")
+    np.testing.assert_array_equal(got, want)
+    x64, w64 = xr.astype(np.float64), wr.astype(np.float64)
+    exact = x64 @ w64.T + b
+    bound = 2 * (k + 1) * 2.0**-24 * (np.abs(x64) @ np.abs(w64).T + np.abs(b)) + 1e-30
+    assert (np.abs(got - exact) <= bound).all()
+
+
+def test_products_of_more_than_1024_rows_are_not_packed():
+    """Above kPackedMaxRows (1024: a GPT's prompts at batch 32) OpenBLAS's sgemm is as fast or faster than the packed
+    kernel (kernels/split.hpp): no copy is made for them, in float32 or emulated bf16."""
+    from ctransformer import amp
+
+    rng = np.random.default_rng(4)
+    x = ct.tensor(rng.standard_normal((1025, 32)).astype(np.float32))
+    w = ct.tensor(rng.standard_normal((48, 32)).astype(np.float32), requires_grad=True)
+    amp.set_bf16_kernel("emulated")
+    try:
+        with ct.no_grad(), ct.decode.PackedWeights():
+            for bf16 in (False, True):
+                with ct.autocast(enabled=bf16):
+                    for _ in range(PACKED_FROM_USE + 1):
+                        ct.functional.linear(x, w)
+            assert ct.decode.PackedWeights.count == 0
+            for bf16 in (False, True):   # the same weight at 1024 rows is packed, in each kind
+                with ct.autocast(enabled=bf16):
+                    for _ in range(PACKED_FROM_USE):
+                        ct.functional.linear(ct.tensor(x.numpy()[:1024]), w)
+            assert ct.decode.PackedWeights.count == (2 if packed_kernel_expected() else 0)
+    finally:
+        amp.set_bf16_kernel("auto")
+
+
 # --- the parity tests under every kernel core -------------------------------------------------------------------
 PARITY = ["tests/nn/test_transformer_small_pre_norm.py", "tests/nn/test_transformer_post_norm.py", "tests/nn/test_nn_layers.py",
           "tests/nn/test_relu_knife_edges.py"]

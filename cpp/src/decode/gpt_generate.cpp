@@ -5,10 +5,12 @@
 
 #include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/decode/gpt_incremental.hpp"
+#include "ctransformer/decode/packed_weights.hpp"
 #include "ctransformer/decode/sampling.hpp"
 #include "ctransformer/error.hpp"
 #include "ctransformer/runtime/random.hpp"
 #include "generate_checks.hpp"
+#include "../runtime/parallel.hpp"
 
 namespace ct::decode {
 
@@ -35,6 +37,8 @@ IndexArray generate(const nn::gpt::GPT& model, const IndexArray& idx, std::size_
                     std::optional<std::int64_t> top_k, const ShouldStop& should_stop) {
     check_generate_args(model, idx, temperature, top_k);
     NoGradGuard no_grad;
+    PackedWeights packing;       // a batch's steps (3 rows or more) read the weights packed once for the call
+    parallel::KeepAwake awake;   // the pool's workers, between a step's products
     const std::size_t b = idx.shape[0], t0 = idx.shape[1], V = model.vocab_size, C = model.max_seq_len;
     const std::size_t k = top_k ? std::min<std::size_t>(std::size_t(*top_k), V) : V;
     const std::size_t T_end = detail::checked_generate_length(b, t0, max_new_tokens, "generate");

@@ -234,7 +234,8 @@ std::vector<KernelRow> table(FloatKernel fk, Int8Kernel ik, Bf16Kernel bk) {
         {"few_rows", "float32 x W^T, " + few + " rows",
          fk == FloatKernel::Blas ? "OpenBLAS sgemv" : kernel_name(fk) + " few-rows", weight_split},
         {"packed", "float32 x W^T, packed weight", fk == FloatKernel::Blas ? "(not packed)" : kernel_name(fk) + " packed",
-         "decoding (PackedWeights), from " + std::to_string(kPackedMinRows) + " rows, the weight's 2nd product on; " +
+         "decoding (PackedWeights), " + std::to_string(kPackedMinRows) + "-" + std::to_string(kPackedMaxRows) +
+             " rows, the weight's 2nd product on; " +
              "threads claim panels of 64 outputs, up to " + std::to_string(kPackedPiecesPerThread) + " pieces a thread"},
         {"bf16", "bf16 product", kernel_name(bk),
          bk == Bf16Kernel::NeonBf16

@@ -11,16 +11,18 @@ namespace {
 
 struct Entry {
     std::shared_ptr<Array> storage;  // held, so its address cannot be reused by another tensor meanwhile
-    // packed: products counted before packing, and the copy once made.
-    int packed_uses = 0;
-    bool packed_yet = false;
-    blas::PackedWeight packed;
+    // packed: products counted before packing, and the copy once made; [1]: of the values rounded to bf16.
+    int packed_uses[2] = {0, 0};
+    bool packed_yet[2] = {false, false};
+    blas::PackedWeight packed[2];
     // bf16: present (possibly empty: only noted, a training product read the weight and an optimizer may
     // write it) while the bf16 region lasts; else current.
     bool bf16_noted = false;
     std::vector<bf16_t> bf16;
 
-    bool holds_nothing() const { return !packed_yet && packed_uses == 0 && !bf16_noted; }
+    bool holds_nothing() const {
+        return !packed_yet[0] && !packed_yet[1] && packed_uses[0] == 0 && packed_uses[1] == 0 && !bf16_noted;
+    }
 };
 
 using Entries = std::unordered_map<const Array*, Entry>;
@@ -51,14 +53,15 @@ Entry* entry_of(const Tensor& w, bool create, Entries& entries = t_entries) {
     return &entries.emplace(storage.get(), std::move(entry)).first->second;
 }
 
-// w's packed copy in `entries`, made on its kUsesBeforePacking-th product; null before.
-const blas::PackedWeight* packed_in(Entries& entries, const Tensor& w) {
+// w's packed copy in `entries` (of its values rounded to bf16: rounded), made on its kUsesBeforePacking-th product;
+// null before.
+const blas::PackedWeight* packed_in(Entries& entries, const Tensor& w, bool rounded) {
     Entry& e = *entry_of(w, true, entries);
-    if (e.packed_yet) return &e.packed;
-    if (++e.packed_uses < kUsesBeforePacking) return nullptr;
-    blas::pack_weight(w.data(), int(w.size(0)), int(w.size(1)), int(w.size(1)), e.packed);
-    e.packed_yet = true;
-    return &e.packed;
+    if (e.packed_yet[rounded]) return &e.packed[rounded];
+    if (++e.packed_uses[rounded] < kUsesBeforePacking) return nullptr;
+    blas::pack_weight(w.data(), int(w.size(0)), int(w.size(1)), int(w.size(1)), e.packed[rounded], rounded);
+    e.packed_yet[rounded] = true;
+    return &e.packed[rounded];
 }
 
 thread_local SharedPacking* t_shared = nullptr;   // the lanes' shared cache this thread uses, if any
@@ -88,9 +91,11 @@ void drop(Kind kind, bool keep_spares) {
     for (auto it = t_entries.begin(); it != t_entries.end();) {
         Entry& e = it->second;
         if (kind == Kind::Packed) {
-            e.packed_uses = 0;
-            e.packed_yet = false;
-            e.packed = {};
+            for (int r = 0; r < 2; ++r) {
+                e.packed_uses[r] = 0;
+                e.packed_yet[r] = false;
+                e.packed[r] = {};
+            }
         } else {
             if (keep_spares && !e.bf16.empty()) t_spare_bf16.push_back(std::move(e.bf16));
             e.bf16 = {};
@@ -118,16 +123,16 @@ SharedPacking::~SharedPacking() { t_shared = previous_; }
 SharedPacking::Join::Join(SharedPacking& shared) : previous_(t_shared) { t_shared = &shared; }
 SharedPacking::Join::~Join() { t_shared = previous_; }
 
-const blas::PackedWeight* packed(const Tensor& w) {
+const blas::PackedWeight* packed(const Tensor& w, bool bf16_rounded) {
     if (w.dim() != 2 || !is_parameter(w) || !blas::packed_available()) return nullptr;
     if (t_shared) {   // a lane: the starting thread's cache (in a packed region), its entries made under the lock
         // An entry, once packed, is not changed or moved (the map's nodes stay put) until the region ends,
         // after the lanes: the pointer is read outside the lock.
         std::lock_guard<std::mutex> lock(t_shared->state_->mu);
-        return packed_in(*t_shared->state_->entries, w);
+        return packed_in(*t_shared->state_->entries, w, bf16_rounded);
     }
     if (depth(Kind::Packed) == 0) return nullptr;
-    return packed_in(t_entries, w);
+    return packed_in(t_entries, w, bf16_rounded);
 }
 
 Bf16Operand bf16_operand(const Tensor& w, int ld, bool trans, bool round_now) {
@@ -151,7 +156,8 @@ void clear(Kind kind) { drop(kind, false); }
 
 std::size_t count(Kind kind) {
     std::size_t n = 0;
-    for (const auto& [key, e] : t_entries) n += kind == Kind::Packed ? e.packed_yet : !e.bf16.empty();
+    for (const auto& [key, e] : t_entries)
+        n += kind == Kind::Packed ? std::size_t(e.packed_yet[0]) + std::size_t(e.packed_yet[1]) : !e.bf16.empty();
     return n;
 }
 

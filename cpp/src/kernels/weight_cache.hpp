@@ -26,7 +26,9 @@ void leave(Kind kind);
 // w's packed copy for a product (of kPackedMinRows or more rows: the caller's test), or null: outside a
 // packed region, for a tensor that is not a parameter (leaf requiring grad) of rank 2, at a kernel level
 // without the kernel, and on the weight's first product in the region (weight_cache.cpp says why).
-const blas::PackedWeight* packed(const Tensor& w);
+// bf16_rounded: the packed copy of w's values rounded to bf16, for autocast's products where bf16 is emulated
+// (a float32 product of rounded operands: the packed kernel computes it as the emulation's sgemm does).
+const blas::PackedWeight* packed(const Tensor& w, bool bf16_rounded = false);
 
 // op(w) as a gemm_bf16 operand: the bf16 copy when w is a parameter that has one, else w's float32 data,
 // rounded by the kernel. round_now: make the copy first if there is none and a bf16 region is open (an
@@ -63,7 +65,7 @@ public:
 private:
     std::unique_ptr<State> state_;
     SharedPacking* previous_;
-    friend const blas::PackedWeight* packed(const Tensor& w);
+    friend const blas::PackedWeight* packed(const Tensor& w, bool bf16_rounded);
 };
 
 // Drop every copy of the kind and free its memory (autocast::clear_cache).

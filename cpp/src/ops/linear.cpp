@@ -4,12 +4,15 @@
 
 #include "../blas.hpp"
 #include "../kernels/fp32/few_rows.hpp"
+#include "../kernels/dispatch.hpp"
 #include "../kernels/split.hpp"
 #include "../kernels/weight_cache.hpp"
 #include "../runtime/parallel.hpp"
 #include "ctransformer/autocast.hpp"
+#include "ctransformer/bf16.hpp"
 #include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
+#include "ctransformer/runtime/allocator.hpp"
 
 namespace ct {
 
@@ -92,6 +95,11 @@ void packed_product(std::size_t rows, const float* x, std::size_t in_f, const bl
     }, kernels::kPackedPiecesPerThread);
 }
 
+// out[i] = x[i] rounded to bf16 and widened back (as to_bf16: to nearest, ties to even, NaN kept).
+void round_rows_to_bf16(const float* x, float* out, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = from_bf16(to_bf16(x[i]));
+}
+
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) { return linear(x, weight, bias, 1.0f); }
@@ -116,14 +124,24 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
     }
     const bool bf16 = autocast::enabled();
     const bool grad = needs_grad({&x, &weight, bias});
-    // Decoding's products of 3 or more rows: the weight packed once per PackedWeights region, not per product.
-    const blas::PackedWeight* packed = !bf16 && !grad && in_f > 0 && rows >= std::size_t(blas::kPackedMinRows)
-                                           ? weight_cache::packed(weight)
+    // Decoding's products of 3 to 1024 rows: the weight packed once per PackedWeights region, not per product. Under
+    // autocast where bf16 is emulated (a float32 product of bf16-rounded operands) the packed copy is of the rounded
+    // weight, and x is rounded first: the same product as the emulation's, and at a batch's rows the packed kernel
+    // is what float32 runs (the emulation widens W a block at a time into an sgemm, which packs it again).
+    const bool emulated = bf16 && kernels::bf16_kernel() == kernels::Bf16Kernel::Emulated;
+    const blas::PackedWeight* packed = (!bf16 || emulated) && !grad && in_f > 0 &&
+                                               rows >= std::size_t(blas::kPackedMinRows) &&
+                                               rows <= std::size_t(blas::kPackedMaxRows)
+                                           ? weight_cache::packed(weight, bf16)
                                            : nullptr;
-    if (in_f > 0 && bf16)  // an empty product adds nothing: y is already the bias (or zeros)
+    if (packed && bf16) {
+        CachedArray<float> rounded = cached_array<float>(rows * in_f);
+        round_rows_to_bf16(x.data(), rounded.get(), rows * in_f);
+        packed_product(rows, rounded.get(), in_f, *packed, alpha, bias != nullptr, y, out_f);
+    } else if (in_f > 0 && bf16) {  // an empty product adds nothing: y is already the bias (or zeros)
         gemm_bf16(int(rows), int(out_f), int(in_f), alpha, Bf16Operand::fp32(x.data(), int(in_f)),
                   weight_cache::bf16_operand(weight, int(in_f), true, !grad), bias ? 1.0f : 0.0f, y, int(out_f));
-    else if (packed)
+    } else if (packed)
         packed_product(rows, x.data(), in_f, *packed, alpha, bias != nullptr, y, out_f);
     else if (in_f > 0)
         blas::gemm(false, true, int(rows), int(out_f), int(in_f), alpha, x.data(), int(in_f), weight.data(),

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "ctransformer/bf16.hpp"
 #include "ctransformer/runtime/allocator.hpp"
 #include "../dispatch.hpp"
 #include "../../runtime/parallel.hpp"
@@ -142,7 +143,8 @@ namespace {
 // the stack: every read is a run of 16 floats of a row and every write a run of 256. Writing one row of W at
 // a time (stride 16 floats across k) runs at 2 GB/s, and a weight packed per decoding call at batch 1 is 8 MB
 // for the projection.
-void pack_block(const float* w, int n, int k, int ldw, int blk, float* o) {
+// round_bf16: each value rounded to bf16 (to nearest, ties to even, as to_bf16) as it is copied.
+void pack_block(const float* w, int n, int k, int ldw, int blk, float* o, bool round_bf16) {
     const float* wb = w + std::size_t(blk) * 16 * std::size_t(ldw);
     const int rows = std::min(16, n - 16 * blk);
     int p0 = 0;
@@ -151,18 +153,21 @@ void pack_block(const float* w, int n, int k, int ldw, int blk, float* o) {
             float t[16][16];
             for (int j = 0; j < 16; ++j)
                 for (int p = 0; p < 16; ++p) t[p][j] = wb[std::size_t(j) * std::size_t(ldw) + std::size_t(p0 + p)];
+            if (round_bf16)
+                for (auto& row : t)
+                    for (float& v : row) v = from_bf16(to_bf16(v));
             std::memcpy(o + std::size_t(p0) * 16, t, sizeof t);
         }
     for (; p0 < k; ++p0)  // the last block's rows past n are zeros
         for (int j = 0; j < 16; ++j) {
             const float v = j < rows ? wb[std::size_t(j) * std::size_t(ldw) + std::size_t(p0)] : 0.0f;
-            o[std::size_t(p0) * 16 + std::size_t(j)] = v;
+            o[std::size_t(p0) * 16 + std::size_t(j)] = round_bf16 ? from_bf16(to_bf16(v)) : v;
         }
 }
 
 }  // namespace
 
-void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out) {
+void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out, bool round_bf16) {
     out.n = n;
     out.k = k;
     const std::size_t blocks = std::size_t(n + 15) / 16, block = std::size_t(k) * 16;
@@ -174,7 +179,7 @@ void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out) {
     parallel::parallel_for(blocks, std::max<std::size_t>(1, 4096 / std::size_t(std::max(k, 1))),
                            [&](std::size_t b0, std::size_t b1) {
                                for (std::size_t blk = b0; blk < b1; ++blk)
-                                   pack_block(w, n, k, ldw, int(blk), packed + blk * block);
+                                   pack_block(w, n, k, ldw, int(blk), packed + blk * block, round_bf16);
                            });
 }
 
@@ -216,7 +221,7 @@ void packed_gemm(int m, const float* x, int ldx, const PackedWeight& w, float al
 
 namespace ct::blas {
 bool packed_available() { return false; }
-void pack_weight(const float*, int, int, int, PackedWeight&) {}
+void pack_weight(const float*, int, int, int, PackedWeight&, bool) {}
 void packed_gemm(int, const float*, int, const PackedWeight&, float, bool, float*, int, int, int) {}
 }  // namespace ct::blas
 

@@ -12,7 +12,8 @@
 
 namespace ct::blas {
 
-using kernels::kPackedMinRows;  // (kernels/split.hpp)
+using kernels::kPackedMaxRows;  // (kernels/split.hpp)
+using kernels::kPackedMinRows;
 
 // The copy's floats come from the tensors' caching allocator (allocator.hpp), not the system: a decoding call
 // packs its weights afresh, and a fresh 8 MB copy from the system costs ~2000 page faults (~3 ms for the 8000 x
@@ -24,8 +25,9 @@ struct PackedWeight {
 
 // Whether the kernel level has a kernel (AVX-512F, or AVX2 and FMA; kernels/dispatch.hpp).
 bool packed_available();
-// W (n, k) row-major, leading dimension ldw, into `out`.
-void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out);
+// W (n, k) row-major, leading dimension ldw, into `out`; round_bf16: its values rounded to bf16 (emulated bf16's
+// operands, kernels/bf16/emulated.cpp).
+void pack_weight(const float* w, int n, int k, int ldw, PackedWeight& out, bool round_bf16 = false);
 // Columns [n0, n1) of C (m, n) = alpha x W^T, plus C when `accumulate`; n0 a multiple of 16.
 void packed_gemm(int m, const float* x, int ldx, const PackedWeight& w, float alpha, bool accumulate, float* c,
                  int ldc, int n0, int n1);
