@@ -52,6 +52,36 @@ def test_seeded_sampling_cached_equals_uncached(temperature, top_k):
     assert len(np.unique(cached[:, 4:])) > 5
 
 
+def test_greedy_takes_one_draw_a_token_as_sampling_does():
+    """top_k=1 finds its token without the general selection but still takes that path's one draw a token:
+    the generator stands where sampling as many tokens leaves it, so what is drawn after is the same. A
+    temperature keeps the order (the margins are > 1e-3, far from a tie made by the division's rounding)."""
+    tm, cm = make_pair(SMALL, sharp=True)
+    idx = prompts(SMALL, 2, 5)
+    expected, margins = greedy(tm, torch.from_numpy(idx), 12)
+    assert min(margins) > 1e-3, "near-tie in the reference: the comparison would be fragile"
+    ct.manual_seed(5)
+    cm.generate(idx, 12, top_k=2)
+    after_sampling = ct.get_rng_state()
+    for temperature in (1.0, 0.5):
+        ct.manual_seed(5)
+        np.testing.assert_array_equal(cm.generate(idx, 12, temperature=temperature, top_k=1), expected.numpy())
+        assert ct.get_rng_state() == after_sampling, f"temperature {temperature}"
+
+
+def test_greedy_draws_among_logits_tied_for_the_largest():
+    """Every weight zero: every logit is 0, all tie for the largest, and top_k=1 draws among all of them,
+    the same draws as top_k=None (the seed's top-k keeps ties at the k-th)."""
+    _, cm = make_pair(SMALL)
+    cm.load_state_dict({name: np.zeros_like(value) for name, value in cm.state_dict().items()})
+    idx = prompts(SMALL, 2, 3)
+    ct.manual_seed(11)
+    top1 = cm.generate(idx, 30, top_k=1)
+    ct.manual_seed(11)
+    np.testing.assert_array_equal(top1, cm.generate(idx, 30))
+    assert len(np.unique(top1[:, 3:])) > 5, "drawn among the tied, not the first of them"
+
+
 def test_one_sequence_is_squeezed_as_the_seed_and_decode_generate_is_not():
     _, cm = make_pair(SMALL, sharp=True)
     idx = prompts(SMALL, 1, 3)
