@@ -137,6 +137,31 @@ def test_kv_length_reads_only_the_held_positions(causal):
     assert_close(q.grad, tq.grad, rtol=1e-5, atol=1e-5, what="grad q")
 
 
+@pytest.mark.parametrize("b,h,d,lk", [(1, 12, 64, 37), (5, 3, 20, 9), (32, 4, 8, 3), (2, 1, 5, 1)],
+                         ids=["batch-1-heads-split", "tail-lanes", "many-entries", "one-head-one-key"])
+def test_one_query_decoding_reads_all_heads_of_a_row_together(b, h, d, lk):
+    """Decoding's shape (one query per entry, ops/attention.cpp's one_query_rows): an entry's heads a row of
+    keys at a time, against torch's head by head; d's not a multiple of the lanes take the partial blocks,
+    batch 1 splits the heads over the threads. Out, attn and q, k, v's gradients, tolerances as above."""
+    check(b, 1, lk, h, d, d, seed=70)
+
+
+@pytest.mark.parametrize("fill", [-1e9, float("-inf")])
+def test_one_query_with_a_padding_mask_and_room_past_kv_length(fill):
+    """The translator's cross-attention at a decoding step (a padding mask, entry 2 keeping no key) and a cache
+    whose room past kv_length is 1e30 (a read of it would swamp the output). Tolerances as above."""
+    b, lk, room, h, d = 3, 7, 3, 4, 12
+    q, tq = pair(rand((b, 1, h * d), seed=81))
+    k, v = rand((b, lk, h * d), seed=82), rand((b, lk, h * d), seed=83)
+    held = lambda x: np.concatenate([x, np.full((b, room, h * d), 1e30, np.float32)], axis=1)
+    mask = (np.arange(lk)[None, None, None, :] < np.array([7, 2, 0])[:, None, None, None])
+    out, attn = F.multi_head_attention(q, ct.tensor(held(k)), ct.tensor(held(v)), h, mask=mask, fill_value=fill,
+                                       kv_length=lk)
+    tout, tattn = reference(tq, torch.from_numpy(k), torch.from_numpy(v), h, d ** -0.5, mask, fill)
+    assert_close(attn, tattn, rtol=1e-5, atol=1e-6, equal_nan=True, what="attn")
+    assert_close(out, tout, rtol=1e-5, atol=1e-6, equal_nan=True, what="out")
+
+
 def test_kv_length_bad_values_name_the_problem():
     t = lambda s, grad=False: ct.tensor(rand(s, seed=1), requires_grad=grad)
     with pytest.raises(ValueError, match="kv_length 4 is more than the 3 positions"):

@@ -1,6 +1,7 @@
 #include "ctransformer/ops/attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -184,6 +185,37 @@ void group_forward(const Geometry& G, std::size_t gi, const float* q, const floa
            out + G.out.at(gi, G.H), int(G.out.ld));
 }
 
+// Decoding's shape: one query row per batch entry (Lq 1), the heads interleaved in rows ((b, L, H d) tensors) and
+// float32 products. An entry's heads then go together (kernels' one_query_*): a row of keys, all heads of it, at a
+// time, one sequential pass over the entry's keys and one over its values. A product per group reads the cache in
+// d-float pieces a row apart, which at batch 32 left attention half again slower than its bytes' reading time.
+bool one_query_rows(const Geometry& G) {
+    return G.Lq == 1 && !G.bf16 && G.q.head == G.dk && G.k.head == G.dk && G.v.head == G.dv &&
+           G.out.head == G.dv;
+}
+
+// Heads per work item: an entry's heads whole where there are entries enough to share out, else split so that
+// each thread has a few items (batch 1: 12 heads in blocks of 2).
+std::size_t heads_per_item(std::size_t H, std::size_t entries) {
+    const std::size_t wanted = 4 * std::size_t(std::max(1, parallel::threads()));
+    const std::size_t pieces = std::min(H, (wanted + entries - 1) / std::max<std::size_t>(1, entries));
+    return (H + pieces - 1) / pieces;
+}
+
+// Heads [h0, h1) of entry e: their scores, masked and softmax'd, into p ((h1 - h0) rows of Lk; P's rows of
+// those groups, consecutive), their outputs into out's columns.
+void entry_forward(const Geometry& G, std::size_t e, std::size_t h0, std::size_t h1, const float* q, const float* k,
+                   const float* v, float* p, float* out, const kernels::AttentionLoops& loops) {
+    const std::size_t g0 = e * G.H + h0, n = G.Lk;
+    loops.one_query_scores(q + G.q.at(g0, G.H), k + G.k.at(g0, G.H), G.k.ld, n, h1 - h0, G.dk, G.scale, p);
+    for (std::size_t h = h0; h < h1; ++h) {
+        float* row = p + (h - h0) * n;
+        G.fill_masked(row, g0 + (h - h0), 0, G.fill);
+        loops.forward_row(row, n, nullptr, 1.0f, row);
+    }
+    loops.one_query_apply(p, n, v + G.v.at(g0, G.H), G.v.ld, h1 - h0, G.dv, out + G.out.at(g0, G.H));
+}
+
 std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                           std::shared_ptr<Geometry> geo, const Shape& attn_shape, const Shape& out_shape,
                                           float dropout_p, bool training) {
@@ -208,12 +240,23 @@ std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, cons
     float* A = attn.data();
     // Each row's softmax (and dropout) takes the vector loop of the kernel level (kernels/simd/attention.cpp),
     // fetched once per op call: decoding calls this once per step.
-    const auto forward_row = kernels::attention_loops().forward_row;
-    parallel::parallel_for(G.G, group_grain(G), [&](std::size_t g0, std::size_t g1) {
-        for (std::size_t gi = g0; gi < g1; ++gi)
-            group_forward(G, gi, q.data(), k.data(), v.data(), P + gi * S, A + gi * S,
-                          drop ? keep.data() + gi * S : nullptr, keep_scale, out.data(), forward_row);
-    });
+    const kernels::AttentionLoops& loops = kernels::attention_loops();
+    if (one_query_rows(G) && !drop) {
+        const std::size_t entries = G.G / G.H, hb = heads_per_item(G.H, entries), pieces = (G.H + hb - 1) / hb;
+        const std::size_t grain = std::max<std::size_t>(1, group_grain(G) / hb);
+        parallel::parallel_for(entries * pieces, grain, [&](std::size_t i0, std::size_t i1) {
+            for (std::size_t i = i0; i < i1; ++i) {
+                const std::size_t e = i / pieces, h0 = (i % pieces) * hb, h1 = std::min(G.H, h0 + hb);
+                entry_forward(G, e, h0, h1, q.data(), k.data(), v.data(), P + (e * G.H + h0) * S, out.data(), loops);
+            }
+        });
+    } else {
+        parallel::parallel_for(G.G, group_grain(G), [&](std::size_t g0, std::size_t g1) {
+            for (std::size_t gi = g0; gi < g1; ++gi)
+                group_forward(G, gi, q.data(), k.data(), v.data(), P + gi * S, A + gi * S,
+                              drop ? keep.data() + gi * S : nullptr, keep_scale, out.data(), loops.forward_row);
+        });
+    }
     if (grad) {
         if (needs_grad({&q, &k})) {
             auto node = std::make_shared<AttentionWeightsBackward>();
@@ -445,15 +488,28 @@ Tensor attend_cached(const Tensor& q, const std::vector<CachedSequence>& sequenc
                          std::to_string(rows) + " rows");
     Tensor out(Array::from_shape({rows, 1, H * dv}));
     if (items.empty()) return out;
-    const auto forward_row = kernels::attention_loops().forward_row;
-    const std::size_t grain = std::max<std::size_t>(1, (std::size_t(1) << 18) / std::max<std::size_t>(1, cost / items.size()));
-    parallel::parallel_for(items.size(), grain, [&](std::size_t i0, std::size_t i1) {
-        std::vector<float> scores(max_length);
+    const kernels::AttentionLoops& loops = kernels::attention_loops();
+    // A work item is heads [h0, h0 + hb) of one row of one sequence (entry_forward), or with bf16 products one group.
+    const bool by_rows = one_query_rows(geos.front());
+    const std::size_t hb = by_rows ? heads_per_item(H, rows) : 1;
+    std::vector<std::array<std::size_t, 3>> pieces;   // (sequence, entry of it, first head)
+    for (const auto& [s, gi] : items)
+        if (gi % H % hb == 0) pieces.push_back({s, gi / H, gi % H});
+    const std::size_t grain =
+        std::max<std::size_t>(1, (std::size_t(1) << 18) / std::max<std::size_t>(1, hb * cost / items.size()));
+    parallel::parallel_for(pieces.size(), grain, [&](std::size_t i0, std::size_t i1) {
+        std::vector<float> scores(hb * max_length);
         for (std::size_t i = i0; i < i1; ++i) {
-            const auto [s, gi] = items[i];
+            const auto [s, e, h0] = pieces[i];
             const CachedSequence& c = sequences[s];
-            group_forward(geos[s], gi, q.data() + c.begin * H * dk, c.k->data(), c.v->data(), scores.data(), scores.data(),
-                          nullptr, 1.0f, out.data() + c.begin * H * dv, forward_row);
+            const float* qs = q.data() + c.begin * H * dk;
+            float* os = out.data() + c.begin * H * dv;
+            if (by_rows)
+                entry_forward(geos[s], e, h0, std::min(H, h0 + hb), qs, c.k->data(), c.v->data(), scores.data(), os,
+                              loops);
+            else
+                group_forward(geos[s], e * H + h0, qs, c.k->data(), c.v->data(), scores.data(), scores.data(), nullptr,
+                              1.0f, os, loops.forward_row);
         }
     });
     return out;

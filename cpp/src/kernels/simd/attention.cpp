@@ -52,10 +52,73 @@ void backward_row(const float* pr, const float* gr, const std::uint8_t* keep, fl
     });
 }
 
+// W keys at a time per head (W accumulators, their sums in one transposing tree, sums_of), the rows left one by one.
+void one_query_scores(const float* q, const float* k, std::size_t ldk, std::size_t n, std::size_t heads, std::size_t d,
+                      float scale, float* s) {
+    std::size_t j0 = 0;
+    for (; j0 + simd::W <= n; j0 += simd::W) {
+        for (std::size_t h = 0; h < heads; ++h) {
+            const float* kh = k + j0 * ldk + h * d;
+            B acc[simd::W];
+            for (std::size_t w = 0; w < simd::W; ++w) acc[w] = B(0.0f);
+            simd::blocks(d, [&](std::size_t i, std::size_t c) {
+                const B qv = simd::load(q + h * d + i, c);
+                for (std::size_t w = 0; w < simd::W; ++w) acc[w] = simd::fma(qv, simd::load(kh + w * ldk + i, c), acc[w]);
+            });
+            (simd::sums_of(acc) * B(scale)).store_unaligned(s + h * n + j0);
+        }
+    }
+    for (std::size_t j = j0; j < n; ++j) {
+        const float* kj = k + j * ldk;
+        for (std::size_t h = 0; h < heads; ++h) {
+            B acc(0.0f);
+            simd::blocks(d, [&](std::size_t i, std::size_t c) {
+                acc = simd::fma(simd::load(q + h * d + i, c), simd::load(kj + h * d + i, c), acc);
+            });
+            s[h * n + j] = scale * simd::hsum(acc);
+        }
+    }
+}
+
+// out_h += p_j v_j,h four rows at a time (each out vector loaded and stored once per four rows, kept in L1:
+// heads d floats), then the rows left one by one.
+void one_query_apply(const float* p, std::size_t n, const float* v, std::size_t ldv, std::size_t heads, std::size_t d,
+                     float* out) {
+    for (std::size_t i = 0; i < heads * d; ++i) out[i] = 0.0f;
+    std::size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float* vj = v + j * ldv;
+        for (std::size_t h = 0; h < heads; ++h) {
+            const float* ph = p + h * n + j;
+            const B p0(ph[0]), p1(ph[1]), p2(ph[2]), p3(ph[3]);
+            simd::blocks(d, [&](std::size_t i, std::size_t c) {
+                const std::size_t at = h * d + i;
+                B acc = simd::load(out + at, c);
+                acc = simd::fma(p0, simd::load(vj + at, c), acc);
+                acc = simd::fma(p1, simd::load(vj + ldv + at, c), acc);
+                acc = simd::fma(p2, simd::load(vj + 2 * ldv + at, c), acc);
+                acc = simd::fma(p3, simd::load(vj + 3 * ldv + at, c), acc);
+                simd::store(out + at, acc, c);
+            });
+        }
+    }
+    for (; j < n; ++j) {
+        const float* vj = v + j * ldv;
+        for (std::size_t h = 0; h < heads; ++h) {
+            const B pj(p[h * n + j]);
+            simd::blocks(d, [&](std::size_t i, std::size_t c) {
+                const std::size_t at = h * d + i;
+                simd::store(out + at, simd::fma(pj, simd::load(vj + at, c), simd::load(out + at, c)), c);
+            });
+        }
+    }
+}
+
 }  // namespace
 }  // namespace CT_LOOP_LEVEL
 
-CT_LOOP_TABLE(AttentionLoops, attention_loops) = {CT_LOOP_LEVEL::forward_row, CT_LOOP_LEVEL::backward_row};
+CT_LOOP_TABLE(AttentionLoops, attention_loops) = {CT_LOOP_LEVEL::forward_row, CT_LOOP_LEVEL::backward_row,
+                                                  CT_LOOP_LEVEL::one_query_scores, CT_LOOP_LEVEL::one_query_apply};
 CT_LOOP_SELECT(AttentionLoops, attention_loops)
 
 }  // namespace ct::kernels

@@ -19,6 +19,15 @@ struct AttentionLoops {
     // ds is written (not added to); the op zeroes it where masked afterwards.
     void (*backward_row)(const float* p, const float* dattn, const std::uint8_t* keep, float keep_scale, float* ds,
                          std::size_t n);
+    // Decoding's two products for one query row and `heads` heads of d floats, the heads side by side in each
+    // row (row j of k: head h at k + j ldk + h d): s[h n + j] = scale q_h . k_j,h for the n keys, and
+    // out_h = sum_j p[h n + j] v_j,h (out written, not added to). A row at a time, all its heads together: one
+    // sequential pass over the keys and one over the values, where a product per head reads the rows in d-float
+    // pieces ldk apart, heads times over.
+    void (*one_query_scores)(const float* q, const float* k, std::size_t ldk, std::size_t n, std::size_t heads,
+                             std::size_t d, float scale, float* s);
+    void (*one_query_apply)(const float* p, std::size_t n, const float* v, std::size_t ldv, std::size_t heads,
+                            std::size_t d, float* out);
 };
 
 CT_LOOP_TABLES(AttentionLoops, attention_loops)
