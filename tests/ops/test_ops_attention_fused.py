@@ -162,6 +162,35 @@ def test_one_query_with_a_padding_mask_and_room_past_kv_length(fill):
     assert_close(out, tout, rtol=1e-5, atol=1e-6, equal_nan=True, what="out")
 
 
+def bf16_rounded(x):
+    """float32 values rounded to bf16 (to nearest, ties to even) and widened back, as float64."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return r.view(np.float32).astype(np.float64)
+
+
+def test_one_query_under_autocast_rounds_every_operand_to_bf16():
+    """Decoding's shape in an autocast region: q, k, the softmax's weights and v rounded to bf16 as they are read,
+    their exact products added in float32 (the emulated kernel's maths, on every CPU). Against float64 of the same
+    rounded operands, the weights being the attn returned (the float32 values the product rounded), so no bf16
+    rounding edge sits between the two: rtol 1e-5, atol 1e-6 (float32 sums of 16 products and 21 terms). And not
+    float32's answer: the rounding happened."""
+    b, lk, h, d = 3, 21, 4, 16
+    q, k, v = (rand((b, n, h * d), seed=90 + i) for i, n in enumerate((1, lk, lk)))
+    with ct.no_grad(), ct.autocast():
+        out, attn = F.multi_head_attention(ct.tensor(q), ct.tensor(k), ct.tensor(v), h, causal=True)
+    split = lambda x: bf16_rounded(x).reshape(b, -1, h, d).transpose(0, 2, 1, 3)
+    scores = split(q) @ split(k).transpose(0, 1, 3, 2) / np.sqrt(d)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    assert_close(attn, weights, rtol=1e-5, atol=1e-6, what="attn")
+    expected = (bf16_rounded(attn.numpy()) @ split(v)).transpose(0, 2, 1, 3).reshape(b, 1, h * d)
+    assert_close(out, expected, rtol=1e-5, atol=1e-6, what="out")
+    with ct.no_grad():
+        out32, _ = F.multi_head_attention(ct.tensor(q), ct.tensor(k), ct.tensor(v), h, causal=True)
+    assert np.abs(out.numpy() - out32.numpy()).max() > 2.0 ** -12 * np.abs(out32.numpy()).max()
+
+
 def test_kv_length_bad_values_name_the_problem():
     t = lambda s, grad=False: ct.tensor(rand(s, seed=1), requires_grad=grad)
     with pytest.raises(ValueError, match="kv_length 4 is more than the 3 positions"):

@@ -22,6 +22,9 @@
 //     the BLAS's sgemm: the same rounded inputs and fp32 accumulation, in sgemm's order, at sgemm's speed
 //     plus the rounding pass.
 // Chosen at run time from the CPU's features; set_bf16_kernel("emulated") forces the second (tests).
+// Decoding's attention (one query per sequence against a float32 cache, ops/attention.cpp) is not a gemm_bf16: it
+// rounds q, k, the weights and v as it reads them and adds the exact products in float32 on every CPU, the
+// emulated maths, since reading the cache, not multiplying, bounds it.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -185,12 +185,14 @@ void group_forward(const Geometry& G, std::size_t gi, const float* q, const floa
            out + G.out.at(gi, G.H), int(G.out.ld));
 }
 
-// Decoding's shape: one query row per batch entry (Lq 1), the heads interleaved in rows ((b, L, H d) tensors) and
-// float32 products. An entry's heads then go together (kernels' one_query_*): a row of keys, all heads of it, at a
+// Decoding's shape: one query row per batch entry (Lq 1), the heads interleaved in rows ((b, L, H d) tensors). An
+// entry's heads then go together (kernels' one_query_*): a row of keys, all heads of it, at a
 // time, one sequential pass over the entry's keys and one over its values. A product per group reads the cache in
 // d-float pieces a row apart, which at batch 32 left attention half again slower than its bytes' reading time.
+// bf16 products round their operands as they read them (the emulated kernel's maths, on every CPU: a cache has no
+// bf16 copy to feed bf16 units, and the reading, not the multiplying, bounds this).
 bool one_query_rows(const Geometry& G) {
-    return G.Lq == 1 && !G.bf16 && G.q.head == G.dk && G.k.head == G.dk && G.v.head == G.dv &&
+    return G.Lq == 1 && G.q.head == G.dk && G.k.head == G.dk && G.v.head == G.dv &&
            G.out.head == G.dv;
 }
 
@@ -207,13 +209,13 @@ std::size_t heads_per_item(std::size_t H, std::size_t entries) {
 void entry_forward(const Geometry& G, std::size_t e, std::size_t h0, std::size_t h1, const float* q, const float* k,
                    const float* v, float* p, float* out, const kernels::AttentionLoops& loops) {
     const std::size_t g0 = e * G.H + h0, n = G.Lk;
-    loops.one_query_scores(q + G.q.at(g0, G.H), k + G.k.at(g0, G.H), G.k.ld, n, h1 - h0, G.dk, G.scale, p);
+    loops.one_query_scores(q + G.q.at(g0, G.H), k + G.k.at(g0, G.H), G.k.ld, n, h1 - h0, G.dk, G.scale, G.bf16, p);
     for (std::size_t h = h0; h < h1; ++h) {
         float* row = p + (h - h0) * n;
         G.fill_masked(row, g0 + (h - h0), 0, G.fill);
         loops.forward_row(row, n, nullptr, 1.0f, row);
     }
-    loops.one_query_apply(p, n, v + G.v.at(g0, G.H), G.v.ld, h1 - h0, G.dv, out + G.out.at(g0, G.H));
+    loops.one_query_apply(p, n, v + G.v.at(g0, G.H), G.v.ld, h1 - h0, G.dv, G.bf16, out + G.out.at(g0, G.H));
 }
 
 std::pair<Tensor, Tensor> fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -489,9 +491,8 @@ Tensor attend_cached(const Tensor& q, const std::vector<CachedSequence>& sequenc
     Tensor out(Array::from_shape({rows, 1, H * dv}));
     if (items.empty()) return out;
     const kernels::AttentionLoops& loops = kernels::attention_loops();
-    // A work item is heads [h0, h0 + hb) of one row of one sequence (entry_forward), or with bf16 products one group.
-    const bool by_rows = one_query_rows(geos.front());
-    const std::size_t hb = by_rows ? heads_per_item(H, rows) : 1;
+    // A work item is heads [h0, h0 + hb) of one row of one sequence (entry_forward: the geometries are decoding's).
+    const std::size_t hb = heads_per_item(H, rows);
     std::vector<std::array<std::size_t, 3>> pieces;   // (sequence, entry of it, first head)
     for (const auto& [s, gi] : items)
         if (gi % H % hb == 0) pieces.push_back({s, gi / H, gi % H});
@@ -502,14 +503,8 @@ Tensor attend_cached(const Tensor& q, const std::vector<CachedSequence>& sequenc
         for (std::size_t i = i0; i < i1; ++i) {
             const auto [s, e, h0] = pieces[i];
             const CachedSequence& c = sequences[s];
-            const float* qs = q.data() + c.begin * H * dk;
-            float* os = out.data() + c.begin * H * dv;
-            if (by_rows)
-                entry_forward(geos[s], e, h0, std::min(H, h0 + hb), qs, c.k->data(), c.v->data(), scores.data(), os,
-                              loops);
-            else
-                group_forward(geos[s], e * H + h0, qs, c.k->data(), c.v->data(), scores.data(), scores.data(), nullptr,
-                              1.0f, os, loops.forward_row);
+            entry_forward(geos[s], e, h0, std::min(H, h0 + hb), q.data() + c.begin * H * dk, c.k->data(), c.v->data(),
+                          scores.data(), out.data() + c.begin * H * dv, loops);
         }
     });
     return out;

@@ -23,11 +23,13 @@ struct AttentionLoops {
     // row (row j of k: head h at k + j ldk + h d): s[h n + j] = scale q_h . k_j,h for the n keys, and
     // out_h = sum_j p[h n + j] v_j,h (out written, not added to). A row at a time, all its heads together: one
     // sequential pass over the keys and one over the values, where a product per head reads the rows in d-float
-    // pieces ldk apart, heads times over.
+    // pieces ldk apart, heads times over. With bf16 (an autocast region's products) every operand (q, k, p, v) is
+    // rounded to bf16 as it is read and the exact products add in float32: the "emulated" kernel's maths
+    // (bf16.hpp), on every CPU.
     void (*one_query_scores)(const float* q, const float* k, std::size_t ldk, std::size_t n, std::size_t heads,
-                             std::size_t d, float scale, float* s);
+                             std::size_t d, float scale, bool bf16, float* s);
     void (*one_query_apply)(const float* p, std::size_t n, const float* v, std::size_t ldv, std::size_t heads,
-                            std::size_t d, float* out);
+                            std::size_t d, bool bf16, float* out);
 };
 
 CT_LOOP_TABLES(AttentionLoops, attention_loops)
