@@ -54,28 +54,21 @@ std::int64_t draw(const std::vector<double>& probs, double total, Generator& gen
 }
 
 // top_k = 1, greedy: the one largest scaled logit, found without top_k_weights' selection and copies over the
-// whole row (a GPT-2 row is 50257 logits; at batch 32 they were ~8% of a decoding step). The general path's one
+// whole row (a GPT-2 row is 50257 logits, ~1 ms a row: a third of an int8 step at batch 32). The general path's one
 // draw is still taken (it always lands on the lone candidate), so the generator's stream, and every later sample,
 // is the same. A tie for the largest (the general path draws among the tied), a NaN or a peak that is not finite
 // returns nothing: the general path decides, as before.
 std::optional<std::int64_t> lone_peak(const float* logits, std::size_t n, float temperature, Generator& generator) {
     const std::size_t best = kernels::search_loops().first_max(logits, n);
     // Dividing by a positive temperature keeps the order but can round neighbours together: count on the scaled
-    // values, as top_k_weights compares them (x / 1 is x, so the plain row is counted without the division).
+    // values, as top_k_weights compares them.
     const float peak = logits[best] / temperature;
     if (!std::isfinite(peak)) return std::nullopt;
     std::size_t at_peak = 0, nans = 0;
-    if (temperature == 1.0f) {
-        for (std::size_t c = 0; c < n; ++c) {
-            at_peak += logits[c] >= peak;
-            nans += logits[c] != logits[c];
-        }
-    } else {
-        for (std::size_t c = 0; c < n; ++c) {
-            const float s = logits[c] / temperature;
-            at_peak += s >= peak;
-            nans += s != s;
-        }
+    for (std::size_t c = 0; c < n; ++c) {
+        const float s = logits[c] / temperature;
+        at_peak += s >= peak;
+        nans += s != s;
     }
     if (at_peak != 1 || nans != 0) return std::nullopt;
     {

@@ -186,9 +186,9 @@ void group_forward(const Geometry& G, std::size_t gi, const float* q, const floa
 }
 
 // Decoding's shape: one query row per batch entry (Lq 1), the heads interleaved in rows ((b, L, H d) tensors). An
-// entry's heads then go together (kernels' one_query_*): a row of keys, all heads of it, at a
-// time, one sequential pass over the entry's keys and one over its values. A product per group reads the cache in
-// d-float pieces a row apart, which at batch 32 left attention half again slower than its bytes' reading time.
+// entry's heads then go together (kernels' one_query_*): a row of keys, all heads of it, at a time, one sequential
+// pass over the entry's keys and one over its values. A product per group reads the cache in d-float pieces a row
+// apart, which at batch 32 left attention half again slower than its bytes' reading time.
 // bf16 products round their operands as they read them (the emulated kernel's maths, on every CPU: a cache has no
 // bf16 copy to feed bf16 units, and the reading, not the multiplying, bounds this).
 bool one_query_rows(const Geometry& G) {
@@ -445,9 +445,11 @@ Tensor attend_cached(const Tensor& q, const std::vector<CachedSequence>& sequenc
                          ", got " + shape_str(q.shape()));
     const std::size_t H = n_head, dk = q.size(2) / H, rows = q.size(0);
     std::size_t dv = 0, covered = 0;
-    // One geometry per sequence (its own Lk and storage); a work item is (sequence, group of that sequence).
+    // One geometry per sequence (its own Lk and storage); a work item is heads [h0, h0 + hb) of one row of one
+    // sequence (entry_forward: the geometries are decoding's).
     std::vector<Geometry> geos(sequences.size());
-    std::vector<std::pair<std::size_t, std::size_t>> items;
+    const std::size_t hb = heads_per_item(H, rows);
+    std::vector<std::array<std::size_t, 3>> pieces;   // (sequence, entry of it, first head)
     std::size_t max_length = 0, cost = 0;
     for (std::size_t s = 0; s < sequences.size(); ++s) {
         const CachedSequence& c = sequences[s];
@@ -481,7 +483,8 @@ Tensor attend_cached(const Tensor& q, const std::vector<CachedSequence>& sequenc
         g.v = {c.v->size(1) * H * dv, dv, H * dv, c.row_map ? c.row_map->data() : nullptr};
         g.out = {H * dv, dv, H * dv};
         g.scale = scale;
-        for (std::size_t gi = 0; gi < g.G; ++gi) items.emplace_back(s, gi);
+        for (std::size_t e = 0; e < n; ++e)
+            for (std::size_t h0 = 0; h0 < H; h0 += hb) pieces.push_back({s, e, h0});
         max_length = std::max(max_length, c.length);
         cost += g.G * (c.length * (dk + dv + 24) + 1500);
     }
@@ -489,15 +492,9 @@ Tensor attend_cached(const Tensor& q, const std::vector<CachedSequence>& sequenc
         throw ValueError(std::string(fn) + ": the sequences own " + std::to_string(covered) + " of q's " +
                          std::to_string(rows) + " rows");
     Tensor out(Array::from_shape({rows, 1, H * dv}));
-    if (items.empty()) return out;
+    if (pieces.empty()) return out;
     const kernels::AttentionLoops& loops = kernels::attention_loops();
-    // A work item is heads [h0, h0 + hb) of one row of one sequence (entry_forward: the geometries are decoding's).
-    const std::size_t hb = heads_per_item(H, rows);
-    std::vector<std::array<std::size_t, 3>> pieces;   // (sequence, entry of it, first head)
-    for (const auto& [s, gi] : items)
-        if (gi % H % hb == 0) pieces.push_back({s, gi / H, gi % H});
-    const std::size_t grain =
-        std::max<std::size_t>(1, (std::size_t(1) << 18) / std::max<std::size_t>(1, hb * cost / items.size()));
+    const std::size_t grain = std::max<std::size_t>(1, (std::size_t(1) << 18) / std::max<std::size_t>(1, hb * cost / (rows * H)));
     parallel::parallel_for(pieces.size(), grain, [&](std::size_t i0, std::size_t i1) {
         std::vector<float> scores(hb * max_length);
         for (std::size_t i = i0; i < i1; ++i) {
