@@ -6,14 +6,18 @@ The model's final norm has weight 0 and bias e_0, so every step's logits are the
 context, and exactly (each dot product has one nonzero term, in any summation order, at any kernel level). The kept
 set is then known: every drawn id must be in it and, over thousands of draws, every kept id drawn, each as often
 as its probability says (within 5 binomial standard deviations; the generator is seeded, so the counts are fixed).
-Temperatures 1 and 0.5 divide exactly, so the cut compares the very values set here.
+Temperatures 1 and 0.5 divide exactly, so the cut compares the very values set here. Every level of the SIMD loops
+(the weights' exponentials are one).
 """
 import numpy as np
 import pytest
 
 import ctransformer as ct
 from ctransformer._core.serve import SequenceOptions
+from kernel_levels import every_level
 from waiting import HANG, wait_until
+
+at_every_level = every_level("loops")
 
 VOCAB = 400          # top_k up to VOCAB / 16 keeps the k largest in a heap, larger k selects in a copy
 

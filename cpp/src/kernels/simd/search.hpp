@@ -17,6 +17,9 @@ struct SearchLoops {
     // out_lp[i] = log P(out_word[i]), log P(w) = x[w] - lse, lse = m + log sum_i exp(x[i] - m), m = max x.
     // Returns how many (min(k, n)); out_lp and out_word hold k each.
     std::size_t (*best_words)(const float* x, std::size_t n, std::size_t k, double* out_lp, std::int64_t* out_word);
+    // Sampling's unnormalised weights (decode/sampling.cpp): probs[c] = exp(s[c] - peak) in float64, 0 where
+    // s[c] < threshold; returns their sum (by lanes). xsimd's float64 exp, within an ulp or two of libm's.
+    double (*exp_weights)(const float* s, std::size_t n, float threshold, double peak, double* probs);
 };
 
 CT_LOOP_TABLES(SearchLoops, search_loops)
