@@ -438,7 +438,7 @@ class Session:
     type (llama.cpp's default f16, or f32 for exact logits). Logging is off (llama-cpp-python's verbose=False)."""
 
     def __init__(self, gguf_path, threads=2, n_ctx=512, n_batch=512, n_seq_max=1, flash_attn="auto", kv_f32=False,
-                 cache=DEFAULT_CACHE):
+                 extra_bufts=True, cache=DEFAULT_CACHE):
         import numpy as np
         lib = import_llama_cpp(cache)
         from llama_cpp._logger import set_verbose
@@ -446,7 +446,9 @@ class Session:
         self.np, self.lib = np, lib.llama_cpp
         lib = self.lib
         lib.llama_backend_init()
-        self.model = lib.llama_model_load_from_file(str(gguf_path).encode(), lib.llama_model_default_params())
+        model_params = lib.llama_model_default_params()
+        model_params.use_extra_bufts = extra_bufts   # llama.cpp's default True: weights repacked (AMX, ...)
+        self.model = lib.llama_model_load_from_file(str(gguf_path).encode(), model_params)
         if not self.model:
             raise RuntimeError(f"llama.cpp could not load {gguf_path}")
         params = lib.llama_context_default_params()
@@ -562,7 +564,7 @@ def _round_up(n, to):
 
 
 def _measure(gguf_path, threads=2, prompt_len=128, decode_tokens=64, batch=1, rounds=3, flash_attn="auto",
-             seed=0, cache=DEFAULT_CACHE):
+             seed=0, extra_bufts=True, cache=DEFAULT_CACHE):
     """time_llama's work, in this process."""
     import numpy as np
     batches = sorted({1, *([batch] if isinstance(batch, int) else batch)})
@@ -570,10 +572,11 @@ def _measure(gguf_path, threads=2, prompt_len=128, decode_tokens=64, batch=1, ro
     per_seq = _round_up(prompt_len + decode_tokens, 256)
     n_batch = max(prompt_len, 512)
     out = {"gguf": str(gguf_path), "threads": threads, "prompt_len": prompt_len, "decode_tokens": decode_tokens,
-           "rounds": rounds, "flash_attn": flash_attn, "kv_cache": "f16", "n_batch": n_batch}
+           "rounds": rounds, "flash_attn": flash_attn, "kv_cache": "f16", "n_batch": n_batch,
+           "extra_bufts": extra_bufts}
     for b in batches:
         with Session(gguf_path, threads=threads, n_ctx=b * per_seq, n_batch=n_batch, n_seq_max=b,
-                     flash_attn=flash_attn, cache=cache) as s:
+                     flash_attn=flash_attn, extra_bufts=extra_bufts, cache=cache) as s:
             prompts = rng.integers(0, s.n_vocab, (b, prompt_len))
             steps = rng.integers(0, s.n_vocab, (decode_tokens, b))
             if b == 1:
@@ -631,14 +634,24 @@ def time_llama(gguf_path, threads=2, prompt_len=128, decode_tokens=64, batch=1, 
 
     Times are of llama_decode plus llama_synchronize, without the Python around them (filling the batch) or sampling.
     isolated (default): measured in a child process, so the caller's threads and OpenMP runtimes (torch ships its
-    own libgomp; llama.cpp uses the system's) do not share the process, and `llama_cpp` is not imported here."""
+    own libgomp; llama.cpp uses the system's) do not share the process, and `llama_cpp` is not imported here.
+
+    A child killed by a signal is run once more without llama.cpp's extra buffer types (use_extra_bufts false, the
+    figures' "extra_bufts"): on an Intel Xeon with AMX (2026-12-07, llama-cpp-python 0.3.36) a q8_0 model repacked
+    for AMX segfaults in its first llama_decode, as llama.cpp's issue 20824 reports; f32 and f16 run."""
     kwargs = {"threads": threads, "prompt_len": prompt_len, "decode_tokens": decode_tokens, "batch": batch,
               "rounds": rounds, "flash_attn": flash_attn, "cache": str(cache)}
     if not isolated:
         return _measure(str(gguf_path), **kwargs)
     build(cache)                                     # any build output goes to this process's stderr, not the child's
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "_measure", str(gguf_path),
-                           json.dumps(kwargs)], capture_output=True, text=True, check=False)
+    for extra_bufts in (True, False):
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "_measure", str(gguf_path),
+                               json.dumps({**kwargs, "extra_bufts": extra_bufts})], capture_output=True, text=True,
+                              check=False)
+        if proc.returncode >= 0:   # 0, or an error of its own: no retry
+            break
+        print(f"[llama_cpp] {Path(gguf_path).name}: the child died by signal {-proc.returncode} with llama.cpp's extra "
+              "buffer types; again without them", file=sys.stderr, flush=True)
     if proc.returncode:
         raise RuntimeError(f"time_llama's child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
