@@ -61,10 +61,10 @@ def ours_server(folder, precision, log_folder, timeout):
     return Server(f"ours-{precision}", argv, dict(os.environ), log_folder, timeout)
 
 
-def llama_server(binary, gguf, log_folder, timeout):
+def llama_server(binary, gguf, log_folder, timeout, repack=True):
     argv = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(free_port()),
             "-t", str(THREADS), "-tb", str(THREADS), "--parallel", str(MAX_BATCH), "--cont-batching",
-            "-c", str(MAX_BATCH * SLOT_POSITIONS), "--no-webui"]
+            "-c", str(MAX_BATCH * SLOT_POSITIONS), "--no-webui"] + ([] if repack else ["--no-repack"])
     return Server(f"llama-{os.path.basename(gguf)}", argv, dict(os.environ), log_folder, timeout,
                   ready_path="/health")
 
@@ -78,6 +78,9 @@ def main(argv=None):
                         "bfloat16=f16)")
     p.add_argument("--clients", default="1,32", help="comma-separated closed-loop clients (default 1,32)")
     p.add_argument("--rounds", type=int, default=3, help="rounds per pair, the order alternating (default 3)")
+    p.add_argument("--no-repack", action="store_true",
+                   help="llama-server without its weight repacking (--no-repack): on a Xeon with AMX its q8_0 "
+                        "repacked for AMX segfaults at the first decode (llama.cpp issue 20824)")
     p.add_argument("--seconds", type=float, default=20.0, help="seconds of load per level (default 20)")
     p.add_argument("--prompts", type=int, default=1000)
     p.add_argument("--request-timeout", type=float, default=120.0)
@@ -114,7 +117,7 @@ def main(argv=None):
             "prompts": len(texts), "llama_cpp": {k: entry.manifest.get(k) for k in
                                                 ("llama_cpp_python", "llama_cpp_commit", "cmake_args")},
             "llama_server_args": {"parallel": MAX_BATCH, "cont_batching": True, "threads": THREADS,
-                                  "ctx": MAX_BATCH * SLOT_POSITIONS}}
+                                  "ctx": MAX_BATCH * SLOT_POSITIONS, "repack": not a.no_repack}}
     print(f"Served GPT against llama-server: {a.model} {meta['shape']}, {len(texts)} Tiny Shakespeare prompts, "
           f"max_tokens {MAX_DECODING_LENGTH} greedy; {meta['cpu']['model']}, OpenBLAS core "
           f"{meta['cpu']['blas_core']}; llama.cpp {meta['llama_cpp']['llama_cpp_commit']}", flush=True)
@@ -122,7 +125,8 @@ def main(argv=None):
     rows, answers = [], {}
     for ours_precision, llama_kind in pairs:
         starters = {"ours": lambda: ours_server(folder, ours_precision, folder, a.start_timeout),
-                    "llama": lambda: llama_server(binary, ggufs[llama_kind], folder, a.start_timeout)}
+                    "llama": lambda: llama_server(binary, ggufs[llama_kind], folder, a.start_timeout,
+                                                  repack=not a.no_repack)}
         for r in range(a.rounds):
             for name in (("ours", "llama") if r % 2 == 0 else ("llama", "ours")):
                 server = starters[name]()
