@@ -47,7 +47,7 @@ double top_k_weights(const float* logits, std::size_t n, float temperature, std:
     std::vector<float> scaled(n);
     for (std::size_t c = 0; c < n; ++c) scaled[c] = logits[c] / temperature;
     const float threshold = k < n ? kth_largest(scaled, k) : -std::numeric_limits<float>::infinity();
-    const float peak = *std::max_element(scaled.begin(), scaled.end());
+    const float peak = scaled[kernels::search_loops().first_max(scaled.data(), n)];   // std::max_element's answer
     probs.resize(n);
     return kernels::search_loops().exp_weights(scaled.data(), n, threshold, double(peak), probs.data());
 }
