@@ -113,9 +113,9 @@ void bind_precision(py::module_& m) {
        py::arg("c") = py::none(), py::arg("out") = py::none(),
        "alpha op(a) @ op(b) (+ c), written to a new array or to out, with op(a), op(b) rounded to bf16 and fp32 accumulation: the product autocast "
        "uses. a and b are float32 arrays or uint16 bf16 bits; op(x) is x.T when trans_x.");
-    m.def("bf16_kernel", &ct::bf16_kernel, "The bf16 GEMM kernel in use: 'avx512_bf16', 'neon_bf16' (aarch64) or 'emulated'.");
+    m.def("bf16_kernel", &ct::bf16_kernel, "The bf16 GEMM kernel in use: 'amx_bf16', 'avx512_bf16', 'neon_bf16' (aarch64) or 'emulated'.");
     m.def("set_bf16_kernel", &ct::set_bf16_kernel, py::arg("name"),
-          "'auto' (the CPU's best), 'avx512_bf16', 'neon_bf16' or 'emulated' (bf16-rounded operands through the BLAS's sgemm).");
+          "'auto' (the CPU's best), 'amx_bf16', 'avx512_bf16', 'neon_bf16' or 'emulated' (bf16-rounded operands through the BLAS's sgemm).");
 
     py::class_<Region>(m, "AutocastRegion", "One `with` region of autocast (ctransformer.autocast wraps it).")
         .def(py::init<bool>(), py::arg("enabled"))

@@ -116,13 +116,15 @@ def is_autocast_enabled():
 
 
 def bf16_kernel():
-    """The kernel bf16 products use here: 'avx512_bf16' (vdpbf16ps), 'neon_bf16' (aarch64's bfdot) or
-    'emulated' (bf16-rounded operands through float32 sgemm, on CPUs without either)."""
+    """The kernel bf16 products use here: 'amx_bf16' (Intel's AMX tiles; a few rows of x W^T by vdpbf16ps),
+    'avx512_bf16' (vdpbf16ps), 'neon_bf16' (aarch64's bfdot) or 'emulated' (bf16-rounded operands through float32
+    sgemm, on CPUs without any)."""
     return _amp.bf16_kernel()
 
 
 def set_bf16_kernel(name):
-    """'auto' (the CPU's best), 'avx512_bf16' or 'neon_bf16' (ValueError where the CPU lacks it) or 'emulated'."""
+    """'auto' (the CPU's best), 'amx_bf16', 'avx512_bf16' or 'neon_bf16' (ValueError where the CPU lacks it) or
+    'emulated'."""
     _amp.set_bf16_kernel(name)
 
 

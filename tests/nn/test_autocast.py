@@ -283,7 +283,7 @@ def test_bad_arguments():
     assert ct.autocast(dtype=torch.bfloat16).fast_dtype == "bfloat16"
 
 
-@pytest.mark.skipif(amp.bf16_kernel() not in ("avx512_bf16", "neon_bf16"),
+@pytest.mark.skipif(amp.bf16_kernel() not in ("amx_bf16", "avx512_bf16", "neon_bf16"),
                     reason="no native bf16 kernel on this CPU (or under CTRANSFORMER_KERNEL_LEVEL): 'auto' is the "
                            "emulation itself, so there is nothing to compare it with")
 def test_emulated_kernel_gives_the_same_model_within_summation_order():
@@ -354,7 +354,7 @@ for w in seen:
 def test_emulated_bf16_warns_once_naming_the_cpu(level):
     """Where bf16 is emulated (a CPU without AVX512_BF16 or ARM's BF16, here stood in for by the kernel-level cap),
     the first region warns once that training runs no faster than float32 and names the CPU; a CPU with a native kernel
-    (avx512_bf16, neon_bf16) says nothing."""
+    (amx_bf16, avx512_bf16, neon_bf16) says nothing."""
     import os
     import subprocess
     import sys
@@ -367,7 +367,7 @@ def test_emulated_bf16_warns_once_naming_the_cpu(level):
     assert run.returncode == 0, run.stderr
     kernel, *warned = run.stdout.splitlines()
     warned = [w for w in warned if w.startswith("BF16EmulationWarning")]
-    if kernel in ("avx512_bf16", "neon_bf16"):
+    if kernel in ("amx_bf16", "avx512_bf16", "neon_bf16"):
         assert warned == []
         return
     assert len(warned) == 1, run.stdout

@@ -12,6 +12,11 @@
 - The aarch64 kernel (bfdot) adds rounding to odd, not to nearest (ARM's BF16 arithmetic with FPCR.EBF clear),
   so it is held to twice the float32 bound below: each of its k additions is within one unit in the last
   place, 2**-23 relative. fp32, bf16 and mixed operands give the same bits, and so does any number of threads.
+- The AMX kernel (Intel's tiles, the "amx" level) adds each tile step's 32 exact products in the hardware's own
+  order, which Intel does not document beyond rounding to nearest even: it is held to the float32 bound below, and
+  gives the same bits for fp32, bf16 and mixed operands, for any number of threads, and for alpha (a power of two)
+  as the unscaled product scaled. Its own shapes: part tiles of rows and columns, k in part steps of 32 and across
+  its 512-value blocks. Skipped on a CPU without AMX-BF16.
 - The emulation (any CPU) is held to the float32 summation bound against float64 on the same rounded
   operands: |c - c64| <= k * 2**-24 * sum_p |a_p b_p| (a bound any summation order meets; the bf16 rounding
   of the inputs, which a kernel that forgot to round would show, is ~2**-9 relative, far outside it).
@@ -26,6 +31,8 @@ import ctransformer as ct
 from ctransformer import amp
 
 HAS_BF16 = ct.build_info()["cpu"]["avx512_bf16"] and ct.build_info()["cpu"]["simd_level"] == "avx512"
+HAS_AMX = "amx" in ct.kernel_levels()  # AMX-BF16, and Linux granted the process the tile state
+AMX_SKIP = "this CPU has no AMX-BF16 (or Linux refused the tile state): the AMX kernel cannot run here"
 HAS_ARM_BF16 = ct.build_info()["cpu"]["bf16"]  # aarch64's BF16 extension (make test-aarch64: qemu's max,sve256)
 SHAPES = [(1, 1, 1), (1, 40, 33), (2, 300, 70), (4, 1000, 257), (5, 64, 96), (7, 33, 17), (17, 31, 258),
           (13, 64, 513), (193, 65, 300), (4097, 40, 33), (30, 600, 520), (12, 32, 256), (25, 70, 1001)]
@@ -161,13 +168,18 @@ def special_operands(m, n, k, ta, tb, infinity_in):
     return a, b
 
 
-@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512_BF16: the native kernel cannot run here")
-@pytest.mark.parametrize("m,n,k", [(3, 40, 70), (13, 45, 37), (30, 70, 300)])
-def test_native_kernel_rounds_fp32_operands_as_round_to_bf16(m, n, k, kernel):
+X86_KERNELS = [pytest.param("avx512_bf16", marks=pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512_BF16")),
+               pytest.param("amx_bf16", marks=pytest.mark.skipif(not HAS_AMX, reason=AMX_SKIP))]
+
+
+@pytest.mark.parametrize("name", X86_KERNELS)
+@pytest.mark.parametrize("m,n,k", [(3, 40, 70), (13, 45, 37), (30, 70, 300), (40, 33, 530)])
+def test_native_kernel_rounds_fp32_operands_as_round_to_bf16(m, n, k, name, kernel):
     """fp32 operands are rounded while packed (vcvtne2ps2bf16); the products must be those of the operands
     rounded by round_to_bf16 first: ties to even, values that round to infinity, and subnormals, which the
-    instruction flushes to zero as vdpbf16ps flushes subnormal bf16 inputs. (NaN operands are refused.)"""
-    kernel("avx512_bf16")
+    instruction flushes to zero as vdpbf16ps and tdpbf16ps flush subnormal bf16 inputs. (NaN operands are
+    refused.)"""
+    kernel(name)
     for ta, tb in itertools.product([False, True], repeat=2):
         a, b = special_operands(m, n, k, ta, tb, infinity_in="a")
         want = amp.gemm_bf16(amp.round_to_bf16(a), amp.round_to_bf16(b), ta, tb)
@@ -191,6 +203,48 @@ def assert_the_same_on_one_and_two_threads(shapes, seed, num_threads):
 def test_native_kernel_is_the_same_on_any_number_of_threads(kernel, num_threads):
     kernel("avx512_bf16")
     assert_the_same_on_one_and_two_threads([(512, 2048, 512), (2048, 96, 300), (40, 10000, 64), (2, 8000, 256)], 3,
+                                           num_threads)
+
+
+# The AMX kernel's own paths beside SHAPES: C in blocks of 32 x 32 of 16 x 16 tiles (rows 16, 32, 33, 47; columns
+# 16, 48, 65: whole and part tiles, one or two a side), k in steps of 32 values within blocks of 512 (k 32, 512, 513,
+# 1030: a block's last step part zeros), split over threads by columns (n 2304) and by rows (n 40, m 300).
+AMX_SHAPES = SHAPES + [(16, 16, 32), (32, 48, 512), (33, 65, 513), (47, 16, 1030), (128, 2304, 768), (300, 40, 96)]
+
+
+@pytest.mark.skipif(not HAS_AMX, reason=AMX_SKIP)
+@pytest.mark.parametrize("m,n,k", AMX_SHAPES)
+def test_amx_kernel_meets_the_float32_bound(m, n, k, kernel):
+    """Each C element is one float32 chain over the tile steps, from 0 or from C, each step adding 32 exact
+    products in an order of the hardware's: the bound any summation order meets, k 2**-24 sum |a b|. (Up to 8
+    rows of x W^T take the AVX512_BF16 few-rows path, exact above, and meet it too.)"""
+    kernel("amx_bf16")
+    assert amp.bf16_kernel() == "amx_bf16"
+    for ta, tb in itertools.product([False, True], repeat=2):
+        a, b = operands(m, n, k, ta, tb, seed=m * 3 + n + k)
+        exact, size, unrounded = float64_reference(a, b, ta, tb)
+        got = amp.gemm_bf16(a, b, ta, tb)
+        assert (np.abs(got - exact) <= k * 2.0**-24 * size + 1e-30).all(), (ta, tb)
+        if 16 <= k <= 1000:  # unrounded inputs would miss by the inputs' rounding, outside the bound
+            assert not (np.abs(unrounded - exact) <= k * 2.0**-24 * size).all()
+        ab, bb = amp.round_to_bf16(a), amp.round_to_bf16(b)
+        np.testing.assert_array_equal(amp.gemm_bf16(ab, bb, ta, tb), got, err_msg=f"bf16 operands {ta=} {tb=}")
+        np.testing.assert_array_equal(amp.gemm_bf16(a, bb, ta, tb), got, err_msg=f"mixed operands {ta=} {tb=}")
+        np.testing.assert_array_equal(amp.gemm_bf16(ab, b, ta, tb), got, err_msg=f"mixed operands {ta=} {tb=}")
+        # beta 1: the chain starts from C, one more addition
+        c = np.random.default_rng(1).standard_normal(got.shape).astype(np.float32)
+        with_c = amp.gemm_bf16(a, b, ta, tb, c=c)
+        assert (np.abs(with_c - (c + exact)) <= (k + 1) * 2.0**-24 * (size + np.abs(c)) + 1e-30).all(), (ta, tb)
+        # alpha scales the finished chain (a power of two exactly); with beta 1 the scaled product is added to C
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.125), got * np.float32(0.125))
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.3, c=c), c + got * np.float32(0.3))
+
+
+@pytest.mark.skipif(not HAS_AMX, reason=AMX_SKIP)
+def test_amx_kernel_is_the_same_on_any_number_of_threads(kernel, num_threads):
+    """Each C element is one chain, whichever thread's columns (or rows) it falls in."""
+    kernel("amx_bf16")
+    assert_the_same_on_one_and_two_threads([(512, 2048, 512), (2048, 96, 300), (40, 10000, 64), (300, 40, 1030)], 4,
                                            num_threads)
 
 
@@ -274,9 +328,13 @@ def test_arm_kernel_is_the_same_on_any_number_of_threads(kernel, num_threads):
 
 
 def test_kernel_names_and_refusals(kernel):
-    assert amp.bf16_kernel() == ("avx512_bf16" if HAS_BF16 else "neon_bf16" if HAS_ARM_BF16 else "emulated")
-    with pytest.raises(ValueError, match="'auto', 'avx512_bf16', 'neon_bf16' or 'emulated'"):
+    assert amp.bf16_kernel() == ("amx_bf16" if HAS_AMX else "avx512_bf16" if HAS_BF16 else "neon_bf16" if HAS_ARM_BF16
+                                 else "emulated")
+    with pytest.raises(ValueError, match="'auto', 'amx_bf16', 'avx512_bf16', 'neon_bf16' or 'emulated'"):
         kernel("amx")
+    if not HAS_AMX:
+        with pytest.raises(ValueError, match="no AMX-BF16"):
+            kernel("amx_bf16")
     if not HAS_BF16:
         with pytest.raises(ValueError, match="no AVX512_BF16"):
             kernel("avx512_bf16")

@@ -58,7 +58,7 @@ def test_a_level_caps_every_run_time_choice(level, simd, int8):
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 levels")
-@pytest.mark.parametrize("level", ["portable", "avx2", "avx2_vnni", "avx512", "avx512_vnni", "avx512_bf16"])
+@pytest.mark.parametrize("level", ["portable", "avx2", "avx2_vnni", "avx512", "avx512_vnni", "avx512_bf16", "amx"])
 def test_a_kernel_level_name_caps_as_its_cpus_are(level):
     """The kernel levels' own names cap too, keeping the extensions the level names (and the CPU has)."""
     got, real = probe(level), probe(None)
@@ -67,8 +67,10 @@ def test_a_kernel_level_name_caps_as_its_cpus_are(level):
     assert set(got["levels"]) <= set(real["levels"])
     cpu = got["cpu"]
     assert cpu["avx_vnni"] == (level == "avx2_vnni" and real["cpu"]["avx_vnni"] and runs)
-    assert cpu["avx512_bf16"] == (level == "avx512_bf16" and runs)
-    assert cpu["avx512_fp16"] is False and cpu["amx_tile"] is False
+    assert cpu["avx512_bf16"] == (level in ("avx512_bf16", "amx") and real["cpu"]["avx512_bf16"])
+    assert cpu["avx512_fp16"] is False
+    for amx in ("amx_tile", "amx_bf16", "amx_int8"):  # the amx level keeps the tiles, where the CPU has them
+        assert cpu[amx] == (level == "amx" and real["cpu"][amx]), amx
 
 
 def test_the_level_is_the_cpus_best_and_every_level_it_runs_can_be_set(set_kernel_level):
@@ -128,7 +130,7 @@ def test_an_unknown_level_is_refused_at_import_naming_the_variable():
     env = dict(os.environ, CTRANSFORMER_KERNEL_LEVEL="avx3")
     run = subprocess.run([sys.executable, "-c", "import ctransformer"], env=env, capture_output=True, text=True)
     assert run.returncode != 0
-    assert ("CTRANSFORMER_KERNEL_LEVEL must be portable, avx2, avx2_vnni, avx512, avx512_vnni, avx512_bf16, "
+    assert ("CTRANSFORMER_KERNEL_LEVEL must be portable, avx2, avx2_vnni, avx512, avx512_vnni, avx512_bf16, amx, "
             "dotprod, i8mm_bf16, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got 'avx3'") in run.stderr
 
 
@@ -185,7 +187,8 @@ def test_an_arm_level_caps_as_its_cpus_are(level):
 # What each level's SIMD loops are compiled for (kernels/simd/, once per level in the one binary): xsimd's
 # architecture, the vector width in floats, and whether multiply-adds are fused.
 LOOPS = {"portable": ("sse2", 4, False), "avx2": ("fma3+avx2", 8, True), "avx2_vnni": ("fma3+avx2", 8, True),
-         "avx512": ("avx512bw", 16, True), "avx512_vnni": ("avx512bw", 16, True), "avx512_bf16": ("avx512bw", 16, True)}
+         "avx512": ("avx512bw", 16, True), "avx512_vnni": ("avx512bw", 16, True), "avx512_bf16": ("avx512bw", 16, True),
+         "amx": ("avx512bw", 16, True)}
 
 
 @pytest.mark.skipif(MACHINE != "aarch64", reason="the aarch64 levels")

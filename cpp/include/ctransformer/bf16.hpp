@@ -5,7 +5,7 @@
 //
 // gemm_bf16 multiplies operands rounded to bf16 and accumulates in fp32. An operand is either fp32
 // (rounded to bf16 while the kernel packs it, so no rounded copy is made) or already bf16 (a cached
-// weight). Two kernels compute it:
+// weight). These kernels compute it:
 //   - "avx512_bf16": vdpbf16ps, two bf16 multiply-adds per fp32 lane, twice the fp32 FMA rate. Each
 //     C element is one fp32 chain over k in pairs: acc += a[2p+1] b[2p+1], then acc += a[2p] b[2p]
 //     (each product is exact in fp32, each addition rounds to nearest even; subnormal inputs and
@@ -14,6 +14,11 @@
 //     sum in another order: lane j of a 16-lane accumulator chains over the k pairs p = j mod 16 in
 //     order (the same two additions per pair), then the lanes are added by halves (lane i + lane i+8,
 //     then + i+4, + i+2, + i+1); the sum is scaled by alpha, then added to C when beta is 1.
+//   - "amx_bf16", on x86-64 CPUs with Intel's AMX-BF16 (the "amx" kernel level): products of more than 8 rows in
+//     tiles, each C element one fp32 chain over k in steps of 32 values from 0 or from C, each step adding 32
+//     exact products in the hardware's order (Intel documents round to nearest even, subnormal inputs and results
+//     flushed to zero), then scaled by alpha; so within float32's summation bound, not a bit-exact model.
+//     Products of at most 8 rows with B transposed take the AVX512_BF16 kernel's few-rows path above.
 //   - "neon_bf16", on aarch64 CPUs with ARM's BF16: bfdot, two bf16 multiply-adds per fp32 lane. Each C element
 //     is one chain over k in pairs from 0 or from C; each pair's two exact products are added, then added to
 //     the chain, each addition rounding to odd (FPCR.EBF clear: ARM's BF16 arithmetic, not IEEE's), subnormal
@@ -21,7 +26,7 @@
 //   - "emulated", on a CPU without either: the rounded operands widened to fp32 and multiplied by
 //     the BLAS's sgemm: the same rounded inputs and fp32 accumulation, in sgemm's order, at sgemm's speed
 //     plus the rounding pass.
-// Chosen at run time from the CPU's features; set_bf16_kernel("emulated") forces the second (tests).
+// Chosen at run time from the CPU's features; set_bf16_kernel forces one (tests).
 // Decoding's attention (one query per sequence against a float32 cache, ops/attention.cpp) is not a gemm_bf16: it
 // rounds q, k, the weights and v as it reads them and adds the exact products in float32 on every CPU, the
 // emulated maths, since reading the cache, not multiplying, bounds it.
@@ -75,9 +80,9 @@ void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, con
 void gemm_bf16_serial(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                       const float* b, int ldb, float beta, float* c, int ldc);
 
-// "avx512_bf16", "neon_bf16" or "emulated": the kernel gemm_bf16 uses now.
+// "amx_bf16", "avx512_bf16", "neon_bf16" or "emulated": the kernel gemm_bf16 uses now.
 std::string bf16_kernel();
-// "auto" (the CPU's best), "avx512_bf16" or "neon_bf16" (ValueError on a CPU without it) or "emulated".
+// "auto" (the CPU's best), "amx_bf16", "avx512_bf16" or "neon_bf16" (ValueError on a CPU without it) or "emulated".
 void set_bf16_kernel(const std::string& name);
 
 }  // namespace ct

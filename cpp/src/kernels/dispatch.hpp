@@ -11,7 +11,7 @@ namespace ct::kernels {
 // (kernels/fp32/packed.cpp). Blas: neither; OpenBLAS does them.
 enum class FloatKernel { Blas, Avx2, Avx512 };
 enum class Int8Kernel { Portable, Avx2, AvxVnni, Avx512Vnni, Dotprod, I8mm, Neon };
-enum class Bf16Kernel { Emulated, Avx512Bf16, NeonBf16 };
+enum class Bf16Kernel { Emulated, Avx512Bf16, AmxBf16, NeonBf16 };
 
 FloatKernel float_kernel_at(Level level);
 Int8Kernel int8_kernel_at(Level level);

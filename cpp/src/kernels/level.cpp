@@ -8,6 +8,7 @@
 #include "ctransformer/build_info.hpp"
 #include "ctransformer/runtime/cpu_features.hpp"
 #include "ctransformer/error.hpp"
+#include "bf16/gemm_kernels.hpp"
 #include "dispatch.hpp"
 #include "simd/arch.hpp"
 #include "simd/tables.hpp"
@@ -18,8 +19,8 @@ namespace ct::kernels {
 namespace {
 
 // Each architecture's levels in rising order (a CPU runs one architecture's: best_level takes the last it runs).
-constexpr Level kLevels[] = {Level::Portable, Level::Avx2,       Level::Avx2Vnni, Level::Avx512,
-                             Level::Avx512Vnni, Level::Avx512Bf16, Level::Dotprod,  Level::I8mmBf16};
+constexpr Level kLevels[] = {Level::Portable,   Level::Avx2,       Level::Avx2Vnni, Level::Avx512,  Level::Avx512Vnni,
+                             Level::Avx512Bf16, Level::Amx,        Level::Dotprod,  Level::I8mmBf16};
 
 std::atomic<int>& current() {
     static std::atomic<int> level{int(best_level())};
@@ -40,6 +41,7 @@ std::string level_name(Level level) {
         case Level::Avx512: return "avx512";
         case Level::Avx512Vnni: return "avx512_vnni";
         case Level::Avx512Bf16: return "avx512_bf16";
+        case Level::Amx: return "amx";
         case Level::Dotprod: return "dotprod";
         case Level::I8mmBf16: return "i8mm_bf16";
     }
@@ -68,6 +70,7 @@ bool cpu_runs(Level level) {
         case Level::Avx512: return avx512;
         case Level::Avx512Vnni: return avx512 && f.avx512_vnni;
         case Level::Avx512Bf16: return avx512 && f.avx512_vnni && f.avx512_bf16;
+        case Level::Amx: return avx512 && f.avx512_vnni && f.avx512_bf16 && f.amx_bf16 && bf16_kernels::amx_bf16_permitted();
         case Level::Dotprod: return f.dotprod;
         case Level::I8mmBf16: return f.dotprod && f.i8mm && f.bf16;
     }
@@ -116,7 +119,8 @@ FloatKernel float_kernel_at(Level level) {
         case Level::Avx2Vnni: return FloatKernel::Avx2;
         case Level::Avx512:
         case Level::Avx512Vnni:
-        case Level::Avx512Bf16: return FloatKernel::Avx512;
+        case Level::Avx512Bf16:
+        case Level::Amx: return FloatKernel::Avx512;
         default: return FloatKernel::Blas;  // portable, and aarch64's levels: OpenBLAS's own NEON kernels
     }
 }
@@ -132,7 +136,8 @@ Int8Kernel int8_kernel_at(Level level) {
         case Level::Avx2Vnni: return Int8Kernel::AvxVnni;
         case Level::Avx512: return Int8Kernel::Avx2;  // AVX-512 without VNNI (Skylake-X): no 512-bit int8 kernel
         case Level::Avx512Vnni:
-        case Level::Avx512Bf16: return Int8Kernel::Avx512Vnni;
+        case Level::Avx512Bf16:
+        case Level::Amx: return Int8Kernel::Avx512Vnni;
         case Level::Dotprod: return Int8Kernel::Dotprod;
         case Level::I8mmBf16: return Int8Kernel::I8mm;
     }
@@ -142,6 +147,7 @@ Int8Kernel int8_kernel_at(Level level) {
 Bf16Kernel bf16_kernel_at(Level level) {
     switch (level) {
         case Level::Avx512Bf16: return Bf16Kernel::Avx512Bf16;
+        case Level::Amx: return Bf16Kernel::AmxBf16;
         case Level::I8mmBf16: return Bf16Kernel::NeonBf16;
         default: return Bf16Kernel::Emulated;
     }
@@ -198,6 +204,7 @@ std::string kernel_name(Int8Kernel k) {
 std::string kernel_name(Bf16Kernel k) {
     switch (k) {
         case Bf16Kernel::Avx512Bf16: return "avx512_bf16";
+        case Bf16Kernel::AmxBf16: return "amx_bf16";
         case Bf16Kernel::NeonBf16: return "neon_bf16";
         case Bf16Kernel::Emulated: break;
     }
@@ -240,7 +247,8 @@ std::vector<KernelRow> table(FloatKernel fk, Int8Kernel ik, Bf16Kernel bk) {
         {"bf16", "bf16 product", kernel_name(bk),
          bk == Bf16Kernel::NeonBf16
              ? split + ", by panels of 32 columns; every product packed"
-             : split + "; x W^T up to " + std::to_string(kFewRows) + " rows unpacked, " + weight_split},
+             : split + "; x W^T up to " + std::to_string(kFewRows) + " rows unpacked (avx512_bf16), " + weight_split +
+                   (bk == Bf16Kernel::AmxBf16 ? "; the rest in AMX tiles, by panels of 32 columns" : "")},
         {"int8", "int8 Linear", kernel_name(ik),
          "split over threads from " + std::to_string(kSplitInt8Macs >> 20) + "M multiply-adds, in panels of " +
              std::to_string(kInt8Panel) + " columns"},

@@ -100,19 +100,26 @@ CpuFeatures capped(CpuFeatures f, const std::string& level) {
     // The x86-64 levels, and the kernel levels (kernels/level.hpp) with the extensions each keeps. rank: the
     // x86-64 level; arm: 0 NEON, 1 dot product, 2 i8mm and bf16. A level of one architecture is the other's
     // baseline.
-    struct Cap { const char* name; int rank; bool avx_vnni, avx512_vnni, avx512_bf16; int arm; };
-    static const Cap caps[] = {{"x86-64", 0, false, false, false, 0},    {"x86-64-v2", 1, false, false, false, 0},
-                               {"x86-64-v3", 2, false, false, false, 0}, {"x86-64-v4", 3, false, false, false, 0},
-                               {"portable", 0, false, false, false, 0},  {"avx2", 2, false, false, false, 0},
-                               {"avx2_vnni", 2, true, false, false, 0},  {"avx512", 3, false, false, false, 0},
-                               {"avx512_vnni", 3, false, true, false, 0}, {"avx512_bf16", 3, false, true, true, 0},
-                               {"dotprod", 0, false, false, false, 1},   {"i8mm_bf16", 0, false, false, false, 2}};
+    struct Cap { const char* name; int rank; bool avx_vnni, avx512_vnni, avx512_bf16, amx; int arm; };
+    static const Cap caps[] = {{"x86-64", 0, false, false, false, false, 0},
+                               {"x86-64-v2", 1, false, false, false, false, 0},
+                               {"x86-64-v3", 2, false, false, false, false, 0},
+                               {"x86-64-v4", 3, false, false, false, false, 0},
+                               {"portable", 0, false, false, false, false, 0},
+                               {"avx2", 2, false, false, false, false, 0},
+                               {"avx2_vnni", 2, true, false, false, false, 0},
+                               {"avx512", 3, false, false, false, false, 0},
+                               {"avx512_vnni", 3, false, true, false, false, 0},
+                               {"avx512_bf16", 3, false, true, true, false, 0},
+                               {"amx", 3, false, true, true, true, 0},
+                               {"dotprod", 0, false, false, false, false, 1},
+                               {"i8mm_bf16", 0, false, false, false, false, 2}};
     const Cap* cap = nullptr;
     for (const Cap& c : caps)
         if (level == c.name) cap = &c;
     if (!cap)
         throw ValueError("CTRANSFORMER_KERNEL_LEVEL must be portable, avx2, avx2_vnni, avx512, avx512_vnni, "
-                         "avx512_bf16, dotprod, i8mm_bf16, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" +
+                         "avx512_bf16, amx, dotprod, i8mm_bf16, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" +
                          level + "'");
     const int rank = cap->rank;
     // No x86-64 level includes these extensions: an AVX-512 CPU of level v4 may lack every one.
@@ -120,7 +127,9 @@ CpuFeatures capped(CpuFeatures f, const std::string& level) {
     f.avx512_vnni = f.avx512_vnni && cap->avx512_vnni;
     f.avx512_bf16 = f.avx512_bf16 && cap->avx512_bf16;
     f.avx512_fp16 = false;
-    f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
+    f.amx_tile = f.amx_tile && cap->amx;
+    f.amx_bf16 = f.amx_bf16 && cap->amx;
+    f.amx_int8 = f.amx_int8 && cap->amx;
     f.dotprod = f.dotprod && cap->arm >= 1;
     f.i8mm = f.i8mm && cap->arm >= 2;
     f.bf16 = f.bf16 && cap->arm >= 2;

@@ -23,7 +23,7 @@ def autocast_cache_size() -> int:
     """
 def bf16_kernel() -> str:
     """
-    The bf16 GEMM kernel in use: 'avx512_bf16', 'neon_bf16' (aarch64) or 'emulated'.
+    The bf16 GEMM kernel in use: 'amx_bf16', 'avx512_bf16', 'neon_bf16' (aarch64) or 'emulated'.
     """
 def clear_autocast_cache() -> None:
     """
@@ -43,7 +43,7 @@ def round_to_bf16(x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]) ->
     """
 def set_bf16_kernel(name: str) -> None:
     """
-    'auto' (the CPU's best), 'avx512_bf16', 'neon_bf16' or 'emulated' (bf16-rounded operands through the BLAS's sgemm).
+    'auto' (the CPU's best), 'amx_bf16', 'avx512_bf16', 'neon_bf16' or 'emulated' (bf16-rounded operands through the BLAS's sgemm).
     """
 def widen_bf16(bits: typing.Annotated[numpy.typing.ArrayLike, numpy.uint16]) -> numpy.typing.NDArray[numpy.float32]:
     """

@@ -3,7 +3,7 @@
 // time, so one machine runs, in one process, every kernel a smaller CPU would (the tests do).
 //
 // A level is a class of real CPUs, named by the instructions the kernels use. A CPU runs a level when it has
-// every one of its features. Each product then takes the best kernel the level allows (kernel_table()):
+// every one of its features (and, for amx, Linux grants the process the tile state). Each product then takes the best kernel the level allows (kernel_table()):
 //
 //   level          float products      int8 Linear     bf16 products   CPUs
 //   portable       OpenBLAS            portable        emulated        any x86-64 (SSE2), any aarch64 (NEON)
@@ -11,7 +11,8 @@
 //   avx2_vnni      AVX2+FMA            avx_vnni        emulated        Alder Lake, Arrow Lake
 //   avx512         AVX-512             avx2            emulated        Skylake-X
 //   avx512_vnni    AVX-512             avx512_vnni     emulated        Cascade Lake, Ice Lake
-//   avx512_bf16    AVX-512             avx512_vnni     avx512_bf16     Cooper Lake, Sapphire Rapids, Zen 4-5
+//   avx512_bf16    AVX-512             avx512_vnni     avx512_bf16     Cooper Lake, Zen 4-5
+//   amx            AVX-512             avx512_vnni     amx_bf16        Sapphire, Emerald and Granite Rapids
 //   dotprod        OpenBLAS            dotprod         emulated        Graviton2, Ampere Altra, Apple M1 (aarch64)
 //   i8mm_bf16      OpenBLAS            i8mm            neon_bf16        Graviton3-4, Neoverse N2/V1/V2, Apple M2+
 //
@@ -27,7 +28,7 @@
 
 namespace ct::kernels {
 
-enum class Level { Portable, Avx2, Avx2Vnni, Avx512, Avx512Vnni, Avx512Bf16, Dotprod, I8mmBf16 };
+enum class Level { Portable, Avx2, Avx2Vnni, Avx512, Avx512Vnni, Avx512Bf16, Amx, Dotprod, I8mmBf16 };
 
 std::string level_name(Level level);
 // "portable", "avx2", ...; also the x86-64 levels ("x86-64" and "x86-64-v2" = portable, "x86-64-v3" = avx2,

@@ -5,7 +5,7 @@
 //
 // CTRANSFORMER_KERNEL_LEVEL caps what is reported, for the whole process, as if the CPU were of that level:
 // a kernel level (kernels/level.hpp: "portable", "avx2", "avx2_vnni", "avx512", "avx512_vnni",
-// "avx512_bf16", and on aarch64 "dotprod", "i8mm_bf16") or an x86-64 level: "x86-64-v4" (AVX-512 F/BW/DQ/VL, without VNNI, BF16, FP16 or AMX),
+// "avx512_bf16", "amx", and on aarch64 "dotprod", "i8mm_bf16") or an x86-64 level: "x86-64-v4" (AVX-512 F/BW/DQ/VL, without VNNI, BF16, FP16 or AMX),
 // "x86-64-v3" (AVX2 and FMA: an AMD Zen 1), "x86-64-v2" (SSE4.2) or "x86-64" (SSE2). Every run-time choice
 // reads these features (the kernel level, the BLAS guard), so one machine runs the kernels a smaller CPU
 // would pick; set_kernel_level then lowers the kernels further, not the features. It never adds a feature

@@ -24,6 +24,7 @@ using kernels::kSplitFlops;
 constexpr std::size_t kSplitFewRowsElements = kernels::kSplitWeightBytes / sizeof(bf16_t);
 constexpr int kPanel = 32;  // columns of the kernel's tile: a thread's columns come in whole panels
 constexpr int kRowPanel = 12;
+constexpr int kAmxRows = 32;  // rows of the AMX kernel's blocks of C
 
 bf16_kernels::Block make_block(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta,
                                float* c, int ldc) {
@@ -46,29 +47,40 @@ void scaled_accumulate(int m, int n, float* c, int ldc, Run&& run) {
         for (int j = 0; j < n; ++j) c[std::size_t(i) * ldc + j] += p[std::size_t(i) * n + j];
 }
 
+// Decoding's products (x W^T of at most kFewRows rows) on a CPU with AVX512_BF16: no packing. False: not one.
+bool few_rows(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta, float* c, int ldc,
+              bool serial) {
+    if (m > kFewRows || a.trans || !b.trans || k == 0) return false;
+    bf16_kernels::Block g = make_block(m, n, k, alpha, a, b, beta, c, ldc);
+    const int threads = serial ? 1 : parallel::threads();
+    // Bound by reading B (kSplitWeightBytes).
+    if (threads <= 1 || std::size_t(n) * std::size_t(k) < kSplitFewRowsElements) {
+        bf16_kernels::avx512_bf16_few_rows(g);
+        return true;
+    }
+    parallel::parallel_chunks(std::size_t(n), std::size_t(threads), [&](std::size_t, std::size_t n0, std::size_t n1) {
+        bf16_kernels::Block piece = g;
+        piece.n0 = int(n0);
+        piece.n1 = int(n1);
+        bf16_kernels::avx512_bf16_few_rows(piece);
+    });
+    return true;
+}
+
+// An empty sum (k = 0): C = 0, or C unchanged. False: not one.
+bool empty_sum(int m, int n, int k, float beta, float* c, int ldc) {
+    if (k != 0) return false;
+    if (beta == 0.0f)
+        for (int i = 0; i < m; ++i) std::fill_n(c + std::size_t(i) * ldc, n, 0.0f);
+    return true;
+}
+
 void native(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta, float* c, int ldc,
             bool serial) {
-    if (m <= kFewRows && !a.trans && b.trans && k > 0) {  // decoding's products: no packing
-        bf16_kernels::Block g = make_block(m, n, k, alpha, a, b, beta, c, ldc);
-        const int threads = serial ? 1 : parallel::threads();
-        // Bound by reading B (kSplitWeightBytes).
-        if (threads <= 1 || std::size_t(n) * std::size_t(k) < kSplitFewRowsElements)
-            return bf16_kernels::avx512_bf16_few_rows(g);
-        parallel::parallel_chunks(std::size_t(n), std::size_t(threads), [&](std::size_t, std::size_t n0, std::size_t n1) {
-            bf16_kernels::Block piece = g;
-            piece.n0 = int(n0);
-            piece.n1 = int(n1);
-            bf16_kernels::avx512_bf16_few_rows(piece);
-        });
-        return;
-    }
+    if (few_rows(m, n, k, alpha, a, b, beta, c, ldc, serial)) return;
     if (beta != 0.0f && alpha != 1.0f)
         return scaled_accumulate(m, n, c, ldc, [&](float* p, int ldp) { native(m, n, k, alpha, a, b, 0.0f, p, ldp, serial); });
-    if (k == 0) {  // an empty sum: 0, or C unchanged
-        if (beta == 0.0f)
-            for (int i = 0; i < m; ++i) std::fill_n(c + std::size_t(i) * ldc, n, 0.0f);
-        return;
-    }
+    if (empty_sum(m, n, k, beta, c, ldc)) return;
     bf16_kernels::Block g = make_block(m, n, k, alpha, a, b, beta, c, ldc);
     const int threads = serial ? 1 : parallel::threads();
     const int col_panels = (n + kPanel - 1) / kPanel, row_panels = (m + kRowPanel - 1) / kRowPanel;
@@ -104,6 +116,38 @@ void native(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Op
     });
 }
 
+// AMX-BF16: decoding's products as the AVX512_BF16 kernel's (reading the weight bounds them), the rest in tiles,
+// C's columns split over threads in panels of 32, each thread packing all of A for itself (A packed once and shared
+// out, as the AVX512_BF16 kernel does, made GPT-2's prompts 13-16% slower here: half of it read from the other
+// core), or its rows in blocks of 32 when there are too few columns.
+void amx(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta, float* c, int ldc,
+         bool serial) {
+    if (few_rows(m, n, k, alpha, a, b, beta, c, ldc, serial)) return;
+    if (beta != 0.0f && alpha != 1.0f)
+        return scaled_accumulate(m, n, c, ldc, [&](float* p, int ldp) { amx(m, n, k, alpha, a, b, 0.0f, p, ldp, serial); });
+    if (empty_sum(m, n, k, beta, c, ldc)) return;
+    const bf16_kernels::Block g = make_block(m, n, k, alpha, a, b, beta, c, ldc);
+    const int threads = serial ? 1 : parallel::threads();
+    const int col_panels = (n + kPanel - 1) / kPanel, row_blocks = (m + kAmxRows - 1) / kAmxRows;
+    if (threads <= 1 || 2.0 * m * n * k < kSplitFlops || (col_panels < 2 && row_blocks < 2))
+        return bf16_kernels::amx_bf16_block(g);
+    if (col_panels >= threads) {
+        parallel::parallel_chunks(std::size_t(col_panels), std::size_t(threads), [&](std::size_t, std::size_t p0, std::size_t p1) {
+            bf16_kernels::Block piece = g;
+            piece.n0 = int(p0) * kPanel;
+            piece.n1 = std::min(n, int(p1) * kPanel);
+            bf16_kernels::amx_bf16_block(piece);
+        });
+        return;
+    }
+    parallel::parallel_chunks(std::size_t(row_blocks), std::size_t(threads), [&](std::size_t, std::size_t p0, std::size_t p1) {
+        bf16_kernels::Block piece = g;
+        piece.m0 = int(p0) * kAmxRows;
+        piece.m1 = std::min(m, int(p1) * kAmxRows);
+        bf16_kernels::amx_bf16_block(piece);
+    });
+}
+
 #if defined(__aarch64__)
 // ARM's BF16: the columns split over threads in panels, each thread packing its own (kernels/bf16/gemm_neon_bf16.cpp).
 void neon(int m, int n, int k, float alpha, const Bf16Operand& a, const Bf16Operand& b, float beta, float* c, int ldc,
@@ -128,6 +172,7 @@ void run(int m, int n, int k, float alpha, Bf16Operand a, Bf16Operand b, float b
     if (m == 0 || n == 0) return;
     switch (kernels::bf16_kernel()) {
         case Bf16Kernel::Avx512Bf16: return native(m, n, k, alpha, a, b, beta, c, ldc, serial);
+        case Bf16Kernel::AmxBf16: return amx(m, n, k, alpha, a, b, beta, c, ldc, serial);
 #if defined(__aarch64__)
         case Bf16Kernel::NeonBf16: return neon(m, n, k, alpha, a, b, beta, c, ldc, serial);
 #endif
@@ -178,13 +223,18 @@ void set_bf16_kernel(const std::string& name) {
             throw ValueError("set_bf16_kernel: this CPU has no AVX512_BF16 (cpu_features()['avx512_bf16'] is False); "
                              "use 'auto' or 'emulated'");
         kernels::choose_bf16_kernel(Bf16Kernel::Avx512Bf16);
+    } else if (name == "amx_bf16") {
+        if (!kernels::cpu_runs(kernels::Level::Amx))
+            throw ValueError("set_bf16_kernel: this CPU has no AMX-BF16 usable here (cpu_features()['amx_bf16'] is "
+                             "False, or Linux refused the tile state); use 'auto', 'avx512_bf16' or 'emulated'");
+        kernels::choose_bf16_kernel(Bf16Kernel::AmxBf16);
     } else if (name == "neon_bf16") {
         if (!cpu_features().bf16)
             throw ValueError("set_bf16_kernel: this CPU has no ARM BF16 (cpu_features()['bf16'] is False); "
                              "use 'auto' or 'emulated'");
         kernels::choose_bf16_kernel(Bf16Kernel::NeonBf16);
     } else {
-        throw ValueError("set_bf16_kernel: kernel must be 'auto', 'avx512_bf16', 'neon_bf16' or 'emulated', got '" +
+        throw ValueError("set_bf16_kernel: kernel must be 'auto', 'amx_bf16', 'avx512_bf16', 'neon_bf16' or 'emulated', got '" +
                          name + "'");
     }
 }

@@ -35,6 +35,10 @@ void avx512_bf16_block(const Block& block, const std::uint32_t* shared_a = nullp
 // Up to kFewRows rows of C (kernels/split.hpp), A not transposed and B transposed (B[n][k]: a weight), without
 // packing; its own order of summation (bf16.hpp). alpha != 1 scales the sum; accumulate adds it to C.
 void avx512_bf16_few_rows(const Block& block);
+// CPUs with AMX-BF16 (the "amx" level): any block, each call packing its own blocks of A and B. Callable only once
+// amx_bf16_permitted(): Linux granted this process the tile state (asked for on the first call).
+void amx_bf16_block(const Block& block);
+bool amx_bf16_permitted();
 // CPUs with ARM's BF16 (aarch64): any block, each call packing its own rows of A and panels of B.
 void neon_bf16_block(const Block& block);
 // A packed once for all threads: the buffer's size in 32-bit words, and packing rows [12 panel0, 12 panel1)
