@@ -314,7 +314,9 @@ key/value caches (one position's work per step); False re-decodes the whole pref
     py::class_<GPTIncremental>(m, "GPTCache", R"doc(A GPT fed a few positions at a time, with every layer's keys/values kept.
 
 GPTCache(model); step(ids) feeds ids (rows, s) at positions length .. length + s - 1 (at most max_seq_len
-in all) and returns the (rows, vocab_size) logits of the last one; reset() forgets every position.)doc")
+in all) and returns the (rows, vocab_size) logits of the last one; reset() forgets every position.
+reserve(positions) makes room for that many positions (at most max_seq_len) at the first step and after each
+reset, so the caches never grow by copying while they stay within it; capacity is the room they have now.)doc")
         .def(py::init<const gpt::GPT&>(), py::arg("model"), py::keep_alive<1, 2>())
         .def("step", [](GPTIncremental& c, py::object ids) {
             const IndexArray a = to_index_array(ids, "GPTCache.step: ids");
@@ -322,6 +324,10 @@ in all) and returns the (rows, vocab_size) logits of the last one; reset() forge
             return c.step(a);
         }, py::arg("ids"))
         .def("reset", &GPTIncremental::reset)
+        .def("reserve", [](GPTIncremental& c, ctpy::Int positions) {
+            c.reserve(std::size_t(to_size(positions, "GPTCache.reserve: positions")));
+        }, py::arg("positions"))
+        .def_property_readonly("capacity", &GPTIncremental::capacity)
         .def_property_readonly("length", &GPTIncremental::length);
 }
 

@@ -109,6 +109,36 @@ def test_cache_step_logits_equal_full_forward_across_crops():
         assert_close(logits, expected, **LOGIT_TOL, what=f"step predicting id {T}")
 
 
+def test_reserved_room_is_made_once_and_changes_no_logit():
+    """reserve(n): the caches take n positions of room at the first step and after a reset (generate reserves its
+    prompt and new tokens, capped at max_seq_len), so they never grow by copying within it; the logits are the
+    unreserved cache's, bit for bit (the same arithmetic on the same keys and values). Without it the room doubles
+    from the first step's, at least 16 positions."""
+    config = dict(SMALL, max_seq_len=64)
+    _, cm = make_pair(config)
+    ids = prompts(config, 2, 48, seed=4)
+    grown, reserved = ct.decode.GPTCache(cm), ct.decode.GPTCache(cm)
+    reserved.reserve(40)
+    assert reserved.capacity == grown.capacity == 0        # nothing made before the first step
+    rooms = set()
+    for t in range(3, 41):
+        step = ids[:, :3] if t == 3 else ids[:, t - 1:t]
+        np.testing.assert_array_equal(grown.step(step).numpy(), reserved.step(step).numpy())
+        rooms.add(reserved.capacity)
+    assert reserved.length == grown.length == 40
+    assert rooms == {40}                                    # made once, at the first step
+    assert grown.capacity == 64                             # 16, 32, 64: grown twice by copying
+    reserved.reset()
+    reserved.step(ids[:, :2])
+    assert reserved.capacity == 40                          # the reservation outlives a reset
+    reserved.reserve(10**9)
+    reserved.reset()
+    reserved.step(ids[:, :2])
+    assert reserved.capacity == 64                          # never more than max_seq_len
+    with pytest.raises(ValueError, match="GPTCache.reserve: positions"):
+        reserved.reserve(-1)
+
+
 def test_cache_checks_its_input():
     _, cm = make_pair(SMALL)
     cache = ct.decode.GPTCache(cm)

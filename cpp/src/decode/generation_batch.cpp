@@ -105,8 +105,11 @@ void GenerationBatch::admit(const std::vector<std::uint64_t>& ids, const std::ve
             seq->prompt = prompts[i].size();
             seq->cache = model_.start_cache();
             seq->cache.length = t;
-            for (std::size_t l = 0; l < group.layers.size(); ++l)
+            for (std::size_t l = 0; l < group.layers.size(); ++l) {
                 seq->cache.layers[l] = select_rows(group.layers[l], std::vector<std::size_t>{j});
+                // its first growth makes room for the whole request (kv_cache.hpp)
+                seq->cache.layers[l].reserve = std::min(options[i].max_len, C);
+            }
             if (options[i].temperature > 0.0f) seq->generator.emplace(options[i].seed);
             seq->pending.assign(logits.data() + j * V, logits.data() + (j + 1) * V);
             admitted[i] = std::move(seq);

@@ -57,6 +57,7 @@ IndexArray generate(const nn::gpt::GPT& model, const IndexArray& idx, std::size_
     };
 
     GPTIncremental cache(model);
+    cache.reserve(std::min(T_end, C));   // the window's most positions: the caches never grow by copying
     for (std::size_t T = t0; T < T_end; ++T) {   // T ids so far; the cache holds the window minus the last id
         check_should_stop(should_stop, "generate");
         Tensor logits;

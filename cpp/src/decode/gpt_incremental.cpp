@@ -1,5 +1,7 @@
 #include "ctransformer/decode/gpt_incremental.hpp"
 
+#include <algorithm>
+
 #include "ctransformer/runtime/autograd.hpp"
 #include "ctransformer/error.hpp"
 
@@ -7,7 +9,15 @@ namespace ct::decode {
 
 GPTIncremental::GPTIncremental(const nn::gpt::GPT& model) : model_(model), cache_(model.start_cache()) {}
 
-void GPTIncremental::reset() { cache_ = model_.start_cache(); }
+void GPTIncremental::reset() {
+    cache_ = model_.start_cache();
+    reserve(reserve_);
+}
+
+void GPTIncremental::reserve(std::size_t positions) {
+    reserve_ = std::min(positions, model_.max_seq_len);
+    for (KeyValue& layer : cache_.layers) layer.reserve = positions;
+}
 
 Tensor GPTIncremental::step(const IndexArray& ids) {
     if (ids.shape.size() == 2 && cache_.length > 0 && ids.shape[0] != rows_)

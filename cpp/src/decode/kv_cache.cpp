@@ -148,14 +148,14 @@ KeyValue select_rows(const KeyValue& kv, const std::vector<std::size_t>& rows) {
     check_rows(kv.rows(), rows, "key/value cache");
     if (is_identity(rows, kv.rows())) return kv;   // every row where it is: nothing to copy
     const std::vector<std::size_t> from = through_map(kv, rows);
-    return {select_held(kv.k, kv.length, from), select_held(kv.v, kv.length, from), kv.length, {}};
+    return {select_held(kv.k, kv.length, from), select_held(kv.v, kv.length, from), kv.length, {}, kv.reserve};
 }
 
 KeyValue share_rows(const KeyValue& kv, const std::vector<std::size_t>& rows) {
     if (kv.empty()) return kv;
     check_rows(kv.rows(), rows, "key/value cache");
     if (is_identity(rows, kv.rows())) return kv;
-    KeyValue out{kv.k, kv.v, kv.length, through_map(kv, rows)};
+    KeyValue out{kv.k, kv.v, kv.length, through_map(kv, rows), kv.reserve};
     if (is_identity(out.row_map, kv.k.size(0))) out.row_map.clear();   // back to one row each, in order
     return out;
 }

@@ -43,7 +43,7 @@ void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v, std::si
         throw ValueError("append_positions: rows [" + std::to_string(row_begin) + ", " + std::to_string(row_begin + rows) +
                          ") of k and v, which hold " + std::to_string(k.size(0)));
     const std::size_t s = k.size(1);
-    if (cache.empty()) cache = KeyValue{};   // nothing held: any room is re-made to k's and v's shapes
+    if (cache.empty()) cache = KeyValue{{}, {}, 0, {}, cache.reserve};   // nothing held: any room is re-made to k's and v's shapes
     if (!cache.empty() && (rows != cache.rows() || k.size(2) != cache.k.size(2) || v.size(2) != cache.v.size(2)))
         throw ValueError("append_positions: the cache holds " + std::to_string(cache.rows()) + " rows of " +
                          shape_str(cache.k.shape()) + " and " + shape_str(cache.v.shape()) +
@@ -55,10 +55,10 @@ void append_positions(KeyValue& cache, const Tensor& k, const Tensor& v, std::si
     const auto same = [](std::size_t r) { return r; };
     const auto mapped = [&cache](std::size_t r) { return cache.row(r); };
     const std::size_t needed = cache.length + s;
-    if (needed > cache.capacity()) {   // grow: double (at least 16 positions), keeping what is held
-        const std::size_t capacity = std::max({needed, 2 * cache.capacity(), std::size_t(16)});
+    if (needed > cache.capacity()) {   // grow: double (at least 16 positions and the room reserved), keeping what is held
+        const std::size_t capacity = std::max({needed, 2 * cache.capacity(), std::size_t(16), cache.reserve});
         KeyValue grown{Tensor(Array::from_shape({rows, capacity, k.size(2)})),
-                       Tensor(Array::from_shape({rows, capacity, v.size(2)})), cache.length, {}};
+                       Tensor(Array::from_shape({rows, capacity, v.size(2)})), cache.length, {}, cache.reserve};
         if (!cache.empty()) {
             copy_positions(cache.k.data(), cache.capacity(), mapped, grown.k.data(), capacity, same, 0, rows, cache.length,
                            k.size(2));

@@ -55,12 +55,19 @@ class GPTCache:
     
     GPTCache(model); step(ids) feeds ids (rows, s) at positions length .. length + s - 1 (at most max_seq_len
     in all) and returns the (rows, vocab_size) logits of the last one; reset() forgets every position.
+    reserve(positions) makes room for that many positions (at most max_seq_len) at the first step and after each
+    reset, so the caches never grow by copying while they stay within it; capacity is the room they have now.
     """
     def __init__(self, model: ctransformer._core.nn.gpt.GPT) -> None:
+        ...
+    def reserve(self, positions: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     def reset(self) -> None:
         ...
     def step(self, ids: typing.Any) -> ctransformer._core.Tensor:
+        ...
+    @property
+    def capacity(self) -> int:
         ...
     @property
     def length(self) -> int:

@@ -20,12 +20,18 @@ public:
     // stay the same between resets. Returns the logits (rows, vocab_size) of the last of them.
     Tensor step(const IndexArray& ids);
     void reset();   // forget every position
+    // Room for this many positions (at most max_seq_len) in every layer's cache at its first step and after a
+    // reset, so a caller that knows the length it will reach (generate: prompt and new tokens) never has the
+    // caches grow by copying. capacity(): the positions the caches have room for now.
+    void reserve(std::size_t positions);
+    std::size_t capacity() const { return cache_.layers.empty() ? 0 : cache_.layers.front().capacity(); }
     const KeyValue& cache(std::size_t layer) const { return cache_.layers.at(layer); }
 
 private:
     const nn::gpt::GPT& model_;
     nn::gpt::GPT::Cache cache_;   // per layer, (rows, capacity, embed_dim) each
     std::size_t rows_ = 0;
+    std::size_t reserve_ = 0;
 };
 
 }  // namespace ct::decode

@@ -26,6 +26,11 @@ struct KeyValue {
     Tensor k, v;
     std::size_t length = 0;   // positions held
     std::vector<std::size_t> row_map;
+    // Room to make, at least, when the cache grows: the positions a caller knows it will hold (a generate call's
+    // or a served request's prompt and new tokens), so it grows once. Growing by doubling copies what is held into fresh
+    // memory, which the OS zeroes first: at GPT-2's batch 32 after a 128-token prompt, 600 MB of new pages, a
+    // fifth of the next 32 steps' time on an Intel Xeon.
+    std::size_t reserve = 0;
     bool empty() const { return length == 0; }
     std::size_t rows() const { return !row_map.empty() ? row_map.size() : k.dim() == 3 ? k.size(0) : 0; }
     std::size_t row(std::size_t i) const { return row_map.empty() ? i : row_map[i]; }   // row i's in k and v
