@@ -3,9 +3,10 @@
 - The quantisation of a row is exact against its NumPy model: amax = max |x|, q = rint(x * (127 / amax))
   (ties to even), scale = amax / 127, all float32; a row of zeros gives q = 0, scale 0; a row holding NaN
   or inf gives q = 0 and scale = that amax, so its outputs are NaN.
-- Every kernel this CPU can run (AVX-512 VNNI, AVX-VNNI, AVX2, portable) gives the exact int32 sums of
-  an int64 reference, on awkward shapes (1 to 33 rows; k = 1, 3, 5, 17 and beyond 256; columns around the
-  kernels' 16- and 64-column blocks) and at the extremes where a kernel could overflow or saturate
+- Every kernel this CPU can run (AMX, AVX-512 VNNI, AVX-VNNI, AVX2, portable) gives the exact int32 sums of
+  an int64 reference, on awkward shapes (1 to 50 rows; k = 1, 3, 5, 17 and beyond 256; columns around the
+  kernels' 16- and 64-column blocks; for AMX's tiles, 9 rows and more: whole and part blocks of 16 and 32 rows,
+  k in whole steps of 64 and with a part step) and at the extremes where a kernel could overflow or saturate
   (|q| = 127 everywhere; activations of -128; k = 4096).
 - linear_int8 equals the NumPy model of its float32 epilogue bit for bit (the kernels are compiled
   without FMA contraction, so float32(acc) * (s_x alpha * s_w) + b rounds as NumPy does), with and
@@ -23,7 +24,8 @@ from ctransformer import quantization as Q
 
 KERNELS = Q.int8_kernels_available()
 SHAPES = [(1, 1, 1), (1, 5, 3), (2, 3, 16), (3, 17, 17), (4, 256, 64), (5, 257, 65), (7, 100, 63),
-          (13, 64, 130), (17, 33, 1000), (33, 512, 96), (1, 512, 2049)]
+          (13, 64, 130), (17, 33, 1000), (33, 512, 96), (1, 512, 2049), (16, 64, 48), (32, 768, 70),
+          (50, 200, 96)]
 
 
 @pytest.fixture(params=KERNELS)
@@ -107,10 +109,11 @@ def test_kernels_sum_exactly(kernel, m, k, n, signs):
     np.testing.assert_array_equal(Q.matmul_s32(qx, w), qx.astype(np.int64) @ qw.astype(np.int64).T)
 
 
+@pytest.mark.parametrize("m", [5, 20])   # 20: AMX's tiles (9 rows and more)
 @pytest.mark.parametrize("a,b", [(127, 127), (127, -127), (-128, 127), (-128, -127), (-127, -127)])
-def test_kernels_neither_saturate_nor_overflow(kernel, a, b):
+def test_kernels_neither_saturate_nor_overflow(kernel, a, b, m):
     # vpmaddubsw would saturate 2 x 255 x 127 and does not see it here; 4096 x 128 x 127 needs 27 bits.
-    m, k, n = 5, 4096, 33
+    k, n = 4096, 33
     qx = np.full((m, k), a, np.int8)
     qw = np.full((n, k), b, np.int8)
     acc = Q.matmul_s32(qx, Q.Int8Weight(qw, np.ones(n, np.float32)))
@@ -161,7 +164,9 @@ def test_the_best_kernel_is_chosen_by_default():
     Q.set_int8_kernel("auto")
     assert Q.int8_kernel() == KERNELS[0]
     cpu = ct.build_info()["cpu"]
-    if cpu["avx512_vnni"] and cpu["simd_level"] == "avx512":
+    if "amx" in ct.kernel_levels():
+        assert KERNELS[0] == "amx_int8"
+    elif cpu["avx512_vnni"] and cpu["simd_level"] == "avx512":
         assert KERNELS[0] == "avx512_vnni"
     assert KERNELS[-1] == "portable"
 

@@ -12,6 +12,8 @@
 //     Non-finite values in a row of x make that row's output NaN or inf.
 //
 // Every kernel computes the same exact acc, so they differ only in speed:
+//   - "amx_int8": Intel's AMX tiles (the "amx" kernel level): tdpbssd (s8 x s8 in fours into int32), 16 x 16 sums
+//     an instruction from the packed weight as it is; up to 8 rows go to "avx512_vnni".
 //   - "avx512_vnni": vpdpbusd (u8 x s8 in fours into int32) on 16 lanes. The activations are offset by
 //     128 to make them unsigned; the 128 sum_k q_w[n, k] this adds is subtracted afterwards.
 //   - "avx_vnni": the same instruction on 8 lanes (VEX encoding; Intel Alder Lake and later, AMD Zen 5).
@@ -67,7 +69,7 @@ void linear_int8(std::size_t m, const float* x, std::size_t ldx, const Int8Weigh
 // The exact int32 products acc (m, out) = q_x (m, in) q_w^T, through the selected kernel (tests).
 std::vector<std::int32_t> matmul_int8_s32(std::size_t m, const std::int8_t* qx, const Int8Weight& w);
 
-// The kernel in use: "avx512_vnni", "avx_vnni", "avx2" or "portable"; set_int8_kernel takes one of those
+// The kernel in use: "amx_int8", "avx512_vnni", "avx_vnni", "avx2" or "portable"; set_int8_kernel takes one of those
 // (refused with a ValueError when the CPU lacks it) or "auto" (the best the CPU has).
 std::string int8_kernel();
 void set_int8_kernel(const std::string& name);

@@ -10,7 +10,7 @@ namespace ct::kernels {
 // The float32 products of our own: a few rows of x W^T (kernels/fp32/few_rows.cpp) and decoding's packed weights
 // (kernels/fp32/packed.cpp). Blas: neither; OpenBLAS does them.
 enum class FloatKernel { Blas, Avx2, Avx512 };
-enum class Int8Kernel { Portable, Avx2, AvxVnni, Avx512Vnni, Dotprod, I8mm, Neon };
+enum class Int8Kernel { Portable, Avx2, AvxVnni, Avx512Vnni, AmxInt8, Dotprod, I8mm, Neon };
 enum class Bf16Kernel { Emulated, Avx512Bf16, AmxBf16, NeonBf16 };
 
 FloatKernel float_kernel_at(Level level);

@@ -70,7 +70,8 @@ bool cpu_runs(Level level) {
         case Level::Avx512: return avx512;
         case Level::Avx512Vnni: return avx512 && f.avx512_vnni;
         case Level::Avx512Bf16: return avx512 && f.avx512_vnni && f.avx512_bf16;
-        case Level::Amx: return avx512 && f.avx512_vnni && f.avx512_bf16 && f.amx_bf16 && bf16_kernels::amx_bf16_permitted();
+        case Level::Amx: return avx512 && f.avx512_vnni && f.avx512_bf16 && f.amx_bf16 && f.amx_int8 &&
+                              bf16_kernels::amx_bf16_permitted();
         case Level::Dotprod: return f.dotprod;
         case Level::I8mmBf16: return f.dotprod && f.i8mm && f.bf16;
     }
@@ -136,8 +137,8 @@ Int8Kernel int8_kernel_at(Level level) {
         case Level::Avx2Vnni: return Int8Kernel::AvxVnni;
         case Level::Avx512: return Int8Kernel::Avx2;  // AVX-512 without VNNI (Skylake-X): no 512-bit int8 kernel
         case Level::Avx512Vnni:
-        case Level::Avx512Bf16:
-        case Level::Amx: return Int8Kernel::Avx512Vnni;
+        case Level::Avx512Bf16: return Int8Kernel::Avx512Vnni;
+        case Level::Amx: return Int8Kernel::AmxInt8;
         case Level::Dotprod: return Int8Kernel::Dotprod;
         case Level::I8mmBf16: return Int8Kernel::I8mm;
     }
@@ -194,6 +195,7 @@ std::string kernel_name(Int8Kernel k) {
         case Int8Kernel::Avx2: return "avx2";
         case Int8Kernel::AvxVnni: return "avx_vnni";
         case Int8Kernel::Avx512Vnni: return "avx512_vnni";
+        case Int8Kernel::AmxInt8: return "amx_int8";
         case Int8Kernel::Dotprod: return "dotprod";
         case Int8Kernel::I8mm: return "i8mm";
         case Int8Kernel::Neon: return "neon";

@@ -12,7 +12,7 @@
 //   avx512         AVX-512             avx2            emulated        Skylake-X
 //   avx512_vnni    AVX-512             avx512_vnni     emulated        Cascade Lake, Ice Lake
 //   avx512_bf16    AVX-512             avx512_vnni     avx512_bf16     Cooper Lake, Zen 4-5
-//   amx            AVX-512             avx512_vnni     amx_bf16        Sapphire, Emerald and Granite Rapids
+//   amx            AVX-512             amx_int8        amx_bf16        Sapphire, Emerald and Granite Rapids
 //   dotprod        OpenBLAS            dotprod         emulated        Graviton2, Ampere Altra, Apple M1 (aarch64)
 //   i8mm_bf16      OpenBLAS            i8mm            neon_bf16        Graviton3-4, Neoverse N2/V1/V2, Apple M2+
 //

@@ -38,6 +38,7 @@ void avx_vnni(const Problem& p, std::size_t n0, std::size_t n1);
 void quantize_row_avx2(const float* x, std::size_t cols, std::int8_t* q, float* scale);
 void avx512_vnni(const Problem& p, std::size_t n0, std::size_t n1);
 void quantize_row_avx512(const float* x, std::size_t cols, std::int8_t* q, float* scale);
+void amx_int8(const Problem& p, std::size_t n0, std::size_t n1);   // up to 8 rows: avx512_vnni
 #endif
 #if defined(__aarch64__)
 void dotprod(const Problem& p, std::size_t n0, std::size_t n1);

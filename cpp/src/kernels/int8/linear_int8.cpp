@@ -31,6 +31,7 @@ struct Entry {
 Entry current() {
     switch (kernels::int8_kernel()) {
 #if defined(__x86_64__)
+        case Int8Kernel::AmxInt8: return {k8::amx_int8, k8::quantize_row_avx512};
         case Int8Kernel::Avx512Vnni: return {k8::avx512_vnni, k8::quantize_row_avx512};
         case Int8Kernel::AvxVnni: return {k8::avx_vnni, k8::quantize_row_avx2};
         case Int8Kernel::Avx2: return {k8::avx2, k8::quantize_row_avx2, true};
@@ -180,7 +181,7 @@ std::vector<std::int32_t> matmul_int8_s32(std::size_t m, const std::int8_t* qx, 
 std::string int8_kernel() { return kernels::kernel_name(kernels::int8_kernel()); }
 
 // Every int8 kernel, best first.
-constexpr Int8Kernel kInt8Kernels[] = {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2,
+constexpr Int8Kernel kInt8Kernels[] = {Int8Kernel::AmxInt8, Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2,
                                        Int8Kernel::I8mm,       Int8Kernel::Dotprod, Int8Kernel::Neon,
                                        Int8Kernel::Portable};
 
