@@ -206,6 +206,33 @@ def test_native_kernel_is_the_same_on_any_number_of_threads(kernel, num_threads)
                                            num_threads)
 
 
+def assert_one_chain_per_element(m, n, k, seed, unit, unrounded_misses_up_to):
+    """The kernel in force sums each C element as one chain from 0 or from C, adding exact products in an order of
+    the hardware's, each addition rounded to at most `unit` (2**-24 for float32's round to nearest, 2**-23 for
+    round to odd): the bound any such order meets, k unit sum |a b|. The products are those of the bf16-rounded
+    operands, whichever operands come as float32 (rounded while packed) and which as bf16; alpha scales the
+    finished chain. Unrounded inputs would miss by the inputs' rounding, outside the bound, for k from 16 up to
+    `unrounded_misses_up_to` (above it the bound grows loose enough to hold them)."""
+    for ta, tb in itertools.product([False, True], repeat=2):
+        a, b = operands(m, n, k, ta, tb, seed=seed)
+        exact, size, unrounded = float64_reference(a, b, ta, tb)
+        got = amp.gemm_bf16(a, b, ta, tb)
+        assert (np.abs(got - exact) <= k * unit * size + 1e-30).all(), (ta, tb)
+        if 16 <= k <= unrounded_misses_up_to:
+            assert not (np.abs(unrounded - exact) <= k * unit * size).all()
+        ab, bb = amp.round_to_bf16(a), amp.round_to_bf16(b)
+        np.testing.assert_array_equal(amp.gemm_bf16(ab, bb, ta, tb), got, err_msg=f"bf16 operands {ta=} {tb=}")
+        np.testing.assert_array_equal(amp.gemm_bf16(a, bb, ta, tb), got, err_msg=f"mixed operands {ta=} {tb=}")
+        np.testing.assert_array_equal(amp.gemm_bf16(ab, b, ta, tb), got, err_msg=f"mixed operands {ta=} {tb=}")
+        # beta 1: the chain starts from C, one more addition
+        c = np.random.default_rng(1).standard_normal(got.shape).astype(np.float32)
+        with_c = amp.gemm_bf16(a, b, ta, tb, c=c)
+        assert (np.abs(with_c - (c + exact)) <= (k + 1) * unit * (size + np.abs(c)) + 1e-30).all(), (ta, tb)
+        # alpha scales the finished chain (a power of two exactly); with beta 1 the scaled product is added to C
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.125), got * np.float32(0.125))
+        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.3, c=c), c + got * np.float32(0.3))
+
+
 # The AMX kernel's own paths beside SHAPES: C in blocks of 32 x 32 of 16 x 16 tiles (rows 16, 32, 33, 47; columns
 # 16, 48, 65: whole and part tiles, one or two a side), k in steps of 32 values within blocks of 512 (k 32, 512, 513,
 # 1030: a block's last step part zeros), split over threads by columns (n 2304) and by rows (n 40, m 300).
@@ -215,29 +242,11 @@ AMX_SHAPES = SHAPES + [(16, 16, 32), (32, 48, 512), (33, 65, 513), (47, 16, 1030
 @pytest.mark.skipif(not HAS_AMX, reason=AMX_SKIP)
 @pytest.mark.parametrize("m,n,k", AMX_SHAPES)
 def test_amx_kernel_meets_the_float32_bound(m, n, k, kernel):
-    """Each C element is one float32 chain over the tile steps, from 0 or from C, each step adding 32 exact
-    products in an order of the hardware's: the bound any summation order meets, k 2**-24 sum |a b|. (Up to 8
-    rows of x W^T take the AVX512_BF16 few-rows path, exact above, and meet it too.)"""
+    """Each C element is one float32 chain over the tile steps, each step adding 32 exact products in an order of
+    the hardware's. (Up to 8 rows of x W^T take the AVX512_BF16 few-rows path, exact above, and meet it too.)"""
     kernel("amx_bf16")
     assert amp.bf16_kernel() == "amx_bf16"
-    for ta, tb in itertools.product([False, True], repeat=2):
-        a, b = operands(m, n, k, ta, tb, seed=m * 3 + n + k)
-        exact, size, unrounded = float64_reference(a, b, ta, tb)
-        got = amp.gemm_bf16(a, b, ta, tb)
-        assert (np.abs(got - exact) <= k * 2.0**-24 * size + 1e-30).all(), (ta, tb)
-        if 16 <= k <= 1000:  # unrounded inputs would miss by the inputs' rounding, outside the bound
-            assert not (np.abs(unrounded - exact) <= k * 2.0**-24 * size).all()
-        ab, bb = amp.round_to_bf16(a), amp.round_to_bf16(b)
-        np.testing.assert_array_equal(amp.gemm_bf16(ab, bb, ta, tb), got, err_msg=f"bf16 operands {ta=} {tb=}")
-        np.testing.assert_array_equal(amp.gemm_bf16(a, bb, ta, tb), got, err_msg=f"mixed operands {ta=} {tb=}")
-        np.testing.assert_array_equal(amp.gemm_bf16(ab, b, ta, tb), got, err_msg=f"mixed operands {ta=} {tb=}")
-        # beta 1: the chain starts from C, one more addition
-        c = np.random.default_rng(1).standard_normal(got.shape).astype(np.float32)
-        with_c = amp.gemm_bf16(a, b, ta, tb, c=c)
-        assert (np.abs(with_c - (c + exact)) <= (k + 1) * 2.0**-24 * (size + np.abs(c)) + 1e-30).all(), (ta, tb)
-        # alpha scales the finished chain (a power of two exactly); with beta 1 the scaled product is added to C
-        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.125), got * np.float32(0.125))
-        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.3, c=c), c + got * np.float32(0.3))
+    assert_one_chain_per_element(m, n, k, seed=m * 3 + n + k, unit=2.0**-24, unrounded_misses_up_to=1000)
 
 
 @pytest.mark.skipif(not HAS_AMX, reason=AMX_SKIP)
@@ -298,25 +307,11 @@ ARM_SKIP = "this CPU has no ARM BF16: the aarch64 kernel cannot run here (make t
 @pytest.mark.skipif(not HAS_ARM_BF16, reason=ARM_SKIP)
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_arm_kernel_meets_the_round_to_odd_bound(m, n, k, kernel):
+    """BFDOT adds in round to odd (FPCR.EBF clear): each addition errs by up to one unit in the last place, 2**-23,
+    twice float32's round to nearest."""
     kernel("neon_bf16")
     assert amp.bf16_kernel() == "neon_bf16"
-    for ta, tb in itertools.product([False, True], repeat=2):
-        a, b = operands(m, n, k, ta, tb, seed=m * 5 + n + k)
-        exact, size, unrounded = float64_reference(a, b, ta, tb)
-        got = amp.gemm_bf16(a, b, ta, tb)
-        assert (np.abs(got - exact) <= k * 2.0**-23 * size + 1e-30).all(), (ta, tb)
-        if k >= 16:  # unrounded inputs would miss by the inputs' rounding, far outside the bound
-            assert not (np.abs(unrounded - exact) <= k * 2.0**-23 * size).all()
-        ab, bb = amp.round_to_bf16(a), amp.round_to_bf16(b)
-        np.testing.assert_array_equal(amp.gemm_bf16(ab, bb, ta, tb), got, err_msg=f"bf16 operands {ta=} {tb=}")
-        np.testing.assert_array_equal(amp.gemm_bf16(a, bb, ta, tb), got, err_msg=f"mixed operands {ta=} {tb=}")
-        # beta 1: the chain starts from C, one more addition
-        c = np.random.default_rng(1).standard_normal(got.shape).astype(np.float32)
-        with_c = amp.gemm_bf16(a, b, ta, tb, c=c)
-        assert (np.abs(with_c - (c + exact)) <= (k + 1) * 2.0**-23 * (size + np.abs(c)) + 1e-30).all(), (ta, tb)
-        # alpha scales the finished chain (a power of two exactly); with beta 1 the scaled product is added to C
-        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.125), got * np.float32(0.125))
-        np.testing.assert_array_equal(amp.gemm_bf16(a, b, ta, tb, alpha=0.3, c=c), c + got * np.float32(0.3))
+    assert_one_chain_per_element(m, n, k, seed=m * 5 + n + k, unit=2.0**-23, unrounded_misses_up_to=float("inf"))
 
 
 @pytest.mark.skipif(not HAS_ARM_BF16, reason=ARM_SKIP)
