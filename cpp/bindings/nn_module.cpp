@@ -9,6 +9,7 @@
 #include "ctransformer/nn/embedding.hpp"
 #include "ctransformer/nn/layer_norm.hpp"
 #include "ctransformer/nn/linear.hpp"
+#include "ctransformer/runtime/random.hpp"
 
 namespace ctpy {
 
@@ -108,6 +109,17 @@ void bind_nn_module(py::module_& nn) {
     auto load_result = py::module_::import("collections").attr("namedtuple")(
         "IncompatibleKeys", py::make_tuple("missing_keys", "unexpected_keys"), py::arg("module") = nn.attr("__name__"));
     nn.attr("IncompatibleKeys") = load_result;
+
+    nn.def("skip_init", [](py::object module_cls, py::args args, py::kwargs kwargs) {
+        if (!PyCallable_Check(module_cls.ptr()))
+            throw py::type_error("skip_init: module_cls must be a module class (callable), got " +
+                                 std::string(py::str(py::type::of(module_cls).attr("__name__"))));
+        ct::SkipInit skip;   // this thread's initialisers draw nothing until the module is built
+        return module_cls(*args, **kwargs);
+    }, R"doc(skip_init(module_cls, *args, **kwargs): ``module_cls(*args, **kwargs)`` without initialising its
+parameters, as torch.nn.utils.skip_init: they are left zeros and nothing is drawn from the generator (its state
+is as before). For a model whose every parameter is loaded next (``from_pretrained`` uses it: GPT-2's random
+initialisation took ~10 s).)doc");
 
     auto add_module = [](py::handle self, const std::string& name, py::handle module) {
         register_by_name<Module>(self, "add_module", name, module, "module", "a ctransformer.nn.Module",

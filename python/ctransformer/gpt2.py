@@ -208,12 +208,13 @@ def to_theirs(state, n_layers, tied=True):
 
 def load_pretrained(path):
     """A Hugging Face GPT-2 directory as a ct.nn.GPT in eval mode."""
+    from ._core.nn import skip_init
     from ._core.nn.gpt import GPT
 
     path = _arguments.path(path, "GPT.from_pretrained: path")
     config = read_config(path)
     arguments = gpt_arguments(config)
-    model = GPT(**arguments)
+    model = skip_init(GPT, **arguments)   # every parameter is loaded below (strictly): no initialisation to draw
     state = to_ours(read_weights(path), arguments["n_layers"], arguments["d_model"],
                     arguments["tie_word_embeddings"])
     try:

@@ -146,11 +146,13 @@ def _check_ties(state, names, c):
 
 def load_pretrained(path):
     """A Hugging Face Marian directory as a Transformer in eval mode (its state_dict names are Hugging Face's)."""
-    from ._core.nn import Transformer
+    from ._core.nn import Transformer, skip_init
 
     path = _arguments.path(path, "from_pretrained: path")
     config = read_config(path)
-    model = Transformer(transformer_config(config))
+    # Every parameter is loaded below (strictly; the positional tables and final_logits_bias are computed, not
+    # drawn): no initialisation to draw.
+    model = skip_init(Transformer, transformer_config(config))
     state = complete_state(read_weights(path), model)
     try:
         model.load_state_dict(state)

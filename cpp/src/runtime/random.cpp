@@ -30,7 +30,15 @@ void set_rng_state(const std::string& state) {
     default_generator().engine() = engine;
 }
 
+namespace {
+thread_local int t_skip_init = 0;   // SkipInit objects alive on this thread
+}  // namespace
+
+SkipInit::SkipInit() { ++t_skip_init; }
+SkipInit::~SkipInit() { --t_skip_init; }
+
 void uniform_(Tensor& t, float low, float high) {
+    if (t_skip_init > 0) return;
     float* p = t.data();
     Generator& g = default_generator();
     auto lock = g.lock();   // one tensor's draws in a row, even with other threads drawing
@@ -38,6 +46,7 @@ void uniform_(Tensor& t, float low, float high) {
 }
 
 void normal_(Tensor& t, float mean, float std) {
+    if (t_skip_init > 0) return;
     float* p = t.data();
     Generator& g = default_generator();
     auto lock = g.lock();

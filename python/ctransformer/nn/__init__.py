@@ -26,7 +26,7 @@ from .._core.nn import (
     get_pad_mask,
     get_subsequent_mask,
 )
-from . import gpt
+from . import gpt, utils
 from .activations import GELU, ReLU, SiLU
 from .containers import ModuleList, Sequential
 from .gpt import GPT
@@ -83,5 +83,5 @@ __all__ = [
     "PositionalEncoding", "ScaledDotProductAttention", "MultiHeadAttention", "PositionwiseFeedForward",
     "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "PositionEmbedding", "Transformer",
     "TransformerConfig", "get_pad_mask", "get_subsequent_mask", "gpt", "GPT", "ModuleList", "Sequential", "ReLU",
-    "GELU", "SiLU",
+    "GELU", "SiLU", "utils",
 ]

@@ -40,7 +40,18 @@ void manual_seed(std::uint64_t seed);
 std::string get_rng_state();
 void set_rng_state(const std::string& state);
 
-// In-place initialisers used by the modules (torch.nn.init equivalents).
+// While one lives on this thread, uniform_, normal_ and xavier_uniform_ leave their tensor as it is (a new
+// parameter's zeros) and draw nothing from the generator: a model built only to have every parameter loaded next
+// (torch.nn.utils.skip_init; from_pretrained) skips drawing what it would throw away, ~10 s for GPT-2's 124 M.
+class SkipInit {
+public:
+    SkipInit();
+    ~SkipInit();
+    SkipInit(const SkipInit&) = delete;
+    SkipInit& operator=(const SkipInit&) = delete;
+};
+
+// In-place initialisers used by the modules (torch.nn.init equivalents); nothing while a SkipInit lives.
 void uniform_(Tensor& t, float low, float high);
 void normal_(Tensor& t, float mean, float std);
 // Glorot/Xavier uniform for a (fan_out, fan_in) weight: U(-a, a), a = sqrt(6 / (fan_in + fan_out)).

@@ -8,7 +8,7 @@ import ctransformer._core.quantization
 import numpy
 import typing
 from . import gpt
-__all__: list[str] = ['Decoder', 'DecoderLayer', 'Dropout', 'Embedding', 'Encoder', 'EncoderLayer', 'IncompatibleKeys', 'LayerNorm', 'Linear', 'Module', 'MultiHeadAttention', 'PositionEmbedding', 'PositionalEncoding', 'PositionwiseFeedForward', 'ScaledDotProductAttention', 'Transformer', 'TransformerConfig', 'get_pad_mask', 'get_subsequent_mask', 'gpt']
+__all__: list[str] = ['Decoder', 'DecoderLayer', 'Dropout', 'Embedding', 'Encoder', 'EncoderLayer', 'IncompatibleKeys', 'LayerNorm', 'Linear', 'Module', 'MultiHeadAttention', 'PositionEmbedding', 'PositionalEncoding', 'PositionwiseFeedForward', 'ScaledDotProductAttention', 'Transformer', 'TransformerConfig', 'get_pad_mask', 'get_subsequent_mask', 'gpt', 'skip_init']
 class IncompatibleKeys(tuple):
     """
     IncompatibleKeys(missing_keys, unexpected_keys)
@@ -769,4 +769,11 @@ def get_pad_mask(seq: typing.Any, pad_idx: typing.SupportsInt | typing.SupportsI
 def get_subsequent_mask(seq: typing.Any) -> numpy.ndarray:
     """
     The no-peek mask: a (1, len, len) boolean array, True on and below the diagonal (jadore801120's get_subsequent_mask).
+    """
+def skip_init(arg0: typing.Any, *args, **kwargs) -> typing.Any:
+    """
+    skip_init(module_cls, *args, **kwargs): ``module_cls(*args, **kwargs)`` without initialising its
+    parameters, as torch.nn.utils.skip_init: they are left zeros and nothing is drawn from the generator (its state
+    is as before). For a model whose every parameter is loaded next (``from_pretrained`` uses it: GPT-2's random
+    initialisation took ~10 s).
     """
