@@ -33,24 +33,6 @@ void bind_functional(py::module_& f) {
         py::gil_scoped_release release;
         return ct::linear(x, w, pb);
     }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), "input @ weight.T + bias.");
-    f.def("linear_of_shared_input", [](const Tensor& x, const py::sequence& layers) {
-        // Tensors held here, pointed to by the operands.
-        std::vector<Tensor> weights(layers.size()), biases(layers.size());
-        std::vector<ct::LinearOperands> operands;
-        for (std::size_t i = 0; i < layers.size(); ++i) {
-            const std::string at = "layers[" + std::to_string(i) + "]";
-            const py::object item = layers[i];
-            if (!py::isinstance<py::tuple>(item) || py::len(item) != 2)
-                throw py::type_error(at + ": expected a (weight, bias) tuple, bias None or a tensor");
-            const py::tuple pair = item.cast<py::tuple>();
-            weights[i] = as_tensor(pair[0], (at + " weight").c_str());
-            operands.push_back({&weights[i], optional_tensor(pair[1], biases[i], (at + " bias").c_str())});
-        }
-        py::gil_scoped_release release;
-        return ct::linear_of_shared_input(x, operands);
-    }, py::arg("input"), py::arg("layers"),
-          "[linear(input, weight, bias) for weight, bias in layers], the same bits: one or two float32 rows (no "
-          "autocast, no gradient) read all the weights in one product over the threads (a decoding step's q, k, v).");
     f.def("add", [](const Tensor& a, py::object b) { return ct::add(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"),
           "input + other, broadcasting as NumPy does; other may be a Tensor, an array or a number.");
     f.def("sub", [](const Tensor& a, py::object b) { return ct::sub(a, as_tensor(b, "other")); }, py::arg("input"), py::arg("other"),

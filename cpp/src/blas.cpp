@@ -152,32 +152,6 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
     }
 }
 
-bool few_rows_of_shared_input(int m, int k, const float* a, const std::vector<OneOfShared>& products) {
-    // gemm_serial takes a piece of at most kDirectMacs multiply-adds to its straight loops: another summation order.
-    // Pieces of the split are at least kMinBlock columns, so above that every piece is the few-rows kernel's.
-    if (m < 1 || m > kFewRows || k < 1 || !few_rows_available()) return false;
-    std::size_t columns = 0;
-    for (const OneOfShared& p : products) {
-        if (p.n < 1 || std::size_t(m) * std::size_t(std::min(p.n, kMinBlock)) * std::size_t(k) <= kDirectMacs) return false;
-        columns += std::size_t(p.n);
-    }
-    // Columns [j0, j1) of the products laid side by side.
-    const auto run = [&](std::size_t j0, std::size_t j1) {
-        std::size_t first = 0;
-        for (const OneOfShared& p : products) {
-            const std::size_t lo = std::max(j0, first), hi = std::min(j1, first + std::size_t(p.n));
-            if (lo < hi)
-                few_rows_gemm({m, k, 1.0f, a, k, p.b, k, p.beta, p.c, p.n}, int(lo - first), int(hi - first));
-            first += std::size_t(p.n);
-        }
-    };
-    if (parallel::threads() > 1 && columns * std::size_t(k) >= kSplitGemvElements)
-        parallel::parallel_for(columns, kMinBlock, [&](std::size_t j0, std::size_t j1) { run(j0, j1); }, kGemmPiecesPerThread);
-    else
-        run(0, columns);
-    return true;
-}
-
 }  // namespace ct::blas
 
 namespace ct {

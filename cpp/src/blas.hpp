@@ -9,7 +9,6 @@
 // Each C element is computed by the same kernel over the same k blocking either way, so the
 // split does not change results.
 #pragma once
-#include <vector>
 
 namespace ct::blas {
 
@@ -24,18 +23,5 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
 // product per attention head and batch entry).
 void gemm_serial(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                  const float* b, int ldb, float beta, float* c, int ldc);
-
-// One of several products x W_i^T of the same x: C_i (m, n) = A B_i^T + beta C_i, B_i (n, k) row-major.
-struct OneOfShared {
-    const float* b;
-    int n;
-    float beta;  // 0: C_i is only written (as gemm's)
-    float* c;    // ldc = n
-};
-// gemm(false, true, m, n_i, k, 1, a, k, b_i, k, beta_i, c_i, n_i) for each product, the same bits, as one product over
-// the weights' rows: one hand-off to the threads instead of one a weight (a decoding step's q, k and v). Taken
-// where each would be the few-rows kernel's whatever its split (m <= kFewRows, pieces above kDirectMacs); false,
-// computing nothing, where not: the caller then makes the products one by one.
-bool few_rows_of_shared_input(int m, int k, const float* a, const std::vector<OneOfShared>& products);
 
 }  // namespace ct::blas

@@ -14,7 +14,6 @@ from ._core.functional import (
     kl_div,
     layer_norm,
     linear,
-    linear_of_shared_input,
     log_softmax,
     masked_fill,
     matmul,
@@ -34,8 +33,7 @@ from ._core.functional import (
 )
 
 __all__ = [
-    "add", "sub", "mul", "div", "scale", "matmul", "linear", "linear_of_shared_input",
-    "relu", "gelu", "gelu_erf", "silu", "dropout", "softmax",
+    "add", "sub", "mul", "div", "scale", "matmul", "linear", "relu", "gelu", "gelu_erf", "silu", "dropout", "softmax",
     "log_softmax", "layer_norm", "embedding", "masked_fill", "scaled_dot_product_attention",
     "multi_head_attention",
     "reshape", "transpose", "permute", "sum", "mean", "cross_entropy", "kl_div",

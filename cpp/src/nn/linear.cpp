@@ -27,18 +27,6 @@ Tensor Linear::forward(const Tensor& x, float alpha) const {
     return int8_weight_ ? linear_int8(x, *int8_weight_, b, alpha, &weight) : linear(x, weight, b, alpha);
 }
 
-std::vector<Tensor> forward_shared_input(const std::vector<const Linear*>& layers, const Tensor& x) {
-    std::vector<LinearOperands> operands;
-    for (const Linear* l : layers) operands.push_back({&l->weight, l->has_bias ? &l->bias : nullptr});
-    for (const Linear* l : layers)
-        if (l->int8_weight()) {
-            std::vector<Tensor> out;
-            for (const Linear* each : layers) out.push_back(each->forward(x));
-            return out;
-        }
-    return linear_of_shared_input(x, operands);
-}
-
 void Linear::quantize_self(bool int8) {
     int8_weight_ = int8 ? std::make_shared<const Int8Weight>(quantize_weight_int8(weight.data(), out_features, in_features))
                         : nullptr;

@@ -152,36 +152,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
     return out;
 }
 
-std::vector<Tensor> linear_of_shared_input(const Tensor& x, const std::vector<LinearOperands>& layers) {
-    std::vector<Tensor> out;
-    out.reserve(layers.size());
-    // Rows up to kGemvRows: from kPackedMinRows on, linear() may read a PackedWeights region's packed copy instead.
-    bool shared = !autocast::enabled() && x.dim() >= 1 && x.numel() > 0 && x.numel() / x.size(-1) <= std::size_t(kernels::kGemvRows);
-    std::vector<const Tensor*> inputs{&x};
-    for (const LinearOperands& l : layers) {
-        shared = shared && l.weight->dim() == 2;
-        inputs.push_back(l.weight);
-        if (l.bias) inputs.push_back(l.bias);
-    }
-    for (const Tensor* t : inputs) shared = shared && !needs_grad({t});
-    std::vector<blas::OneOfShared> products;
-    if (shared) {
-        for (const LinearOperands& l : layers) {
-            const std::size_t out_f = l.weight->size(0), in_f = l.weight->size(1);
-            Shape shape;
-            const std::size_t rows = linear_rows(x, in_f, out_f, l.bias, shape);
-            Tensor y(Array::from_shape(shape));
-            for (std::size_t r = 0; l.bias && r < rows; ++r) std::copy_n(l.bias->data(), out_f, y.data() + r * out_f);
-            products.push_back({l.weight->data(), int(out_f), l.bias ? 1.0f : 0.0f, y.data()});
-            out.push_back(std::move(y));
-        }
-        if (blas::few_rows_of_shared_input(int(x.numel() / x.size(-1)), int(x.size(-1)), x.data(), products)) return out;
-        out.clear();
-    }
-    for (const LinearOperands& l : layers) out.push_back(linear(x, *l.weight, l.bias));
-    return out;
-}
-
 namespace {
 
 // An int8 product has no gradient, as torch's dynamically quantised Linear has none. Its output keeps no

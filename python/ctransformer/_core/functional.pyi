@@ -3,10 +3,9 @@
 Functional ops, each with its backward.
 """
 from __future__ import annotations
-import collections.abc
 import ctransformer._core
 import typing
-__all__: list[str] = ['add', 'cross_entropy', 'div', 'dropout', 'embedding', 'gelu', 'gelu_erf', 'kl_div', 'layer_norm', 'linear', 'linear_of_shared_input', 'log_softmax', 'masked_fill', 'matmul', 'mean', 'mul', 'multi_head_attention', 'permute', 'relu', 'reshape', 'scale', 'scaled_dot_product_attention', 'silu', 'softmax', 'sub', 'sum', 'transpose']
+__all__: list[str] = ['add', 'cross_entropy', 'div', 'dropout', 'embedding', 'gelu', 'gelu_erf', 'kl_div', 'layer_norm', 'linear', 'log_softmax', 'masked_fill', 'matmul', 'mean', 'mul', 'multi_head_attention', 'permute', 'relu', 'reshape', 'scale', 'scaled_dot_product_attention', 'silu', 'softmax', 'sub', 'sum', 'transpose']
 def add(input: ctransformer._core.Tensor, other: typing.Any) -> ctransformer._core.Tensor:
     """
     input + other, broadcasting as NumPy does; other may be a Tensor, an array or a number.
@@ -46,10 +45,6 @@ def layer_norm(input: ctransformer._core.Tensor, weight: typing.Any = None, bias
 def linear(input: ctransformer._core.Tensor, weight: ctransformer._core.Tensor, bias: typing.Any = None) -> ctransformer._core.Tensor:
     """
     input @ weight.T + bias.
-    """
-def linear_of_shared_input(input: ctransformer._core.Tensor, layers: collections.abc.Sequence) -> list[ctransformer._core.Tensor]:
-    """
-    [linear(input, weight, bias) for weight, bias in layers], the same bits: one or two float32 rows (no autocast, no gradient) read all the weights in one product over the threads (a decoding step's q, k, v).
     """
 def log_softmax(input: ctransformer._core.Tensor, dim: typing.Any) -> ctransformer._core.Tensor:
     """

@@ -1,7 +1,6 @@
 // Linear(in_features, out_features, bias): y = x W^T + b, parameters "weight" and "bias".
 #pragma once
 #include <memory>
-#include <vector>
 
 #include "ctransformer/int8.hpp"
 #include "ctransformer/nn/module.hpp"
@@ -33,9 +32,5 @@ protected:
 private:
     std::shared_ptr<const Int8Weight> int8_weight_;
 };
-
-// layers[i]->forward(x) for each, the same bits: where none is int8, as ops/linear.hpp's linear_of_shared_input (a
-// decoding step's few rows read all the weights in one product over the threads).
-std::vector<Tensor> forward_shared_input(const std::vector<const Linear*>& layers, const Tensor& x);
 
 }  // namespace ct::nn

@@ -35,14 +35,13 @@ SelfAttention::SelfAttention(std::size_t e, std::size_t h, float dropout, std::o
 
 std::pair<Tensor, Tensor> SelfAttention::forward(const Tensor& x, KeyValue* cache) const {
     check_input(x);
-    const std::vector<Tensor> qkv = forward_shared_input({q_layer.get(), k_layer.get(), v_layer.get()}, x);
-    const Tensor &queries = qkv[0], &keys = qkv[1], &values = qkv[2];
-    if (!cache) return attend(queries, keys, values, 0);
+    const Tensor keys = k_layer->forward(x), values = v_layer->forward(x);
+    if (!cache) return attend(x, keys, values, 0);
     // Cached: these positions join the earlier ones, and the queries read all of them in place.
     if (!cache->row_map.empty())   // (GPT's decoding never selects rows)
         throw ValueError("SelfAttention.forward: a cache with a row map is not supported here");
     append_positions(*cache, keys, values);
-    return attend(queries, cache->k, cache->v, cache->length);
+    return attend(x, cache->k, cache->v, cache->length);
 }
 
 Tensor SelfAttention::forward_sequences(const Tensor& x, const std::vector<KeyValue*>& caches,
@@ -51,8 +50,7 @@ Tensor SelfAttention::forward_sequences(const Tensor& x, const std::vector<KeyVa
     if (x.size(1) != 1 || offsets.size() != caches.size() + 1 || offsets.front() != 0 || offsets.back() != x.size(0))
         throw ValueError("SelfAttention.forward_sequences: x must be (rows, 1, embed_dim) and offsets one more than the "
                          "caches, from 0 to the rows");
-    const std::vector<Tensor> qkv = forward_shared_input({q_layer.get(), k_layer.get(), v_layer.get()}, x);
-    const Tensor &queries = qkv[0], &keys = qkv[1], &values = qkv[2];
+    const Tensor keys = k_layer->forward(x), values = v_layer->forward(x);
     std::vector<CachedSequence> sequences(caches.size());
     for (std::size_t s = 0; s < caches.size(); ++s) {
         KeyValue& kv = *caches[s];
@@ -60,11 +58,11 @@ Tensor SelfAttention::forward_sequences(const Tensor& x, const std::vector<KeyVa
         sequences[s] = {&kv.k, &kv.v, kv.length, kv.row_map.empty() ? nullptr : &kv.row_map, offsets[s], offsets[s + 1]};
     }
     // One query at the last position held: the causal mask hides nothing from it.
-    const Tensor heads = attend_cached(queries, sequences, num_head, scale);
+    const Tensor heads = attend_cached(q_layer->forward(x), sequences, num_head, scale);
     return proj_drop->forward(proj_layer->forward(heads));
 }
 
-std::pair<Tensor, Tensor> SelfAttention::attend(const Tensor& queries, const Tensor& keys, const Tensor& values,
+std::pair<Tensor, Tensor> SelfAttention::attend(const Tensor& x, const Tensor& keys, const Tensor& values,
                                                 std::size_t kv_length) const {
     // The seed's split into heads, causal attention and concatenation, fused: the heads stay
     // interleaved in the projections' (b, t, h d) layout and the attention reads and writes them in
@@ -78,7 +76,7 @@ std::pair<Tensor, Tensor> SelfAttention::attend(const Tensor& queries, const Ten
     c.dropout_p = attn_drop->p;
     c.training = attn_drop->is_training();
     c.kv_length = kv_length;
-    auto [out, attn] = multi_head_attention(queries, keys, values, c);
+    auto [out, attn] = multi_head_attention(q_layer->forward(x), keys, values, c);
     return {proj_drop->forward(proj_layer->forward(out)), attn};
 }
 

@@ -44,8 +44,8 @@ public:
 
 private:
     void check_input(const Tensor& x) const;
-    // The rest after the projections, over positions [0, kv_length) of keys and values.
-    std::pair<Tensor, Tensor> attend(const Tensor& queries, const Tensor& keys, const Tensor& values,
+    // The rest after the key/value projections, over positions [0, kv_length) of keys and values.
+    std::pair<Tensor, Tensor> attend(const Tensor& x, const Tensor& keys, const Tensor& values,
                                      std::size_t kv_length) const;
 };
 
