@@ -203,10 +203,11 @@ def test_linear_and_its_gradients_against_float64(m, k, n):
 
 
 @pytest.mark.parametrize("kernel_level", levels_for("few_rows"), indirect=True)
-# 1 and 2 rows take four weight rows at a time: n = 2307 and 301 leave 3 and 1 columns over, k = 33 and 771 a
-# vector's tail.
+# Every row count from 1 to 8. With AVX2, 1 and 2 rows take four weight rows at a time: n = 2307 and 301 leave 3 and
+# 1 columns over, k = 33 and 771 a vector's tail (AVX-512 reads one weight row at a time: k = 771 and 3079 leave 3 and
+# 7 of 16 over, 7 rows' k = 17 one).
 @pytest.mark.parametrize("m,k,n", [(3, 512, 512), (5, 256, 8000), (8, 2048, 512), (6, 33, 300), (1, 768, 2307),
-                                   (2, 33, 301), (1, 771, 64), (2, 512, 8000)])
+                                   (2, 33, 301), (1, 771, 64), (2, 512, 8000), (4, 3079, 70), (7, 17, 513)])
 def test_linear_of_a_few_rows_at_every_level(kernel_level, m, k, n):
     """The few-rows products (kernels/fp32/few_rows.cpp) by each kernel this CPU runs (AVX-512, AVX2, and OpenBLAS's
     sgemv at the portable level), held to the same bound as above."""

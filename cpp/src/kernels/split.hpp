@@ -13,10 +13,11 @@ constexpr std::size_t kDirectMacs = 8192;
 // Up to kFewRows rows of x W^T go to the few-rows kernel (kernels/fp32/few_rows.cpp), which reads W once for all
 // of them: sgemm packs all of B first, which for one row of a decoding step costs ~4.6x the product (8000x256
 // weight: 888 us vs 191 us; equal at 4 rows), and beam 5 at batch 1 on the Multi30k model decodes 74-121
-// sentences/s there against 44-50 through the BLAS. At 1 and 2 rows it takes four rows of W at a time, which
+// sentences/s there against 44-50 through the BLAS. With AVX2, at 1 and 2 rows it takes four rows of W at a time, which
 // streams a weight that does not fit in cache faster than OpenBLAS's sgemv (GPT-2 124M at batch 1 on a Zen 3,
 // 2 threads, 8 runs alternated: median 21.9 ms a token against 23.2, faster or equal in each pair; 93% of the
-// machine's read bandwidth at best) and ties it on a small GPT's 256-wide weights. Where the kernel level has no such kernel, and for the other layouts, up to kGemvRows rows are that
+// machine's read bandwidth at best) and ties it on a small GPT's 256-wide weights; with AVX-512 one row at a time, as one
+// stream (kernels/fp32/few_rows.cpp). Where the kernel level has no such kernel, and for the other layouts, up to kGemvRows rows are that
 // many sgemv calls. bf16 takes its few-rows kernel up to kFewRows as well: a beam of up to 8 at batch 1 (through
 // the packed kernel, which packs the weight on every call, bf16 beam 5 decodes slower than fp32).
 constexpr int kGemvRows = 2;

@@ -44,10 +44,10 @@ CT_FEW_AVX512 inline float sum16(__m512 v) {
 
 inline void store(float* c, float s, float alpha, float beta) { *c = beta == 0.0f ? alpha * s : alpha * s + beta * *c; }
 
-// Columns [n0, n1), COLS at a time: each load of a row of x serves COLS columns, and COLS rows of W stream at once.
+// AVX2: columns [n0, n1), COLS at a time: each load of a row of x serves COLS columns, and COLS rows of W stream at once.
 // The product is bound by reading W; COLS independent sums keep the loads in flight where one column at a time
-// waits on each sum's multiply-add latency. Whole vectors of k are plain-loaded and only the last k mod 8 (16)
-// values masked (a masked load in every step cost 3.5x at 8 rows: 73 against 21 ms a GPT-2 step). The next COLS
+// waits on each sum's multiply-add latency. Whole vectors of k are plain-loaded and only the last k mod 8 (AVX-512's
+// kernel below: 16) values masked (a masked load in every step cost 3.5x at 8 rows: 73 against 21 ms a GPT-2 step). The next COLS
 // rows of W are prefetched one step ahead of their use: the stream prefetcher alone left a third of the read
 // bandwidth unused on GPT-2's 50257 x 768 vocabulary projection.
 template <int M, int COLS>
@@ -84,35 +84,34 @@ CT_FEW_AVX2 void columns_avx2(const FewRows& p, int n0, int n1) {
     }
 }
 
-template <int M, int COLS>
+// AVX-512: one row of W at a time, read front to back, so W streams as one sequence of addresses. Four rows at a
+// time (as AVX2 does) read four sequences 4k bytes apart, and the memory serves that worse: GPT-2's float32 step
+// at batch 1 took 19.4-19.8 ms against 16.4-17.4 (three alternated pairs, 2 threads, Xeon with AVX-512; each product
+// of the step 12-24% faster, the 768 x 3072 ones most), batch 2 20.8-22.5 against 17.7-18.2. One column's sum is a
+// chain of multiply-adds, a vector of 16 values each (64 bytes every FMA latency): fast enough for memory, where
+// AVX2's 8 values are not (the same change there was 7% slower on the same CPU). The per-column sums are the same
+// as before, so are the bits. The next row is prefetched a line a step ahead of its use.
+template <int M>
 CT_FEW_AVX512 void columns_avx512(const FewRows& p, int n0, int n1) {
     const int k = p.k, k16 = k & ~15;
     const __mmask16 tail = __mmask16((1u << (k - k16)) - 1u);
     const std::size_t ldb = std::size_t(p.ldb), lda = std::size_t(p.lda);
-    for (int j = n0; j < n1; j += COLS) {
-        __m512 acc[M][COLS];
-        for (int i = 0; i < M; ++i)
-            for (int c = 0; c < COLS; ++c) acc[i][c] = _mm512_setzero_ps();
+    for (int j = n0; j < n1; ++j) {
+        __m512 acc[M];
+        for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
         const float* w = p.b + std::size_t(j) * ldb;
-        const char* ahead = j + 2 * COLS <= n1 ? reinterpret_cast<const char*>(w + COLS * ldb) : nullptr;
+        const char* ahead = j + 2 <= n1 ? reinterpret_cast<const char*>(w + ldb) : nullptr;
         for (int q = 0; q < k16; q += 16) {
-            if (ahead)
-                for (int line = 0; line < COLS; ++line) _mm_prefetch(ahead + std::size_t(q) * 4 * COLS + 64 * line, _MM_HINT_T0);
-            __m512 b[COLS];
-            for (int c = 0; c < COLS; ++c) b[c] = _mm512_loadu_ps(w + std::size_t(c) * ldb + q);
-            for (int i = 0; i < M; ++i) {
-                const __m512 x = _mm512_loadu_ps(p.a + std::size_t(i) * lda + q);
-                for (int c = 0; c < COLS; ++c) acc[i][c] = _mm512_fmadd_ps(x, b[c], acc[i][c]);
-            }
+            if (ahead) _mm_prefetch(ahead + std::size_t(q) * 4, _MM_HINT_T0);
+            const __m512 b = _mm512_loadu_ps(w + q);
+            for (int i = 0; i < M; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(p.a + std::size_t(i) * lda + q), b, acc[i]);
         }
-        if (k16 < k)
-            for (int c = 0; c < COLS; ++c) {
-                const __m512 b = _mm512_maskz_loadu_ps(tail, w + std::size_t(c) * ldb + k16);
-                for (int i = 0; i < M; ++i)
-                    acc[i][c] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, p.a + std::size_t(i) * lda + k16), b, acc[i][c]);
-            }
-        for (int i = 0; i < M; ++i)
-            for (int c = 0; c < COLS; ++c) store(p.c + std::size_t(i) * std::size_t(p.ldc) + j + c, sum16(acc[i][c]), p.alpha, p.beta);
+        if (k16 < k) {
+            const __m512 b = _mm512_maskz_loadu_ps(tail, w + k16);
+            for (int i = 0; i < M; ++i)
+                acc[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, p.a + std::size_t(i) * lda + k16), b, acc[i]);
+        }
+        for (int i = 0; i < M; ++i) store(p.c + std::size_t(i) * std::size_t(p.ldc) + j, sum16(acc[i]), p.alpha, p.beta);
     }
 }
 
@@ -128,13 +127,9 @@ CT_FEW_AVX2 void rows_avx2(const FewRows& p, int n0, int n1) {
     if (whole < n1) columns_avx2<M, 1>(p, whole, n1);
 }
 
-// AVX-512's 32 registers hold two columns' sums for all 8 rows.
 template <int M>
 CT_FEW_AVX512 void rows_avx512(const FewRows& p, int n0, int n1) {
-    constexpr int COLS = M <= 2 ? 4 : 2;
-    const int whole = n0 + (n1 - n0) / COLS * COLS;
-    columns_avx512<M, COLS>(p, n0, whole);
-    if (whole < n1) columns_avx512<M, 1>(p, whole, n1);
+    columns_avx512<M>(p, n0, n1);
 }
 
 template <void (*...F)(const FewRows&, int, int)>
