@@ -162,15 +162,21 @@ CT_BF16_TARGET inline float sum_by_halves(__m512 v) {
 }
 
 // R rows (their accumulators stay in registers) against columns [n0, n1) of B; a: the rows, rounded,
-// each kp values apart.
+// each kp values apart. B's rows are read one at a time, front to back (one stream of addresses), the next row
+// prefetched a step ahead of its use: without it GPT-2's bf16 step at batch 1 took 13.6-14.5 ms against 11.3-12.1
+// (five alternated pairs, Xeon), at batch 2 16.6-17.2 against 13.4-14.6.
 template <int R, class TB>
 CT_BF16_TARGET void few_rows_columns(const Block& g, const bf16_t* a, int kp, const TB* B) {
     const int k = g.k;
     for (int n = g.n0; n < g.n1; ++n) {
         const TB* w = B + std::size_t(n) * g.ldb;
+        const char* ahead = n + 1 < g.n1 ? reinterpret_cast<const char*>(w + g.ldb) : nullptr;
         __m512 acc[R];
         for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
         for (int p = 0; p < k; p += 32) {
+            if (ahead)
+                for (std::size_t line = 0; line < 32 * sizeof(TB); line += 64)
+                    _mm_prefetch(ahead + std::size_t(p) * sizeof(TB) + line, _MM_HINT_T0);
             const __m512bh wv = (__m512bh)load32(w + p, std::min(32, k - p));
             for (int r = 0; r < R; ++r)
                 acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_loadu_si512(a + std::size_t(r) * kp + p), wv);
