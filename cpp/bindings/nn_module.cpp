@@ -116,7 +116,7 @@ void bind_nn_module(py::module_& nn) {
                                  std::string(py::str(py::type::of(module_cls).attr("__name__"))));
         ct::SkipInit skip;   // this thread's initialisers draw nothing until the module is built
         return module_cls(*args, **kwargs);
-    }, R"doc(skip_init(module_cls, *args, **kwargs): ``module_cls(*args, **kwargs)`` without initialising its
+    }, py::arg("module_cls"), R"doc(skip_init(module_cls, *args, **kwargs): ``module_cls(*args, **kwargs)`` without initialising its
 parameters, as torch.nn.utils.skip_init: they are left zeros and nothing is drawn from the generator (its state
 is as before). For a model whose every parameter is loaded next (``from_pretrained`` uses it: GPT-2's random
 initialisation took ~10 s).)doc");

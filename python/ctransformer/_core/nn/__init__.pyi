@@ -770,7 +770,7 @@ def get_subsequent_mask(seq: typing.Any) -> numpy.ndarray:
     """
     The no-peek mask: a (1, len, len) boolean array, True on and below the diagonal (jadore801120's get_subsequent_mask).
     """
-def skip_init(arg0: typing.Any, *args, **kwargs) -> typing.Any:
+def skip_init(module_cls: typing.Any, *args, **kwargs) -> typing.Any:
     """
     skip_init(module_cls, *args, **kwargs): ``module_cls(*args, **kwargs)`` without initialising its
     parameters, as torch.nn.utils.skip_init: they are left zeros and nothing is drawn from the generator (its state
