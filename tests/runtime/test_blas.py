@@ -215,8 +215,10 @@ def test_linear_of_a_few_rows_at_every_level(kernel_level, m, k, n):
     test_linear_and_its_gradients_against_float64(m, k, n)
 
 
+# With AVX-512, up to 6 rows in one pass of 64 outputs, then passes of 6-12 rows (13 = 6 + 7, 25 = 8 + 8 + 9, 32 = 10 +
+# 11 + 11, 160 = 11s and 12s) over 32 outputs: n = 70, 39 and 114 leave a panel's last 6, 7 and 18 outputs.
 PACKED_SHAPES = [(9, 256, 256), (32, 256, 8000), (160, 256, 1024), (33, 1024, 256), (13, 17, 70), (100, 64, 39), (40, 9, 1),
-                 (3, 256, 256), (5, 256, 8000), (6, 512, 2048), (7, 17, 70), (8, 64, 39)]
+                 (3, 256, 256), (5, 256, 8000), (6, 512, 2048), (7, 17, 70), (8, 64, 39), (12, 40, 114), (25, 33, 50)]
 # The product from which a weight's packed copy is read in a region: its second of 3 or more rows
 # (kernels/weight_cache.cpp: packing costs about 2 products).
 PACKED_FROM_USE = 2

@@ -2,7 +2,7 @@
 // decoding call instead of once per product: sgemm packs its operands on every call, and at batch 32 that
 // is a fifth of a float32 beam-search step (the 8000 x 256 output projection is 8 MB). The packing
 // (kernels/fp32/packed.cpp) is blocks of 16 outputs, [ceil(n / 16)][k][16] floats, zero past n; the AVX-512 kernel
-// keeps 4 rows x 64 outputs in 16 accumulators (the AVX2 one 6 rows x 16 outputs in 12), one fused
+// keeps up to 6 rows x 64 outputs, or 6-12 rows x 32, in up to 24 accumulators (the AVX2 one 6 rows x 16 outputs in 12), one fused
 // multiply-add per row, output and value of k, in order over k: another legal summation order than the
 // BLAS's, within the same float32 bound (tests/runtime/test_blas.py), and the same in both kernels.
 // kernels/weight_cache.hpp holds the copies while a ct::decode::PackedWeights region lasts.
