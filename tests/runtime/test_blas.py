@@ -276,6 +276,30 @@ def packed_product(m, k, n):
         return [ct.functional.linear(X, W).numpy() for _ in range(PACKED_FROM_USE)][-1]
 
 
+@pytest.mark.parametrize("kernel_level", levels_for("packed"), indirect=True)
+def test_a_prompt_sized_product_counts_as_a_use(kernel_level):
+    """A product of more rows than the packed kernel takes (1025 and up: a batch's prompt, through the BLAS) counts
+    as the weight's first use in the region, so its next product of 3-1024 rows (the first decoding step) packs it and
+    reads the copy (PackedWeights.count); never itself packing, however many there are. Its result is the BLAS's,
+    bit for bit against the same product outside a region; the packed product is held to the float32 bound."""
+    rng = np.random.default_rng(5)
+    k, n = 64, 40
+    W = ct.tensor((rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32), requires_grad=True)
+    prompt = ct.tensor(rng.standard_normal((1100, k)).astype(np.float32))
+    x = rng.standard_normal((32, k)).astype(np.float32)
+    with ct.no_grad():
+        plain = ct.functional.linear(prompt, W).numpy()
+        with ct.decode.PackedWeights():
+            for _ in range(3):
+                np.testing.assert_array_equal(ct.functional.linear(prompt, W).numpy(), plain)
+                assert ct.decode.PackedWeights.count == 0
+            step = ct.functional.linear(ct.tensor(x), W).numpy()
+            assert ct.decode.PackedWeights.count == (1 if packed_kernel_expected() else 0)
+    x64, w64 = x.astype(np.float64), W.numpy().astype(np.float64)
+    bound = 2 * (k + 1) * 2.0 ** -24 * (np.abs(x64) @ np.abs(w64).T) + 1e-30
+    assert (np.abs(step - x64 @ w64.T) <= bound).all()
+
+
 def test_packed_kernels_give_the_same_bits():
     """The AVX2 packed kernel (what a CPU without AVX-512 runs) gives the AVX-512 kernel's bits at every packed
     shape: both sum each output in order over k, one fused multiply-add per value (each is held to float64's

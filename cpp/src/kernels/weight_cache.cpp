@@ -1,5 +1,6 @@
 #include "weight_cache.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -55,9 +56,14 @@ Entry* entry_of(const Tensor& w, bool create, Entries& entries = t_entries) {
 
 // w's packed copy in `entries` (of its values rounded to bf16: rounded), made on its kUsesBeforePacking-th product;
 // null before.
-const blas::PackedWeight* packed_in(Entries& entries, const Tensor& w, bool rounded) {
+// count_only: a use that does not read the copy (note_product): counted, never packing.
+const blas::PackedWeight* packed_in(Entries& entries, const Tensor& w, bool rounded, bool count_only = false) {
     Entry& e = *entry_of(w, true, entries);
     if (e.packed_yet[rounded]) return &e.packed[rounded];
+    if (count_only) {
+        e.packed_uses[rounded] = std::min(e.packed_uses[rounded] + 1, kUsesBeforePacking - 1);
+        return nullptr;
+    }
     if (++e.packed_uses[rounded] < kUsesBeforePacking) return nullptr;
     blas::pack_weight(w.data(), int(w.size(0)), int(w.size(1)), int(w.size(1)), e.packed[rounded], rounded);
     e.packed_yet[rounded] = true;
@@ -123,17 +129,21 @@ SharedPacking::~SharedPacking() { t_shared = previous_; }
 SharedPacking::Join::Join(SharedPacking& shared) : previous_(t_shared) { t_shared = &shared; }
 SharedPacking::Join::~Join() { t_shared = previous_; }
 
-const blas::PackedWeight* packed(const Tensor& w, bool bf16_rounded) {
+const blas::PackedWeight* packed_or_counted(const Tensor& w, bool bf16_rounded, bool count_only) {
     if (w.dim() != 2 || !is_parameter(w) || !blas::packed_available()) return nullptr;
     if (t_shared) {   // a lane: the starting thread's cache (in a packed region), its entries made under the lock
         // An entry, once packed, is not changed or moved (the map's nodes stay put) until the region ends,
         // after the lanes: the pointer is read outside the lock.
         std::lock_guard<std::mutex> lock(t_shared->state_->mu);
-        return packed_in(*t_shared->state_->entries, w, bf16_rounded);
+        return packed_in(*t_shared->state_->entries, w, bf16_rounded, count_only);
     }
     if (depth(Kind::Packed) == 0) return nullptr;
-    return packed_in(t_entries, w, bf16_rounded);
+    return packed_in(t_entries, w, bf16_rounded, count_only);
 }
+
+const blas::PackedWeight* packed(const Tensor& w, bool bf16_rounded) { return packed_or_counted(w, bf16_rounded, false); }
+
+void note_product(const Tensor& w, bool bf16_rounded) { packed_or_counted(w, bf16_rounded, true); }
 
 Bf16Operand bf16_operand(const Tensor& w, int ld, bool trans, bool round_now) {
     const bool open = depth(Kind::Bf16) > 0;

@@ -29,6 +29,10 @@ void leave(Kind kind);
 // bf16_rounded: the packed copy of w's values rounded to bf16, for autocast's products where bf16 is emulated
 // (a float32 product of rounded operands: the packed kernel computes it as the emulation's sgemm does).
 const blas::PackedWeight* packed(const Tensor& w, bool bf16_rounded = false);
+// A product of w of more rows than the packed kernel takes (a prompt of a batch: the BLAS computes it) counts as
+// a use all the same, so the next product of a few rows packs w and reads the copy: a GPT's first decoding step
+// at batch 32 after a 4096-row prompt, which without it would run through sgemm and only the step after pack.
+void note_product(const Tensor& w, bool bf16_rounded = false);
 
 // op(w) as a gemm_bf16 operand: the bf16 copy when w is a parameter that has one, else w's float32 data,
 // rounded by the kernel. round_now: make the copy first if there is none and a bf16 region is open (an
@@ -65,8 +69,11 @@ public:
 private:
     std::unique_ptr<State> state_;
     SharedPacking* previous_;
-    friend const blas::PackedWeight* packed(const Tensor& w, bool bf16_rounded);
+    friend const blas::PackedWeight* packed_or_counted(const Tensor& w, bool bf16_rounded, bool count_only);
 };
+
+// packed() (count_only false) and note_product() (true) in one.
+const blas::PackedWeight* packed_or_counted(const Tensor& w, bool bf16_rounded, bool count_only);
 
 // Drop every copy of the kind and free its memory (autocast::clear_cache).
 void clear(Kind kind);

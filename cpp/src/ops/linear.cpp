@@ -134,6 +134,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias, float a
                                                rows <= std::size_t(blas::kPackedMaxRows)
                                            ? weight_cache::packed(weight, bf16)
                                            : nullptr;
+    if ((!bf16 || emulated) && !grad && in_f > 0 && rows > std::size_t(blas::kPackedMaxRows))
+        weight_cache::note_product(weight, bf16);
     if (packed && bf16) {
         CachedArray<float> rounded = cached_array<float>(rows * in_f);
         round_rows_to_bf16(x.data(), rounded.get(), rows * in_f);
